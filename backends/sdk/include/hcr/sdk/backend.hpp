@@ -1,0 +1,452 @@
+// hcr backend SDK: write a backend as a C++ class, get the C plugin table for free.
+//
+// Header-only on purpose: an out-of-tree backend compiles it with its own compiler and flags, so no
+// C++ ABI is shared between the runtime and the plugin — only <hcr/plugin.h> crosses.
+//
+//   class MyBackend final : public hcr::sdk::Backend {
+//    public:
+//     explicit MyBackend(const hcr::sdk::CreateContext& ctx) : Backend(ctx) {
+//       ctx.options.check_all_used();   // unknown [[backend]] keys are errors
+//     }
+//     size_t device_count() override { return 1; }
+//     void device_info(size_t, hcr::sdk::DeviceInfo& info) override { info.name = "mine"; ... }
+//     ...
+//   };
+//   HCR_SDK_PLUGIN(MyBackend, "mine", "1.0")
+//
+// Every ABI entry is noexcept: the adapter turns hcr::sdk::Error (and any other exception) into an
+// hcr_error_t. Throw hcr::sdk::Error with a code and a message that names the value at fault.
+#pragma once
+
+#include <hcr/plugin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+/// The error object every SDK-built plugin hands out (each plugin has its own, hidden copy).
+struct hcr_error {
+  hcr_error_code_t code;
+  std::string message;
+};
+
+namespace hcr::sdk {
+
+/// Exception a backend throws; the adapter turns it into an hcr_error_t with this code.
+class Error : public std::runtime_error {
+ public:
+  Error(hcr_error_code_t code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  hcr_error_code_t code() const noexcept { return code_; }
+
+ private:
+  hcr_error_code_t code_;
+};
+
+/// The error handed out when even allocating an error fails; never freed.
+inline hcr_error_t* out_of_memory_error() noexcept {
+  static hcr_error oom{HCR_ERROR_OUT_OF_MEMORY, "out of memory creating an error"};
+  return &oom;
+}
+
+/// Allocates an ABI error; ownership passes to whoever receives it.
+inline hcr_error_t* make_error(hcr_error_code_t code, std::string message) noexcept {
+  try {
+    return new hcr_error{code, std::move(message)};
+  } catch (...) {
+    return out_of_memory_error();
+  }
+}
+
+/// Runs `f`, turning any exception into an ABI error (NULL on success).
+template <class F>
+hcr_error_t* guard(F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const Error& e) {
+    return make_error(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return make_error(HCR_ERROR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return make_error(HCR_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return make_error(HCR_ERROR_UNKNOWN, "unknown exception in backend");
+  }
+}
+
+/// Copies a caller's struct into a zero-initialised local of this build's layout, reading only
+/// the bytes both sides know (the caller may be older or newer).
+template <class T>
+T read_struct(const T* in) {
+  T out{};
+  if (in == nullptr) return out;
+  size_t n = std::min(in->struct_size, sizeof(T));
+  std::memcpy(static_cast<void*>(&out), in, n);
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+/// Writes `src` into a caller's out-struct, only the bytes the caller's struct_size covers.
+template <class T>
+void write_struct(T* dst, const T& src) {
+  size_t n = std::min(dst->struct_size, sizeof(T));
+  if (n <= sizeof(size_t)) return;
+  std::memcpy(reinterpret_cast<char*>(dst) + sizeof(size_t),
+              reinterpret_cast<const char*>(&src) + sizeof(size_t), n - sizeof(size_t));
+}
+
+/// The host's services: logging goes through here (plugins never print).
+class Host {
+ public:
+  explicit Host(const hcr_host_services_t* s = nullptr) : s_(s) {}
+  bool enabled(hcr_log_level_t level) const noexcept {
+    return s_ != nullptr && s_->log != nullptr && level >= s_->log_level;
+  }
+  void log(hcr_log_level_t level, const std::string& message) const noexcept {
+    if (enabled(level)) s_->log(s_->host_context, level, message.c_str());
+  }
+  void info(const std::string& m) const noexcept { log(HCR_LOG_INFO, m); }
+  void warn(const std::string& m) const noexcept { log(HCR_LOG_WARN, m); }
+  void debug(const std::string& m) const noexcept { log(HCR_LOG_DEBUG, m); }
+
+ private:
+  const hcr_host_services_t* s_;
+};
+
+/// The [[backend]] table's keys as strings, with typed getters that name the key on a bad value.
+/// Call check_all_used() after reading: any key never read is reported as unknown.
+class Options {
+ public:
+  Options() = default;
+  Options(const hcr_option_t* options, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (options[i].key == nullptr || options[i].value == nullptr) continue;
+      items_.push_back({options[i].key, options[i].value, false});
+    }
+  }
+
+  std::optional<std::string> get(std::string_view key) const {
+    for (auto& it : items_)
+      if (it.key == key) {
+        it.used = true;
+        return it.value;
+      }
+    return std::nullopt;
+  }
+  std::string get(std::string_view key, std::string fallback) const {
+    auto v = get(key);
+    return v ? *v : std::move(fallback);
+  }
+  long long get_int(std::string_view key, long long fallback) const {
+    auto v = get(key);
+    if (!v) return fallback;
+    try {
+      size_t pos = 0;
+      long long r = std::stoll(*v, &pos);
+      if (pos == v->size()) return r;
+    } catch (...) {
+    }
+    bad(key, *v, "an integer");
+  }
+  double get_double(std::string_view key, double fallback) const {
+    auto v = get(key);
+    if (!v) return fallback;
+    try {
+      size_t pos = 0;
+      double r = std::stod(*v, &pos);
+      if (pos == v->size()) return r;
+    } catch (...) {
+    }
+    bad(key, *v, "a number");
+  }
+  bool get_bool(std::string_view key, bool fallback) const {
+    auto v = get(key);
+    if (!v) return fallback;
+    if (*v == "true") return true;
+    if (*v == "false") return false;
+    bad(key, *v, "true or false");
+  }
+  /// Every key that starts with `prefix` (e.g. "device." for arrays of tables), marked used.
+  std::vector<std::pair<std::string, std::string>> with_prefix(std::string_view prefix) const {
+    std::vector<std::pair<std::string, std::string>> r;
+    for (auto& it : items_)
+      if (it.key.compare(0, prefix.size(), prefix) == 0) {
+        it.used = true;
+        r.emplace_back(it.key, it.value);
+      }
+    return r;
+  }
+  void check_all_used() const {
+    for (auto& it : items_)
+      if (!it.used) throw Error(HCR_ERROR_INVALID_ARGUMENT, "unknown option '" + it.key + "'");
+  }
+
+ private:
+  [[noreturn]] static void bad(std::string_view key, const std::string& value, const char* want) {
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, "option '" + std::string(key) + "' = '" + value +
+                                                "' is not " + want);
+  }
+  struct Item {
+    std::string key, value;
+    mutable bool used;
+  };
+  std::vector<Item> items_;
+};
+
+/// What a backend's constructor receives.
+struct CreateContext {
+  Host host;
+  Options options;
+  std::string library_path;
+};
+
+/// Device description a backend fills in; the adapter copies it into the caller's struct.
+struct DeviceInfo {
+  std::string name;
+  std::string arch;
+  hcr_device_kind_t kind = HCR_DEVICE_CPU;
+  uint32_t flags = 0;
+  uint64_t memory_bytes = 0;
+  uint32_t compute_units = 1;
+  uint32_t concurrency = 1;
+  double peak_gflops = 0;
+  double link_bandwidth = 0;
+  double link_latency = 0;
+};
+
+/// Calls the launch's or copy's done callback exactly once.
+inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double seconds = -1) noexcept {
+  hcr_completion_info_t info{HCR_COMPLETION_INFO_STRUCT_SIZE, seconds};
+  done(user, error, &info);
+}
+
+/// Runs a host-function implementation and returns its error (NULL on success).
+inline hcr_error_t* run_host_function(hcr_kernel_fn fn, void* user_data,
+                                      const hcr_exec_context_t& ctx) noexcept {
+  char message[512] = {0};
+  int rc = 0;
+  try {
+    rc = fn(user_data, &ctx, message, sizeof message);
+  } catch (...) {  // a C function must not throw; be tolerant anyway
+    return make_error(HCR_ERROR_KERNEL, "kernel threw across the C boundary");
+  }
+  if (rc == 0) return nullptr;
+  message[sizeof message - 1] = '\0';
+  return make_error(HCR_ERROR_KERNEL, message[0] ? message : "kernel failed");
+}
+
+/// Base class of a backend instance. One object per [[backend]] table.
+class Backend {
+ public:
+  explicit Backend(const CreateContext& ctx) : host_(ctx.host) {}
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual size_t device_count() = 0;
+  virtual void device_info(size_t device, DeviceInfo& info) = 0;
+
+  virtual hcr_memory_t* mem_alloc(size_t /*device*/, uint64_t /*bytes*/) {
+    throw Error(HCR_ERROR_UNSUPPORTED, "this backend has no device memory");
+  }
+  virtual void mem_free(size_t /*device*/, hcr_memory_t* /*memory*/) noexcept {}
+  virtual void copy(const hcr_copy_args_t& /*args*/) {
+    throw Error(HCR_ERROR_UNSUPPORTED, "this backend has no device memory");
+  }
+
+  /// Throw Error(HCR_ERROR_NOT_FOUND or HCR_ERROR_UNSUPPORTED) when the device cannot run it.
+  virtual hcr_kernel_t* kernel_get(size_t device, const hcr_kernel_desc_t& desc) = 0;
+  virtual void kernel_release(hcr_kernel_t* kernel) noexcept = 0;
+  virtual void launch(const hcr_launch_args_t& args) = 0;
+  virtual void synchronize(size_t device) = 0;
+
+  virtual void* host_alloc(uint64_t /*bytes*/) {
+    throw Error(HCR_ERROR_UNSUPPORTED, "this backend has no pinned host memory");
+  }
+  virtual void host_free(void* /*ptr*/) noexcept {}
+  virtual std::optional<double> estimate(const hcr_launch_args_t& /*args*/) { return std::nullopt; }
+
+  const Host& host() const noexcept { return host_; }
+
+  /// Keeps a device's name and arch strings alive until destruction: they cross the ABI by
+  /// pointer, and a pointer once handed out stays valid even if a later query returns new text.
+  const std::pair<std::string, std::string>& kept_strings(std::string name, std::string arch) {
+    std::lock_guard<std::mutex> lock(kept_mutex_);
+    for (auto& k : kept_)
+      if (k->first == name && k->second == arch) return *k;
+    kept_.push_back(std::make_unique<std::pair<std::string, std::string>>(std::move(name),
+                                                                          std::move(arch)));
+    return *kept_.back();
+  }
+
+  /// Checks a device index from the host.
+  void check_device(size_t device) {
+    if (device >= device_count())
+      throw Error(HCR_ERROR_NOT_FOUND, "no device " + std::to_string(device));
+  }
+
+ private:
+  Host host_;
+  std::mutex kept_mutex_;
+  std::vector<std::unique_ptr<std::pair<std::string, std::string>>> kept_;
+};
+
+namespace detail {
+
+inline Backend* self(hcr_plugin_t* p) { return reinterpret_cast<Backend*>(p); }
+
+template <class B>
+struct Adapter {
+  static hcr_error_code_t error_code(const hcr_error_t* e) noexcept {
+    return e ? e->code : HCR_ERROR_UNKNOWN;
+  }
+  static const char* error_message(const hcr_error_t* e) noexcept {
+    return e ? e->message.c_str() : "";
+  }
+  static void error_destroy(hcr_error_t* e) noexcept {
+    if (e != out_of_memory_error()) delete e;
+  }
+  static hcr_error_t* plugin_create(hcr_plugin_create_args_t* args) noexcept {
+    if (args == nullptr || args->struct_size < HCR_PLUGIN_CREATE_ARGS_STRUCT_SIZE)
+      return make_error(HCR_ERROR_INVALID_ARGUMENT, "plugin_create: args too small");
+    return guard([&] {
+      CreateContext ctx{Host(args->services), Options(args->options, args->num_options),
+                        args->library_path ? args->library_path : ""};
+      Backend* b = new B(ctx);
+      args->plugin = reinterpret_cast<hcr_plugin_t*>(b);
+    });
+  }
+  static void plugin_destroy(hcr_plugin_t* p) noexcept { delete self(p); }
+  static hcr_error_t* device_count(hcr_plugin_t* p, size_t* count) noexcept {
+    return guard([&] { *count = self(p)->device_count(); });
+  }
+  static hcr_error_t* device_info(hcr_plugin_t* p, size_t device, hcr_device_info_t* out) noexcept {
+    return guard([&] {
+      self(p)->check_device(device);
+      DeviceInfo d;
+      self(p)->device_info(device, d);
+      // The strings must live until plugin_destroy: the instance keeps them.
+      auto& keep = self(p)->kept_strings(std::move(d.name), std::move(d.arch));
+      hcr_device_info_t full{};
+      full.struct_size = HCR_DEVICE_INFO_STRUCT_SIZE;
+      full.name = keep.first.c_str();
+      full.arch = keep.second.c_str();
+      full.kind = d.kind;
+      full.flags = d.flags;
+      full.memory_bytes = d.memory_bytes;
+      full.compute_units = d.compute_units;
+      full.concurrency = d.concurrency == 0 ? 1 : d.concurrency;
+      full.peak_gflops = d.peak_gflops;
+      full.link_bandwidth = d.link_bandwidth;
+      full.link_latency = d.link_latency;
+      write_struct(out, full);
+    });
+  }
+  static hcr_error_t* mem_alloc(hcr_plugin_t* p, hcr_mem_alloc_args_t* args) noexcept {
+    return guard([&] {
+      self(p)->check_device(args->device);
+      args->memory = self(p)->mem_alloc(args->device, args->bytes);
+    });
+  }
+  static void mem_free(hcr_plugin_t* p, size_t device, hcr_memory_t* m) noexcept {
+    self(p)->mem_free(device, m);
+  }
+  static hcr_error_t* copy(hcr_plugin_t* p, const hcr_copy_args_t* args) noexcept {
+    return guard([&] {
+      auto a = read_struct(args);
+      self(p)->check_device(a.device);
+      self(p)->copy(a);
+    });
+  }
+  static hcr_error_t* kernel_get(hcr_plugin_t* p, hcr_kernel_get_args_t* args) noexcept {
+    return guard([&] {
+      self(p)->check_device(args->device);
+      auto desc = read_struct(args->desc);
+      if (desc.name == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel without a name");
+      args->kernel = self(p)->kernel_get(args->device, desc);
+    });
+  }
+  static void kernel_release(hcr_plugin_t* p, hcr_kernel_t* k) noexcept {
+    self(p)->kernel_release(k);
+  }
+  static hcr_error_t* launch(hcr_plugin_t* p, const hcr_launch_args_t* args) noexcept {
+    return guard([&] {
+      auto a = read_struct(args);
+      if (a.done == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without done");
+      self(p)->launch(a);
+    });
+  }
+  static hcr_error_t* synchronize(hcr_plugin_t* p, size_t device) noexcept {
+    return guard([&] {
+      self(p)->check_device(device);
+      self(p)->synchronize(device);
+    });
+  }
+  static hcr_error_t* host_alloc(hcr_plugin_t* p, uint64_t bytes, void** out) noexcept {
+    return guard([&] { *out = self(p)->host_alloc(bytes); });
+  }
+  static void host_free(hcr_plugin_t* p, void* ptr) noexcept { self(p)->host_free(ptr); }
+  static hcr_error_t* estimate(hcr_plugin_t* p, const hcr_launch_args_t* args,
+                               double* seconds) noexcept {
+    return guard([&] {
+      auto r = self(p)->estimate(read_struct(args));
+      if (!r) throw Error(HCR_ERROR_UNSUPPORTED, "no estimate");
+      *seconds = *r;
+    });
+  }
+};
+
+}  // namespace detail
+
+/// The static table for backend class B.
+template <class B>
+const hcr_plugin_api_t* plugin_api(const char* name, const char* version) noexcept {
+  using A = detail::Adapter<B>;
+  static const hcr_plugin_api_t api = [&] {
+    hcr_plugin_api_t t{};
+    t.struct_size = HCR_PLUGIN_API_STRUCT_SIZE;
+    t.abi_major = HCR_ABI_MAJOR;
+    t.abi_minor = HCR_ABI_MINOR;
+    t.name = name;
+    t.version = version;
+    t.error_code = &A::error_code;
+    t.error_message = &A::error_message;
+    t.error_destroy = &A::error_destroy;
+    t.plugin_create = &A::plugin_create;
+    t.plugin_destroy = &A::plugin_destroy;
+    t.device_count = &A::device_count;
+    t.device_info = &A::device_info;
+    t.mem_alloc = &A::mem_alloc;
+    t.mem_free = &A::mem_free;
+    t.copy = &A::copy;
+    t.kernel_get = &A::kernel_get;
+    t.kernel_release = &A::kernel_release;
+    t.launch = &A::launch;
+    t.synchronize = &A::synchronize;
+    t.host_alloc = &A::host_alloc;
+    t.host_free = &A::host_free;
+    t.estimate = &A::estimate;
+    return t;
+  }();
+  return &api;
+}
+
+}  // namespace hcr::sdk
+
+/// Defines the plugin's one exported entry point for backend class `Class`.
+#define HCR_SDK_PLUGIN(Class, name, version)                                    \
+  extern "C" HCR_PLUGIN_EXPORT const hcr_plugin_api_t* hcr_plugin_get_api(void) { \
+    return ::hcr::sdk::plugin_api<Class>(name, version);                        \
+  }

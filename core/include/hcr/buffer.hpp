@@ -1,0 +1,167 @@
+/// \file buffer.hpp
+/// Buffers: typed, sized data the runtime tracks dependencies on and moves between memories.
+///
+/// \code
+/// hcr::Buffer<float> a = rt.buffer<float>(1024, 1024);       // owned by hcr, zeroed
+/// hcr::Buffer<float> b = rt.wrap(user_ptr, 1024, 1024);      // registered host memory
+/// {
+///   auto v = a.acquire(hcr::Access::write);   // waits for earlier tasks; later ones wait for v
+///   v(0, 0) = 1.0f;
+/// }                                           // released here
+/// std::vector<float> host = b.to_vector();    // waits, copies out
+/// \endcode
+///
+/// A buffer is a row-major matrix (a vector is 1 x n). Copies of a Buffer are handles to the same
+/// data. Tasks that use a buffer are ordered by their access modes in submission order
+/// (sequential consistency). Thread safety: handles may be used from any thread.
+#pragma once
+
+#include <hcr/detail/handles.hpp>
+#include <hcr/error.hpp>
+#include <hcr/event.hpp>
+#include <hcr/kernel.hpp>
+#include <hcr/types.hpp>
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+namespace hcr {
+
+namespace detail {
+struct BufferShape {
+  size_t rows, cols, ld;
+  DType dtype;
+};
+struct HostAccess {
+  void* data;
+  Ref<TaskNode> token;
+};
+struct TileGrid {
+  size_t grid_rows = 0, grid_cols = 0;
+  std::vector<Ref<BufferState>> tiles;  // row-major grid
+};
+HCR_API BufferShape buffer_shape(const BufferState* b);
+HCR_API HostAccess buffer_acquire(BufferState* b, Access mode);
+HCR_API void buffer_release(TaskNode* token) noexcept;
+HCR_API TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols);
+HCR_API Ref<TaskNode> buffer_unpartition(BufferState* b);  // the join
+[[noreturn]] HCR_API void null_buffer();
+}  // namespace detail
+
+template <class T>
+class Buffer;
+
+/// Host access to a buffer's data, from Buffer::acquire() until destruction (or release()).
+/// Move-only. Tasks submitted after the acquire wait until the view is released.
+template <class T>
+class HostView {
+ public:
+  HostView(HostView&&) noexcept = default;
+  HostView& operator=(HostView&&) noexcept = default;
+  ~HostView() { release(); }
+
+  T* data() const noexcept { return view_.data; }
+  size_t rows() const noexcept { return view_.rows; }
+  size_t cols() const noexcept { return view_.cols; }
+  size_t ld() const noexcept { return view_.ld; }
+  T& operator()(size_t r, size_t c) const noexcept { return view_(r, c); }
+  const MatrixView<T>& view() const noexcept { return view_; }
+  /// The elements as one span; only for contiguous buffers (not tiles of a wider matrix).
+  std::span<T> span() const { return view_.span(); }
+  void release() noexcept {
+    if (token_) detail::buffer_release(token_.detach());
+  }
+
+ private:
+  friend class Buffer<T>;
+  HostView(MatrixView<T> v, detail::Ref<detail::TaskNode> token)
+      : view_(v), token_(std::move(token)) {}
+  MatrixView<T> view_;
+  detail::Ref<detail::TaskNode> token_;
+};
+
+/// A grid of tiles (sub-buffers) of a partitioned buffer; tile (i, j) covers rows
+/// [i*tile_rows, ...) and columns [j*tile_cols, ...), edge tiles being smaller.
+template <class T>
+class Tiles {
+ public:
+  Tiles() = default;
+  explicit Tiles(detail::TileGrid g) : g_(std::move(g)) {}
+  size_t rows() const noexcept { return g_.grid_rows; }
+  size_t cols() const noexcept { return g_.grid_cols; }
+  Buffer<T> operator()(size_t i, size_t j) const;
+
+ private:
+  detail::TileGrid g_;
+};
+
+/// Handle to a typed buffer. Cheap to copy; all copies name the same data.
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(detail::Ref<detail::BufferState> s) : s_(std::move(s)) {}
+
+  bool valid() const noexcept { return static_cast<bool>(s_); }
+  size_t rows() const { return shape().rows; }
+  size_t cols() const { return shape().cols; }
+  /// Elements between row starts (cols, or the parent's width for a tile).
+  size_t ld() const { return shape().ld; }
+  size_t size() const { return rows() * cols(); }
+  size_t bytes() const { return size() * sizeof(T); }
+
+  /// Blocks until every earlier task that writes (for read) or uses (for write) this buffer has
+  /// finished and the host copy is current; later tasks wait for the view's release.
+  HostView<T> acquire(Access mode = Access::read_write) const {
+    auto shape_ = shape();
+    auto h = detail::buffer_acquire(state_or_throw(), mode);
+    return HostView<T>(MatrixView<T>{static_cast<T*>(h.data), shape_.rows, shape_.cols, shape_.ld},
+                       std::move(h.token));
+  }
+  /// The elements, row by row, once earlier writers have finished.
+  std::vector<T> to_vector() const {
+    auto v = acquire(Access::read);
+    std::vector<T> out(v.rows() * v.cols());
+    for (size_t r = 0; r < v.rows(); ++r)
+      std::memcpy(out.data() + r * v.cols(), v.data() + r * v.ld(), v.cols() * sizeof(T));
+    return out;
+  }
+
+  /// Splits the buffer into tiles of tile_rows x tile_cols without copying. Until unpartition(),
+  /// tasks use the tiles and the buffer itself may not be used.
+  Tiles<T> partition(size_t tile_rows, size_t tile_cols) {
+    return Tiles<T>(detail::buffer_partition(state_or_throw(), tile_rows, tile_cols));
+  }
+  /// Joins the tiles back: later uses of the buffer wait for every task on the tiles. The
+  /// returned event completes once they have (and fails if a task that wrote a tile failed).
+  Event unpartition();
+
+  detail::BufferState* state() const noexcept { return s_.get(); }
+  friend bool operator==(const Buffer& a, const Buffer& b) noexcept { return a.s_ == b.s_; }
+
+ private:
+  detail::BufferState* state_or_throw() const {
+    if (!s_) detail::null_buffer();
+    return s_.get();
+  }
+  detail::BufferShape shape() const { return detail::buffer_shape(state_or_throw()); }
+  detail::Ref<detail::BufferState> s_;
+};
+
+template <class T>
+Event Buffer<T>::unpartition() {
+  return Event(detail::buffer_unpartition(state_or_throw()));
+}
+
+template <class T>
+Buffer<T> Tiles<T>::operator()(size_t i, size_t j) const {
+  if (i >= g_.grid_rows || j >= g_.grid_cols)
+    throw Error(ErrorCode::invalid_argument,
+                "tile (" + std::to_string(i) + ", " + std::to_string(j) + ") outside a " +
+                    std::to_string(g_.grid_rows) + "x" + std::to_string(g_.grid_cols) + " grid");
+  return Buffer<T>(g_.tiles[i * g_.grid_cols + j]);
+}
+
+}  // namespace hcr

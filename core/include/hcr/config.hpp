@@ -1,0 +1,59 @@
+/// \file config.hpp
+/// Runtime configuration, usually parsed from a TOML file:
+///
+/// \code
+/// [runtime]
+/// plugin_paths = ["/opt/hcr/plugins"]   # searched before HCR_PLUGIN_PATH and the install's own
+/// log_level = "warn"                    # trace | debug | info | warn | error | off
+///
+/// [scheduler]
+/// policy = "eager"
+///
+/// [[backend]]                           # one table per plugin instance
+/// name = "cpu"                          # the plugin's name
+/// threads = 0                           # any other key reaches the plugin as a string
+/// \endcode
+///
+/// Every key has a default. Unknown keys and wrong types throw hcr::Error naming the file, the line
+/// and the key.
+#pragma once
+
+#include <hcr/export.hpp>
+#include <hcr/types.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hcr {
+
+/// One [[backend]] table: which plugin to instantiate, with what options.
+struct BackendConfig {
+  std::string name;    ///< the plugin's name (its table's `name`)
+  bool enabled = true; ///< `enabled = false` keeps the table but loads nothing
+  /// Every other key, as strings; nested tables flatten to dotted keys ("device.0.gflops").
+  std::vector<std::pair<std::string, std::string>> options;
+  std::string origin;  ///< "file:line" of the table, for diagnostics
+};
+
+/// The whole configuration. Plain data: build one by hand or with load()/parse().
+struct HCR_API Config {
+  std::vector<std::string> plugin_paths;  ///< absolute directories, searched first
+  /// Unset: leave the process-wide level alone (HCR_LOG, or warn).
+  std::optional<LogLevel> log_level;
+  std::string policy = "eager";           ///< scheduler policy name
+  std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
+  std::string origin = "<defaults>";      ///< the file it came from
+  /// When true (the default), HCR_LOG, HCR_SCHED and HCR_PLUGIN_PATH override the values above.
+  bool use_environment = true;
+
+  /// Parses a TOML file. Throws Error(ErrorCode::config) naming file, line and key.
+  static Config load(const std::filesystem::path& file);
+  /// Parses TOML text; `origin` names it in messages.
+  static Config parse(std::string_view toml, std::string origin = "<string>");
+};
+
+}  // namespace hcr

@@ -1,0 +1,15 @@
+/// \file hcr.hpp
+/// The umbrella header of hcr, the heterogeneous compute runtime.
+#pragma once
+
+#include <hcr/blas.hpp>
+#include <hcr/buffer.hpp>
+#include <hcr/config.hpp>
+#include <hcr/device.hpp>
+#include <hcr/error.hpp>
+#include <hcr/event.hpp>
+#include <hcr/kernel.hpp>
+#include <hcr/log.hpp>
+#include <hcr/runtime.hpp>
+#include <hcr/task.hpp>
+#include <hcr/types.hpp>

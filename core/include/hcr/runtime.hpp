@@ -1,0 +1,120 @@
+/// \file runtime.hpp
+/// The runtime: plugins, devices, the task graph, data and the scheduler.
+///
+/// \code
+/// hcr::Runtime rt(hcr::Config::load("devices.toml"));   // or hcr::Runtime rt; for defaults
+/// for (const hcr::Device& d : rt.devices()) std::cout << d.name << "\n";
+/// auto a = rt.buffer<float>(n, n), b = rt.buffer<float>(n, n), c = rt.buffer<float>(n, n);
+/// hcr::blas::gemm(rt, a, b, c, 512);
+/// rt.wait_all();
+/// \endcode
+///
+/// Construction loads plugins (a plugin that cannot be used is skipped with a diagnostic, see
+/// load_report()); destruction waits for every submitted task, writes data back to the host and
+/// unloads the plugins. Buffers, kernels and events outlive it as handles, but using one after its
+/// runtime ended throws Error(ErrorCode::shutdown). Thread safety: every member may be called from
+/// any thread, concurrently.
+#pragma once
+
+#include <hcr/buffer.hpp>
+#include <hcr/config.hpp>
+#include <hcr/device.hpp>
+#include <hcr/kernel.hpp>
+#include <hcr/task.hpp>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hcr {
+
+/// What the loader did with one library file or one [[backend]] table.
+struct PluginRecord {
+  enum class Status { loaded, skipped };
+  std::string path;     ///< the library file (empty for a backend table with no library)
+  std::string name;     ///< the plugin's name, when it got that far
+  std::string version;  ///< the plugin's own version text
+  Status status = Status::skipped;
+  std::string reason;   ///< why it was skipped ("no entry symbol hcr_plugin_get_api", ...)
+  size_t devices = 0;   ///< devices it contributed
+};
+
+/// Everything the loader looked at, in order.
+struct LoadReport {
+  struct Dir {
+    std::string path;
+    std::string origin;  ///< "config", "HCR_PLUGIN_PATH" or "install"
+    bool used = false;
+    std::string reason;  ///< why it was not searched (relative, world-writable, missing)
+  };
+  std::vector<Dir> dirs;
+  std::vector<PluginRecord> plugins;
+};
+
+/// Per-device counters since the runtime started.
+struct DeviceCounters {
+  uint64_t tasks = 0;   ///< tasks run to completion (successful or not)
+  uint64_t failed = 0;  ///< of which failed
+};
+
+struct RuntimeStats {
+  uint64_t submitted = 0;
+  uint64_t completed = 0;
+  uint64_t failed = 0;
+  std::vector<DeviceCounters> devices;  ///< indexed by Device::id
+};
+
+class HCR_API Runtime {
+ public:
+  /// Default configuration (every plugin found), with HCR_* environment overrides.
+  Runtime();
+  explicit Runtime(Config config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const std::vector<Device>& devices() const noexcept;
+  const LoadReport& load_report() const noexcept;
+  const Config& config() const noexcept;
+  /// Name of the scheduling policy in use.
+  std::string_view policy() const noexcept;
+
+  /// A buffer owned by the runtime, zero-initialised.
+  template <class T>
+  Buffer<T> buffer(size_t rows, size_t cols = 1) {
+    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, nullptr, cols));
+  }
+  /// A 1 x n vector owned by the runtime.
+  template <class T>
+  Buffer<T> vector(size_t n) {
+    return Buffer<T>(make_buffer(dtype_of_v<T>, 1, n, nullptr, n));
+  }
+  /// Registers host memory the caller owns: it must outlive every task that uses the buffer.
+  template <class T>
+  Buffer<T> wrap(T* data, size_t rows, size_t cols, size_t ld = 0) {
+    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, data, ld == 0 ? cols : ld));
+  }
+
+  /// The kernel called `name`: a plugin's built-in, or a new one to add implementations to.
+  Kernel kernel(std::string_view name);
+
+  /// Submits a task, consuming it; returns at once. Throws Error for misuse (buffers of another
+  /// runtime, a partitioned buffer, a task already submitted).
+  Event submit(Task& task);
+  Event submit(Task&& task) { return submit(task); }
+  /// Blocks until every task submitted so far has finished.
+  void wait_all();
+
+  RuntimeStats stats() const;
+
+  detail::RuntimeCore& core() const noexcept { return *core_; }
+
+ private:
+  detail::Ref<detail::BufferState> make_buffer(DType t, size_t rows, size_t cols, void* data,
+                                               size_t ld);
+  std::shared_ptr<detail::RuntimeCore> core_;
+};
+
+}  // namespace hcr

@@ -1,0 +1,95 @@
+/// \file sched.hpp
+/// The scheduling interface: what a placement policy sees and implements. Policies live in
+/// scheduler/ and depend on this header only.
+///
+/// The core calls push() when a task becomes ready (all dependencies done) and pop(d) when device
+/// d has a free slot. A policy keeps ready tasks in its own queues (one shared queue, one per
+/// device, ...) and must only hand device d a task with can_run(d). completed() reports how long
+/// a task took, for policies that learn.
+///
+/// Thread safety: push, pop and completed are called concurrently from any thread; a policy
+/// protects its own state. They sit on the per-task hot path: keep them short.
+#pragma once
+
+#include <hcr/config.hpp>
+#include <hcr/device.hpp>
+#include <hcr/export.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hcr::detail {
+struct TaskNode;
+}
+
+namespace hcr::sched {
+
+using DeviceId = uint32_t;
+/// push()'s answer when the task waits in a queue any capable device may take it from.
+inline constexpr DeviceId kAnyDevice = ~0u;
+
+/// Non-owning handle to a ready task, valid from push() until pop() hands it out, and during
+/// completed().
+class HCR_API TaskRef {
+ public:
+  TaskRef() = default;
+  explicit TaskRef(detail::TaskNode* n) noexcept : n_(n) {}
+  explicit operator bool() const noexcept { return n_ != nullptr; }
+
+  std::string_view kernel_name() const noexcept;
+  /// Dense id of the kernel within its runtime (0, 1, 2, ...).
+  uint32_t kernel_id() const noexcept;
+  int priority() const noexcept;
+  /// Hash of the arguments' shapes and types: tasks with equal footprints cost the same.
+  uint64_t footprint() const noexcept;
+  /// Bytes of all buffer arguments: the size a cost model regresses on.
+  double size() const noexcept;
+  /// Whether device d has an implementation of the kernel.
+  bool can_run(DeviceId d) const noexcept;
+
+  detail::TaskNode* node() const noexcept { return n_; }
+  friend bool operator==(TaskRef a, TaskRef b) noexcept { return a.n_ == b.n_; }
+
+ private:
+  detail::TaskNode* n_ = nullptr;
+};
+
+/// What the core tells a policy about the machine.
+class Context {
+ public:
+  virtual ~Context() = default;
+  virtual const std::vector<Device>& devices() const noexcept = 0;
+  /// Tasks handed to device d and not finished yet.
+  virtual uint32_t in_flight(DeviceId d) const noexcept = 0;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const noexcept = 0;
+  /// Called once before the first push, with the devices fixed.
+  virtual void attach(Context& ctx) = 0;
+  /// A ready task. Returns the device it was placed on, or kAnyDevice.
+  virtual DeviceId push(TaskRef task) = 0;
+  /// Device d has a free slot: a task it can run, or an empty ref.
+  virtual TaskRef pop(DeviceId d) = 0;
+  /// A task popped for d finished after `seconds` on the device.
+  virtual void completed(TaskRef /*task*/, DeviceId /*d*/, double /*seconds*/) {}
+  /// Whether completed() needs measured durations (costs two clock reads per task).
+  virtual bool wants_timing() const noexcept { return false; }
+};
+
+using PolicyFactory = std::function<std::unique_ptr<Policy>(const Config&)>;
+
+/// Adds a policy by name (replacing one of the same name). Thread-safe.
+HCR_API void register_policy(std::string name, PolicyFactory factory);
+/// Names of every registered policy, sorted.
+HCR_API std::vector<std::string> policy_names();
+/// A new policy; throws Error(ErrorCode::config) naming the known ones when `name` is unknown.
+HCR_API std::unique_ptr<Policy> make_policy(std::string_view name, const Config& config);
+
+}  // namespace hcr::sched

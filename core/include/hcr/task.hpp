@@ -1,0 +1,79 @@
+/// \file task.hpp
+/// Tasks and their events.
+///
+/// \code
+/// hcr::Event e = rt.submit(hcr::Task(gemm).read(a).read(b).read_write(c)
+///                              .param(gemm_params).priority(1));
+/// e.get();   // waits; rethrows the task's error, if any
+/// \endcode
+///
+/// Dependencies are implicit from access order (a read waits for the last writer; a write waits
+/// for the last writer and the readers since) and can be added with after(). A task whose input
+/// was produced by a failed task fails too, with ErrorCode::dependency.
+#pragma once
+
+#include <hcr/buffer.hpp>
+#include <hcr/detail/handles.hpp>
+#include <hcr/event.hpp>
+#include <hcr/kernel.hpp>
+#include <hcr/types.hpp>
+
+#include <exception>
+#include <type_traits>
+
+namespace hcr {
+
+namespace detail {
+HCR_API TaskNode* task_create(KernelState* kernel);
+HCR_API void task_add_arg(TaskNode* t, BufferState* b, Access mode);
+HCR_API void task_add_param(TaskNode* t, const void* data, size_t size, size_t align);
+HCR_API void task_set_priority(TaskNode* t, int priority) noexcept;
+HCR_API void task_add_dependency(TaskNode* t, TaskNode* before);
+}  // namespace detail
+
+/// A task under construction; Runtime::submit() consumes it. Move-only.
+class HCR_API Task {
+ public:
+  explicit Task(const Kernel& kernel);
+  Task(Task&&) noexcept;
+  Task& operator=(Task&&) noexcept;
+  ~Task();
+
+  template <class T>
+  Task& read(const Buffer<T>& b) {
+    return arg(b.state(), Access::read);
+  }
+  template <class T>
+  Task& write(const Buffer<T>& b) {
+    return arg(b.state(), Access::write);
+  }
+  template <class T>
+  Task& read_write(const Buffer<T>& b) {
+    return arg(b.state(), Access::read_write);
+  }
+  template <class T>
+  Task& arg(const Buffer<T>& b, Access mode) {
+    return arg(b.state(), mode);
+  }
+  /// Appends a scalar parameter (any trivially copyable value); kernels read them in order.
+  template <class T>
+  Task& param(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "parameters are copied bytewise");
+    detail::task_add_param(node_or_throw(), &value, sizeof(T), alignof(T));
+    return *this;
+  }
+  /// Higher runs earlier among ready tasks, where the policy honours priorities.
+  Task& priority(int p);
+  /// Runs only after `e` has finished (and fails if it failed).
+  Task& after(const Event& e);
+
+  Task& arg(detail::BufferState* b, Access mode);
+  /// Hands the task over (used by Runtime::submit).
+  detail::TaskNode* release() noexcept;
+
+ private:
+  detail::TaskNode* node_or_throw() const;
+  detail::TaskNode* t_ = nullptr;
+};
+
+}  // namespace hcr

@@ -1,0 +1,89 @@
+/// \file types.hpp
+/// Element types, access modes, device kinds and log levels shared by the whole API.
+#pragma once
+
+#include <hcr/export.hpp>
+#include <hcr/plugin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace hcr {
+
+/// Element type of a buffer. Values match hcr_dtype_t of the plugin ABI.
+enum class DType : uint8_t {
+  bytes = HCR_DTYPE_BYTES,
+  f16 = HCR_DTYPE_F16,
+  bf16 = HCR_DTYPE_BF16,
+  f32 = HCR_DTYPE_F32,
+  f64 = HCR_DTYPE_F64,
+  i32 = HCR_DTYPE_I32,
+  i64 = HCR_DTYPE_I64,
+  u8 = HCR_DTYPE_U8,
+};
+
+/// IEEE binary16 storage (arithmetic happens on the device).
+struct half {
+  uint16_t bits;
+};
+/// bfloat16 storage (arithmetic happens on the device).
+struct bfloat16 {
+  uint16_t bits;
+};
+
+template <class T>
+struct dtype_of;
+template <>
+struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <>
+struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <>
+struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
+template <>
+struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+template <>
+struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+template <>
+struct dtype_of<std::byte> { static constexpr DType value = DType::bytes; };
+template <>
+struct dtype_of<half> { static constexpr DType value = DType::f16; };
+template <>
+struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
+template <class T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
+
+/// Bytes per element.
+HCR_API size_t dtype_size(DType t) noexcept;
+/// "f32", "f64", ...
+HCR_API std::string_view dtype_name(DType t) noexcept;
+
+/// How a task uses a buffer. Values match hcr_access_t.
+enum class Access : uint8_t {
+  read = HCR_ACCESS_READ,
+  write = HCR_ACCESS_WRITE,
+  read_write = HCR_ACCESS_READ_WRITE,
+};
+inline constexpr bool reads(Access a) noexcept { return (static_cast<int>(a) & 1) != 0; }
+inline constexpr bool writes(Access a) noexcept { return (static_cast<int>(a) & 2) != 0; }
+
+/// Kind of device. Values match hcr_device_kind_t.
+enum class DeviceKind : uint8_t {
+  cpu = HCR_DEVICE_CPU,
+  gpu = HCR_DEVICE_GPU,
+  accelerator = HCR_DEVICE_ACCELERATOR,
+  sim = HCR_DEVICE_SIM,
+};
+HCR_API std::string_view kind_name(DeviceKind k) noexcept;
+
+/// Log levels. Values match hcr_log_level_t.
+enum class LogLevel : uint8_t {
+  trace = HCR_LOG_TRACE,
+  debug = HCR_LOG_DEBUG,
+  info = HCR_LOG_INFO,
+  warn = HCR_LOG_WARN,
+  error = HCR_LOG_ERROR,
+  off = HCR_LOG_OFF,
+};
+
+}  // namespace hcr

@@ -1,0 +1,50 @@
+// Tiled gemm: one task per C tile and k step, on tiles (sub-buffers) of A, B and C.
+#include <hcr/blas.hpp>
+
+#include <string>
+
+namespace hcr::blas {
+
+namespace {
+std::string shape(size_t r, size_t c) { return std::to_string(r) + "x" + std::to_string(c); }
+}  // namespace
+
+template <class T>
+Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>& c, size_t tile,
+           T alpha, T beta) {
+  if (!a.valid() || !b.valid() || !c.valid())
+    throw Error(ErrorCode::invalid_argument, "gemm: an empty Buffer handle");
+  const size_t m = a.rows(), k = a.cols(), n = b.cols();
+  if (b.rows() != k || c.rows() != m || c.cols() != n)
+    throw Error(ErrorCode::invalid_argument,
+                "gemm: shapes do not match: A is " + shape(a.rows(), a.cols()) + ", B is " +
+                    shape(b.rows(), b.cols()) + ", C is " + shape(c.rows(), c.cols()) +
+                    " (need A m x k, B k x n, C m x n)");
+  if (tile == 0) throw Error(ErrorCode::invalid_argument, "gemm: tile size 0");
+  if (c == a || c == b) throw Error(ErrorCode::invalid_argument, "gemm: C must not alias A or B");
+
+  Kernel kernel = rt.kernel(gemm_kernel_name<T>());
+  Buffer<T> ba = a, bb = b, bc = c;
+  Tiles<T> ta = ba.partition(tile, tile);
+  Tiles<T> tb = (b == a) ? ta : bb.partition(tile, tile);
+  Tiles<T> tc = bc.partition(tile, tile);
+
+  const size_t kt = ta.cols();
+  for (size_t i = 0; i < tc.rows(); ++i)
+    for (size_t j = 0; j < tc.cols(); ++j)
+      for (size_t kk = 0; kk < kt; ++kk) {
+        hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, static_cast<double>(alpha),
+                            kk == 0 ? static_cast<double>(beta) : 1.0};
+        rt.submit(Task(kernel).read(ta(i, kk)).read(tb(kk, j)).read_write(tc(i, j)).param(p));
+      }
+  ba.unpartition();
+  if (!(b == a)) bb.unpartition();
+  return bc.unpartition();
+}
+
+template HCR_API Event gemm<float>(Runtime&, const Buffer<float>&, const Buffer<float>&,
+                                   const Buffer<float>&, size_t, float, float);
+template HCR_API Event gemm<double>(Runtime&, const Buffer<double>&, const Buffer<double>&,
+                                    const Buffer<double>&, size_t, double, double);
+
+}  // namespace hcr::blas

@@ -1,0 +1,221 @@
+// Buffers: creation, host access (acquire/release), and partitioning into tiles.
+#include "buffer_state.hpp"
+#include "runtime_core.hpp"
+
+#include <hcr/runtime.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace hcr::detail {
+
+namespace {
+bool try_retain(BufferState* b) noexcept {
+  uint32_t r = b->refs.load(std::memory_order_relaxed);
+  while (r != 0)
+    if (b->refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
+std::string shape_text(const BufferState& b) {
+  return std::to_string(b.rows) + "x" + std::to_string(b.cols);
+}
+}  // namespace
+
+void retain(BufferState* p) noexcept { p->refs.fetch_add(1, std::memory_order_relaxed); }
+void release(BufferState* p) noexcept {
+  if (p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+}
+
+BufferState::~BufferState() {
+  if (last_writer) release(last_writer);
+  for (TaskNode* r : readers) release(r);
+  if (parent) {  // forget us in the parent's grid (it holds plain pointers)
+    parent->lock.lock();
+    for (BufferState*& slot : parent->tiles)
+      if (slot == this) slot = nullptr;
+    parent->lock.unlock();
+  }
+  std::free(owned);
+}
+
+BufferShape buffer_shape(const BufferState* b) { return {b->rows, b->cols, b->ld, b->dtype}; }
+
+void null_buffer() { throw Error(ErrorCode::invalid_argument, "use of an empty Buffer handle"); }
+
+namespace {
+void check_usable(BufferState* b, const char* what) {
+  b->rt->check_alive();
+  if (b->detached.load(std::memory_order_acquire))
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": a tile of a buffer that was unpartitioned");
+}
+
+// Submits a task that runs nowhere, with the given buffer accesses.
+TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
+  auto* t = new TaskNode();
+  t->kind = kind;
+  t->rt = &rt;
+  return t;
+}
+}  // namespace
+
+HostAccess buffer_acquire(BufferState* b, Access mode) {
+  check_usable(b, "acquire");
+  b->lock.lock();
+  bool partitioned = b->partitioned;
+  b->lock.unlock();
+  if (partitioned)
+    throw Error(ErrorCode::invalid_argument,
+                "acquire of a partitioned " + shape_text(*b) + " buffer: unpartition it first");
+  TaskNode* t = make_join(*b->rt, TaskKind::host_access);
+  retain(b);
+  t->args.push_back({b, mode});
+  Ref<TaskNode> token = Ref<TaskNode>::share(t);
+  b->rt->submit(t);
+  while (t->granted.load(std::memory_order_acquire) == 0 &&
+         t->state.load(std::memory_order_acquire) == kPending)
+    t->granted.wait(0, std::memory_order_acquire);
+  if (t->state.load(std::memory_order_acquire) == kFailed) {
+    // A task that wrote this data failed: the host must not read garbage silently.
+    std::exception_ptr e = t->error;
+    std::rethrow_exception(e);
+  }
+  return {b->host, std::move(token)};
+}
+
+void buffer_release(TaskNode* token) noexcept {
+  if (token->state.load(std::memory_order_acquire) == kPending) token->rt->finish(token, nullptr);
+  release(token);
+}
+
+TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
+  check_usable(b, "partition");
+  if (tile_rows == 0 || tile_cols == 0)
+    throw Error(ErrorCode::invalid_argument, "partition into " + std::to_string(tile_rows) + "x" +
+                                                 std::to_string(tile_cols) +
+                                                 " tiles: tiles need at least one element");
+  b->lock.lock();
+  bool partitioned = b->partitioned;
+  b->partitioned = true;  // from here on, tasks must use the tiles
+  b->lock.unlock();
+  if (partitioned)
+    throw Error(ErrorCode::invalid_argument,
+                "the " + shape_text(*b) + " buffer is already partitioned");
+
+  // The tiles start after every earlier use of the whole buffer.
+  TaskNode* join = make_join(*b->rt, TaskKind::join);
+  retain(b);
+  join->args.push_back({b, Access::read_write});
+  retain(join);  // ours, to seed the tiles' frontiers
+  b->rt->submit(join);
+
+  TileGrid grid;
+  grid.grid_rows = (b->rows + tile_rows - 1) / tile_rows;
+  grid.grid_cols = (b->cols + tile_cols - 1) / tile_cols;
+  grid.tiles.reserve(grid.grid_rows * grid.grid_cols);
+  for (size_t i = 0; i < grid.grid_rows; ++i)
+    for (size_t j = 0; j < grid.grid_cols; ++j) {
+      auto* c = new BufferState();
+      c->rt = b->rt;
+      c->dtype = b->dtype;
+      c->elem = b->elem;
+      c->row0 = i * tile_rows;
+      c->col0 = j * tile_cols;
+      c->rows = std::min(tile_rows, b->rows - c->row0);
+      c->cols = std::min(tile_cols, b->cols - c->col0);
+      c->ld = b->ld;
+      c->host = b->host + (c->row0 * b->ld + c->col0) * b->elem;
+      c->parent = Ref<BufferState>::share(b);
+      retain(join);
+      c->last_writer = join;
+      grid.tiles.push_back(Ref<BufferState>::adopt(c));
+    }
+  release(join);
+
+  b->lock.lock();
+  b->tiles.clear();
+  for (auto& t : grid.tiles) b->tiles.push_back(t.get());
+  b->lock.unlock();
+  return grid;
+}
+
+Ref<TaskNode> buffer_unpartition(BufferState* b) {
+  b->rt->check_alive();
+  b->lock.lock();
+  if (!b->partitioned) {
+    b->lock.unlock();
+    throw Error(ErrorCode::invalid_argument,
+                "unpartition of a " + shape_text(*b) + " buffer that is not partitioned");
+  }
+  std::vector<BufferState*> alive;
+  for (BufferState* slot : b->tiles)
+    if (slot && try_retain(slot)) alive.push_back(slot);
+  b->tiles.clear();
+  b->lock.unlock();
+
+  // The whole buffer comes back after every task on any tile; the join takes the tiles'
+  // references we just made.
+  TaskNode* join = make_join(*b->rt, TaskKind::join);
+  for (BufferState* c : alive) {
+    join->args.push_back({c, Access::read_write});
+    c->detached.store(true, std::memory_order_release);
+  }
+  retain(join);  // becomes the buffer's last writer
+  Ref<TaskNode> event = Ref<TaskNode>::share(join);
+  b->rt->submit(join);
+
+  b->lock.lock();
+  b->partitioned = false;
+  for (TaskNode* r : b->readers) release(r);
+  b->readers.clear();
+  if (b->last_writer) release(b->last_writer);
+  b->last_writer = join;
+  b->lock.unlock();
+  return event;
+}
+
+}  // namespace hcr::detail
+
+namespace hcr {
+
+detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size_t cols, void* data,
+                                                      size_t ld) {
+  core_->check_alive();
+  if (rows == 0 || cols == 0)
+    throw Error(ErrorCode::invalid_argument, "buffer of " + std::to_string(rows) + "x" +
+                                                 std::to_string(cols) +
+                                                 " elements: both must be at least 1");
+  if (ld < cols)
+    throw Error(ErrorCode::invalid_argument, "leading dimension " + std::to_string(ld) +
+                                                 " is less than the " + std::to_string(cols) +
+                                                 " columns");
+  size_t elem = dtype_size(t);
+  if (rows > SIZE_MAX / ld / elem)
+    throw Error(ErrorCode::invalid_argument,
+                "buffer of " + std::to_string(rows) + "x" + std::to_string(ld) + " overflows");
+  auto* b = new detail::BufferState();
+  auto ref = detail::Ref<detail::BufferState>::adopt(b);
+  b->rt = core_;
+  b->dtype = t;
+  b->elem = elem;
+  b->rows = rows;
+  b->cols = cols;
+  b->ld = ld;
+  if (data != nullptr) {
+    b->host = static_cast<std::byte*>(data);
+  } else {
+    size_t bytes = rows * ld * elem;
+    size_t padded = (bytes + 63) / 64 * 64;
+    b->owned = std::aligned_alloc(64, padded);
+    if (b->owned == nullptr)
+      throw Error(ErrorCode::out_of_memory,
+                  "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
+    std::memset(b->owned, 0, padded);
+    b->host = static_cast<std::byte*>(b->owned);
+  }
+  return ref;
+}
+
+}  // namespace hcr

@@ -1,0 +1,49 @@
+// The runtime's record of one buffer: shape, host data, dependency frontier, partition.
+#pragma once
+
+#include <hcr/detail/spin_lock.hpp>
+
+#include <hcr/buffer.hpp>
+#include <hcr/types.hpp>
+
+#include <boost/container/small_vector.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace hcr::detail {
+
+struct TaskNode;
+class RuntimeCore;
+
+struct BufferState {
+  std::atomic<uint32_t> refs{1};
+  std::shared_ptr<RuntimeCore> rt;
+  DType dtype = DType::bytes;
+  size_t elem = 1;
+  size_t rows = 0, cols = 0, ld = 0;
+  std::byte* host = nullptr;  // element (0, 0)
+  void* owned = nullptr;      // freed with the buffer when hcr allocated it
+
+  // A tile of a partitioned buffer: `parent` and its position.
+  Ref<BufferState> parent;
+  size_t row0 = 0, col0 = 0;
+  std::atomic<bool> detached{false};  // the parent was unpartitioned: this tile is dead
+
+  // Dependency frontier (sequential consistency), guarded by `lock`. References held.
+  SpinLock lock;
+  TaskNode* last_writer = nullptr;
+  boost::container::small_vector<TaskNode*, 4> readers;
+
+  // Partition state, guarded by `lock`. The tiles hold their parent; the parent knows them by
+  // plain pointer only (a tile's destructor clears its slot), so no reference cycle forms.
+  bool partitioned = false;
+  std::vector<BufferState*> tiles;
+
+  size_t bytes() const noexcept { return rows * cols * elem; }
+  ~BufferState();
+};
+
+}  // namespace hcr::detail

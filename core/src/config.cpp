@@ -1,0 +1,211 @@
+// TOML configuration (TOML++): every key is checked; errors name the file, line and key.
+#include <hcr/config.hpp>
+#include <hcr/error.hpp>
+#include <hcr/log.hpp>
+#include <hcr/sched.hpp>
+
+#include <toml++/toml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace hcr {
+
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const toml::node* n, const std::string& key, const std::string& what) const {
+    std::string where = origin_;
+    if (n != nullptr && n->source().begin.line != 0)
+      where += ":" + std::to_string(n->source().begin.line);
+    throw Error(ErrorCode::config, where + ": " + key + ": " + what);
+  }
+  std::string at(const toml::node& n) const {
+    return origin_ + ":" + std::to_string(n.source().begin.line);
+  }
+
+  static const char* type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::table: return "a table";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a number";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::date: return "a date";
+      case toml::node_type::time: return "a time";
+      case toml::node_type::date_time: return "a date-time";
+      default: return "nothing";
+    }
+  }
+
+  std::string string(const toml::node& n, const std::string& key) const {
+    if (auto s = n.value<std::string>(); s && n.is_string()) return *s;
+    fail(&n, key, std::string("expected a string, got ") + type_name(n));
+  }
+  bool boolean(const toml::node& n, const std::string& key) const {
+    if (n.is_boolean()) return *n.value<bool>();
+    fail(&n, key, std::string("expected true or false, got ") + type_name(n));
+  }
+  const toml::table& table(const toml::node& n, const std::string& key) const {
+    if (auto* t = n.as_table()) return *t;
+    fail(&n, key, std::string("expected a table, got ") + type_name(n));
+  }
+
+  // A value as the string a plugin receives.
+  std::string scalar_text(const toml::node& n, const std::string& key) const {
+    if (n.is_string()) return *n.value<std::string>();
+    if (n.is_boolean()) return *n.value<bool>() ? "true" : "false";
+    if (n.is_integer()) return std::to_string(*n.value<int64_t>());
+    if (n.is_floating_point()) {
+      std::ostringstream os;
+      os.precision(17);
+      os << *n.value<double>();
+      return os.str();
+    }
+    std::ostringstream os;
+    if (auto d = n.as_date()) os << *d;
+    else if (auto t = n.as_time()) os << *t;
+    else if (auto dt = n.as_date_time()) os << *dt;
+    else fail(&n, key, std::string("unexpected ") + type_name(n));
+    return os.str();
+  }
+
+  // Flattens a backend table's keys to dotted strings.
+  void flatten(const toml::node& n, const std::string& key,
+               std::vector<std::pair<std::string, std::string>>& out) const {
+    if (auto* t = n.as_table()) {
+      for (auto&& [k, v] : *t) flatten(v, key + "." + std::string(k.str()), out);
+      return;
+    }
+    if (auto* a = n.as_array()) {
+      if (!a->empty() && a->is_array_of_tables()) {
+        for (size_t i = 0; i < a->size(); ++i) flatten(*a->get(i), key + "." + std::to_string(i), out);
+        return;
+      }
+      std::string joined;
+      for (size_t i = 0; i < a->size(); ++i) {
+        const toml::node& e = *a->get(i);
+        if (e.is_table() || e.is_array())
+          fail(&e, key, "arrays may hold values or tables, not a mix or nested arrays");
+        joined += (i ? "," : "") + scalar_text(e, key);
+      }
+      out.emplace_back(key, joined);
+      return;
+    }
+    out.emplace_back(key, scalar_text(n, key));
+  }
+
+  Config run(const toml::table& root) const {
+    Config c;
+    c.origin = origin_;
+    for (auto&& [k, v] : root) {
+      std::string key(k.str());
+      if (key == "runtime") runtime(table(v, key), c);
+      else if (key == "scheduler") scheduler(table(v, key), c);
+      else if (key == "backend") backends(v, c);
+      else fail(&v, key, "unknown key (expected runtime, scheduler or backend)");
+    }
+    return c;
+  }
+
+  void runtime(const toml::table& t, Config& c) const {
+    for (auto&& [k, v] : t) {
+      std::string key = "runtime." + std::string(k.str());
+      if (k.str() == "plugin_paths") {
+        auto* a = v.as_array();
+        if (a == nullptr) fail(&v, key, std::string("expected an array of strings, got ") + type_name(v));
+        for (auto&& e : *a) {
+          std::string p = string(e, key);
+          if (p.rfind("~/", 0) == 0)
+            if (const char* home = std::getenv("HOME")) p = home + p.substr(1);
+          if (!std::filesystem::path(p).is_absolute())
+            fail(&e, key, "'" + p + "' is not an absolute directory");
+          c.plugin_paths.push_back(p);
+        }
+      } else if (k.str() == "log_level") {
+        std::string s = string(v, key);
+        auto l = log::parse_level(s);
+        if (!l) fail(&v, key, "'" + s + "' is not one of trace, debug, info, warn, error, off");
+        c.log_level = *l;
+      } else {
+        fail(&v, key, "unknown key (expected plugin_paths or log_level)");
+      }
+    }
+  }
+
+  void scheduler(const toml::table& t, Config& c) const {
+    for (auto&& [k, v] : t) {
+      std::string key = "scheduler." + std::string(k.str());
+      if (k.str() == "policy") {
+        c.policy = string(v, key);
+        auto names = sched::policy_names();
+        if (std::find(names.begin(), names.end(), c.policy) == names.end()) {
+          std::string known;
+          for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
+          fail(&v, key, "unknown policy '" + c.policy + "' (known: " + known + ")");
+        }
+      } else {
+        fail(&v, key, "unknown key (expected policy)");
+      }
+    }
+  }
+
+  void backends(const toml::node& n, Config& c) const {
+    auto* a = n.as_array();
+    if (a == nullptr || !a->is_array_of_tables())
+      fail(&n, "backend", "expected [[backend]] tables");
+    for (auto&& e : *a) {
+      const toml::table& t = *e.as_table();
+      BackendConfig b;
+      b.origin = at(t);
+      bool named = false;
+      for (auto&& [k, v] : t) {
+        std::string key(k.str());
+        if (key == "name") {
+          b.name = string(v, "backend.name");
+          named = true;
+        } else if (key == "enabled") {
+          b.enabled = boolean(v, "backend.enabled");
+        } else {
+          flatten(v, key, b.options);
+        }
+      }
+      if (!named || b.name.empty()) fail(&t, "backend.name", "every [[backend]] needs a name");
+      c.backends.push_back(std::move(b));
+    }
+  }
+
+ private:
+  std::string origin_;
+};
+
+}  // namespace
+
+Config Config::parse(std::string_view text, std::string origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw Error(ErrorCode::config, origin + ":" + std::to_string(b.line) + ":" +
+                                       std::to_string(b.column) + ": " +
+                                       std::string(e.description()));
+  }
+  return Parser(origin).run(root);
+}
+
+Config Config::load(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in)
+    throw Error(ErrorCode::config, "cannot read configuration file '" + file.string() + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file.string());
+}
+
+}  // namespace hcr

@@ -1,0 +1,54 @@
+// The runtime's record of one kernel: its implementations and, per device, whether and how the
+// device runs it.
+#pragma once
+
+#include <hcr/kernel.hpp>
+#include <hcr/plugin.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hcr::detail {
+
+class RuntimeCore;
+
+struct KernelImpl {
+  hcr_impl_kind_t kind = HCR_IMPL_BUILTIN;
+  std::string api;
+  CpuFunction cpu;  // HOST_FUNCTION implementations written in C++
+  hcr_kernel_fn fn = nullptr;
+  void* user_data = nullptr;
+  std::string source, build_options, binary_path, entry;
+};
+
+enum class Capability : uint8_t { unknown = 0, yes = 1, no = 2 };
+
+struct KernelDevice {
+  std::atomic<Capability> capability{Capability::unknown};
+  hcr_kernel_t* handle = nullptr;  // the plugin's, released at shutdown
+  std::string why_not;             // what the plugin said when it could not
+};
+
+struct KernelState {
+  std::atomic<uint32_t> refs{1};
+  std::shared_ptr<RuntimeCore> rt;
+  std::string name;
+  uint32_t id = 0;
+
+  std::mutex mutex;  // guards impls and resolution
+  std::vector<std::unique_ptr<KernelImpl>> impls;  // stable addresses: user_data points at them
+  std::unique_ptr<KernelDevice[]> devices;
+  size_t num_devices = 0;
+  std::atomic<bool> resolved{false};  // every device's capability is known
+  bool any_capable = false;           // some device runs it (published by `resolved`)
+
+  bool can_run(size_t d) const noexcept {
+    return d < num_devices && devices[d].capability.load(std::memory_order_acquire) ==
+                                  Capability::yes;
+  }
+};
+
+}  // namespace hcr::detail

@@ -1,0 +1,344 @@
+// The plugin loader. Modelled on the Khronos ICD loader's tolerance: each library that cannot be
+// used is skipped with the file and the reason, and loading carries on. Search order: the
+// configuration's directories, then HCR_PLUGIN_PATH, then the install's plugin directory.
+#include "plugin_loader.hpp"
+
+#include "log_internal.hpp"
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace hcr::detail {
+
+namespace {
+
+void host_log(void* host_context, hcr_log_level_t level, const char* message) {
+  auto* p = static_cast<PluginInstance*>(host_context);
+  if (message == nullptr) return;
+  log::write(static_cast<LogLevel>(level), p->log_prefix + message);
+}
+
+bool world_writable(const fs::path& p, std::error_code& ec) {
+  auto st = fs::status(p, ec);
+  return !ec && (st.permissions() & fs::perms::others_write) != fs::perms::none;
+}
+
+// Opens a library and checks its table. Null with record.reason set when it cannot be used.
+std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& record) {
+  std::error_code ec;
+  if (world_writable(file, ec)) {
+    record.reason = "world-writable file: refused";
+    return nullptr;
+  }
+  auto lib = std::make_shared<LoadedLibrary>();
+  lib->path = file.string();
+  try {
+    lib->library.load(file, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    record.reason = std::string("cannot load: ") + e.what();
+    return nullptr;
+  }
+  if (!lib->library.has(HCR_PLUGIN_ENTRY_SYMBOL)) {
+    record.reason = "no entry symbol " HCR_PLUGIN_ENTRY_SYMBOL;
+    return nullptr;
+  }
+  auto& get_api = lib->library.get<const hcr_plugin_api_t*()>(HCR_PLUGIN_ENTRY_SYMBOL);
+  const hcr_plugin_api_t* api = get_api();
+  if (api == nullptr) {
+    record.reason = HCR_PLUGIN_ENTRY_SYMBOL " returned NULL";
+    return nullptr;
+  }
+  // struct_size, abi_major and abi_minor keep their places in every major version.
+  constexpr size_t kVersionFields = HCR_STRUCT_SIZE(hcr_plugin_api_t, abi_minor);
+  if (api->struct_size < kVersionFields) {
+    record.reason = "short table: " + std::to_string(api->struct_size) +
+                    " bytes, too small to hold its version";
+    return nullptr;
+  }
+  if (api->struct_size > (1u << 16)) {
+    record.reason = "implausible table size: " + std::to_string(api->struct_size) + " bytes";
+    return nullptr;
+  }
+  if (api->abi_major != HCR_ABI_MAJOR) {
+    record.reason = "speaks plugin ABI " + std::to_string(api->abi_major) + "." +
+                    std::to_string(api->abi_minor) + "; this runtime speaks " +
+                    std::to_string(HCR_ABI_MAJOR) + "." + std::to_string(HCR_ABI_MINOR);
+    return nullptr;
+  }
+  if (api->struct_size < HCR_PLUGIN_API_STRUCT_SIZE_1_0) {
+    record.reason = "short table: " + std::to_string(api->struct_size) + " bytes, ABI " +
+                    std::to_string(HCR_ABI_MAJOR) + ".0 needs " +
+                    std::to_string(HCR_PLUGIN_API_STRUCT_SIZE_1_0);
+    return nullptr;
+  }
+  if (api->name == nullptr || api->name[0] == '\0') {
+    record.reason = "the table has no plugin name";
+    return nullptr;
+  }
+  std::string name(api->name, strnlen(api->name, 65));
+  if (name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      })) {
+    record.reason = "implausible plugin name (letters, digits, '_', '-', '.'; at most 64)";
+    return nullptr;
+  }
+  record.name = name;
+  record.version = api->version ? std::string(api->version, strnlen(api->version, 64)) : "";
+  const std::pair<const char*, const void*> required[] = {
+      {"error_code", reinterpret_cast<const void*>(api->error_code)},
+      {"error_message", reinterpret_cast<const void*>(api->error_message)},
+      {"error_destroy", reinterpret_cast<const void*>(api->error_destroy)},
+      {"plugin_create", reinterpret_cast<const void*>(api->plugin_create)},
+      {"plugin_destroy", reinterpret_cast<const void*>(api->plugin_destroy)},
+      {"device_count", reinterpret_cast<const void*>(api->device_count)},
+      {"device_info", reinterpret_cast<const void*>(api->device_info)},
+      {"kernel_get", reinterpret_cast<const void*>(api->kernel_get)},
+      {"kernel_release", reinterpret_cast<const void*>(api->kernel_release)},
+      {"launch", reinterpret_cast<const void*>(api->launch)},
+      {"synchronize", reinterpret_cast<const void*>(api->synchronize)},
+  };
+  for (auto& [entry, fn] : required)
+    if (fn == nullptr) {
+      record.reason = std::string("required entry '") + entry + "' is NULL";
+      return nullptr;
+    }
+  lib->api = api;
+  lib->name = name;
+  return lib;
+}
+
+// Creates one instance of `lib` and reads its devices. Null with record.reason set on failure.
+std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>& lib,
+                                            const BackendConfig& bc, PluginRecord& record) {
+  auto p = std::make_unique<PluginInstance>();
+  p->library = lib;
+  p->api = lib->api;
+  p->name = lib->name;
+  p->log_prefix = "[" + lib->name + "] ";
+  p->services.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
+  p->services.abi_major = HCR_ABI_MAJOR;
+  p->services.abi_minor = HCR_ABI_MINOR;
+  p->services.host_context = p.get();
+  p->services.log = &host_log;
+  p->services.log_level = static_cast<hcr_log_level_t>(log::level());
+
+  std::vector<hcr_option_t> options;
+  for (auto& [k, v] : bc.options)
+    options.push_back({HCR_OPTION_STRUCT_SIZE, k.c_str(), v.c_str()});
+  hcr_plugin_create_args_t a{};
+  a.struct_size = HCR_PLUGIN_CREATE_ARGS_STRUCT_SIZE;
+  a.services = &p->services;
+  a.options = options.data();
+  a.num_options = options.size();
+  a.library_path = lib->path.c_str();
+  std::string where = bc.origin.empty() ? "" : " (backend table at " + bc.origin + ")";
+  if (hcr_error_t* err = lib->api->plugin_create(&a)) {
+    record.reason = "init failed: " + take_error(lib->api, err) + where;
+    return nullptr;
+  }
+  if (a.plugin == nullptr) {
+    record.reason = "init returned no instance" + where;
+    return nullptr;
+  }
+  p->handle = a.plugin;
+
+  size_t count = 0;
+  if (hcr_error_t* err = lib->api->device_count(p->handle, &count)) {
+    record.reason = "device_count failed: " + take_error(lib->api, err);
+    return nullptr;
+  }
+  if (count > 4096) {
+    record.reason = "implausible device count " + std::to_string(count);
+    return nullptr;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    hcr_device_info_t info{};
+    info.struct_size = HCR_DEVICE_INFO_STRUCT_SIZE;
+    if (hcr_error_t* err = lib->api->device_info(p->handle, i, &info)) {
+      HCR_LOG(warn, lib->path << ": device " << i << " skipped: " << take_error(lib->api, err));
+      continue;
+    }
+    if (info.kind < HCR_DEVICE_CPU || info.kind > HCR_DEVICE_SIM) {
+      HCR_LOG(warn, lib->path << ": device " << i << " skipped: unknown kind "
+                              << static_cast<int>(info.kind));
+      continue;
+    }
+    if (!(info.flags & HCR_DEVICE_HOST_MEMORY) &&
+        (lib->api->mem_alloc == nullptr || lib->api->mem_free == nullptr ||
+         lib->api->copy == nullptr)) {
+      HCR_LOG(warn, lib->path << ": device " << i
+                              << " skipped: it has its own memory but the plugin offers no "
+                                 "mem_alloc/mem_free/copy");
+      continue;
+    }
+    Device d;
+    d.name = info.name ? std::string(info.name, strnlen(info.name, 256))
+                       : lib->name + std::to_string(i);
+    d.arch = info.arch ? std::string(info.arch, strnlen(info.arch, 256)) : d.name;
+    d.backend = lib->name;
+    d.kind = static_cast<DeviceKind>(info.kind);
+    d.memory_bytes = info.memory_bytes;
+    d.compute_units = info.compute_units;
+    d.concurrency = info.concurrency == 0 ? 1 : std::min<uint32_t>(info.concurrency, 4096);
+    d.peak_gflops = info.peak_gflops > 0 ? info.peak_gflops : 0;
+    d.link_bandwidth = info.link_bandwidth > 0 ? info.link_bandwidth : 0;
+    d.link_latency = info.link_latency > 0 ? info.link_latency : 0;
+    p->devices.push_back({i, std::move(d), info.flags});
+  }
+  record.devices = p->devices.size();
+  return p;
+}
+
+std::vector<fs::path> library_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  const std::string suffix = boost::dll::shared_library::suffix().string();
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (it->is_regular_file(ec) && p.extension() == suffix) files.push_back(p);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+PluginInstance::~PluginInstance() {
+  if (handle != nullptr) api->plugin_destroy(handle);
+}
+
+std::string take_error(const hcr_plugin_api_t* api, hcr_error_t* error) {
+  if (error == nullptr) return {};
+  const char* m = api->error_message(error);
+  std::string text = m ? std::string(m, strnlen(m, 1 << 16)) : "(no message)";
+  api->error_destroy(error);
+  return text;
+}
+
+fs::path install_plugin_dir() {
+  boost::dll::fs::error_code ec;
+  fs::path self = boost::dll::this_line_location(ec);
+  if (ec) return {};
+  return self.parent_path() / "hcr" / "plugins";
+}
+
+std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
+                                                          LoadReport& report) {
+  std::vector<std::pair<std::string, std::string>> dirs;  // path, origin
+  for (auto& p : config.plugin_paths) dirs.emplace_back(p, "config");
+  if (config.use_environment)
+    if (const char* env = std::getenv("HCR_PLUGIN_PATH"); env && *env) {
+      std::stringstream ss(env);
+      for (std::string item; std::getline(ss, item, ':');)
+        if (!item.empty()) dirs.emplace_back(item, "HCR_PLUGIN_PATH");
+    }
+  dirs.emplace_back(install_plugin_dir().string(), "install");
+
+  // Libraries in search order; the first of a name wins.
+  std::vector<std::shared_ptr<LoadedLibrary>> libraries;
+  std::map<std::string, size_t> record_of;  // library name -> index in report.plugins
+  std::vector<fs::path> seen_dirs;
+  for (auto& [path, origin] : dirs) {
+    LoadReport::Dir d{path, origin, false, {}};
+    fs::path p(path);
+    std::error_code ec;
+    if (!p.is_absolute()) d.reason = "not an absolute path: refused";
+    else if (!fs::exists(p, ec)) d.reason = "does not exist";
+    else if (!fs::is_directory(p, ec)) d.reason = "not a directory";
+    else if (world_writable(p, ec)) d.reason = "world-writable directory: refused";
+    else if (auto canon = fs::weakly_canonical(p, ec);
+             std::find(seen_dirs.begin(), seen_dirs.end(), canon) != seen_dirs.end())
+      d.reason = "listed earlier";
+    else {
+      d.used = true;
+      seen_dirs.push_back(canon);
+    }
+    if (!d.reason.empty() && origin != "install")
+      HCR_LOG(info, "plugin directory " << path << " (" << origin << "): " << d.reason);
+    report.dirs.push_back(d);
+    if (!d.used) continue;
+    for (const fs::path& file : library_files(p)) {
+      PluginRecord rec;
+      rec.path = file.string();
+      auto lib = open_library(file, rec);
+      if (lib && record_of.count(lib->name)) {
+        rec.reason = "shadowed by " + report.plugins[record_of[lib->name]].path;
+        lib.reset();
+      }
+      if (!lib) {
+        HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
+        report.plugins.push_back(std::move(rec));
+        continue;
+      }
+      HCR_LOG(info, "plugin " << rec.path << ": found '" << lib->name << "' " << rec.version);
+      record_of[lib->name] = report.plugins.size();
+      report.plugins.push_back(std::move(rec));
+      libraries.push_back(std::move(lib));
+    }
+  }
+
+  std::vector<std::unique_ptr<PluginInstance>> instances;
+  auto create = [&](const std::shared_ptr<LoadedLibrary>& lib, const BackendConfig& bc,
+                    bool first) {
+    PluginRecord rec = report.plugins[record_of[lib->name]];
+    rec.reason.clear();
+    auto inst = instantiate(lib, bc, rec);
+    rec.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;
+    if (inst) HCR_LOG(info, "plugin " << rec.path << ": loaded, " << rec.devices << " device(s)");
+    else HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
+    if (first) report.plugins[record_of[lib->name]] = rec;
+    else report.plugins.push_back(rec);
+    if (inst) instances.push_back(std::move(inst));
+  };
+
+  if (config.backends.empty()) {
+    for (auto& lib : libraries) create(lib, BackendConfig{lib->name, true, {}, {}}, true);
+    return instances;
+  }
+  std::map<std::string, bool> used;
+  for (const BackendConfig& bc : config.backends) {
+    auto it = std::find_if(libraries.begin(), libraries.end(),
+                           [&](auto& l) { return l->name == bc.name; });
+    if (!bc.enabled || it == libraries.end()) {
+      PluginRecord rec;
+      rec.name = bc.name;
+      rec.reason = !bc.enabled ? "disabled in the configuration (" + bc.origin + ")"
+                               : "no plugin named '" + bc.name +
+                                     "' in the search path (backend table at " + bc.origin + ")";
+      HCR_LOG(warn, "backend '" << bc.name << "' skipped: " << rec.reason);
+      report.plugins.push_back(std::move(rec));
+      continue;
+    }
+    create(*it, bc, !used[bc.name]);
+    used[bc.name] = true;
+  }
+  for (auto& lib : libraries)
+    if (!used[lib->name]) {
+      auto& rec = report.plugins[record_of[lib->name]];
+      rec.reason = "not named in the configuration";
+    }
+  return instances;
+}
+
+std::unique_ptr<PluginInstance> load_one(const fs::path& file, const BackendConfig& backend,
+                                         PluginRecord& record) {
+  record.path = file.string();
+  auto lib = open_library(file, record);
+  if (!lib) return nullptr;
+  if (!backend.name.empty() && backend.name != lib->name) {
+    record.reason = "the library is plugin '" + lib->name + "', not '" + backend.name + "'";
+    return nullptr;
+  }
+  auto inst = instantiate(lib, backend, record);
+  record.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;
+  return inst;
+}
+
+}  // namespace hcr::detail

@@ -1,0 +1,60 @@
+// Finds, loads and checks backend plugins (Boost.DLL), and creates their instances. Every failure
+// skips the file or table with a diagnostic in the LoadReport; nothing here throws for a bad plugin.
+#pragma once
+
+#include <hcr/config.hpp>
+#include <hcr/plugin.h>
+#include <hcr/runtime.hpp>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hcr::detail {
+
+/// A library that passed every check. Shared by its instances: it stays loaded while one lives.
+struct LoadedLibrary {
+  boost::dll::shared_library library;
+  const hcr_plugin_api_t* api = nullptr;
+  std::string path;
+  std::string name;
+};
+
+/// One created plugin instance (one [[backend]] table) and the devices it reported.
+struct PluginInstance {
+  std::shared_ptr<LoadedLibrary> library;
+  const hcr_plugin_api_t* api = nullptr;
+  hcr_plugin_t* handle = nullptr;
+  std::string name;
+  std::string log_prefix;
+  hcr_host_services_t services{};
+  struct DeviceRecord {
+    size_t index;  // the plugin's own device index
+    Device info;
+    uint32_t flags;
+  };
+  std::vector<DeviceRecord> devices;
+
+  PluginInstance() = default;
+  PluginInstance(const PluginInstance&) = delete;
+  PluginInstance& operator=(const PluginInstance&) = delete;
+  ~PluginInstance();
+};
+
+/// The directory plugins are installed in, found from libhcr's own location.
+std::filesystem::path install_plugin_dir();
+
+/// Searches, loads and instantiates per `config`; fills `report`.
+std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config, LoadReport& report);
+
+/// Loads one library file and instantiates it with `backend` (options) — hot-plug and tests.
+std::unique_ptr<PluginInstance> load_one(const std::filesystem::path& file,
+                                         const BackendConfig& backend, PluginRecord& record);
+
+/// Text of an ABI error, which is then freed through `api`.
+std::string take_error(const hcr_plugin_api_t* api, hcr_error_t* error);
+
+}  // namespace hcr::detail

@@ -1,0 +1,365 @@
+// Runtime construction and shutdown, kernel resolution, and the public Runtime/Task/Event entry
+// points that hand work to the engine in runtime_core.cpp.
+#include "buffer_state.hpp"
+#include "log_internal.hpp"
+#include "runtime_core.hpp"
+
+#include <hcr/runtime.hpp>
+#include <hcr/sched.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace hcr::detail {
+
+// ---- reference counting ---------------------------------------------------------------------
+
+void retain(TaskNode* p) noexcept { p->refs.fetch_add(1, std::memory_order_relaxed); }
+void release(TaskNode* p) noexcept {
+  if (p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+}
+void retain(KernelState* p) noexcept { p->refs.fetch_add(1, std::memory_order_relaxed); }
+void release(KernelState* p) noexcept {
+  if (p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+}
+
+TaskNode::~TaskNode() {
+  for (ArgRec& a : args) release(a.buffer);
+  for (TaskNode* t : after) release(t);
+  if (kernel) release(kernel);
+}
+
+// ---- construction and shutdown --------------------------------------------------------------
+
+RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
+  if (config_.log_level) log::set_level(*config_.log_level);
+  plugins_ = load_plugins(config_, report_);
+  for (auto& p : plugins_) {
+    for (auto& rec : p->devices) {
+      auto ds = std::make_unique<DeviceState>();
+      ds->info = rec.info;
+      ds->info.id = static_cast<uint32_t>(devices_.size());
+      ds->plugin = p.get();
+      ds->index = rec.index;
+      ds->flags = rec.flags;
+      // Keep every slot busy and one task queued behind each, so a worker finishing a task
+      // finds the next one already in the plugin.
+      ds->window = 2 * std::max<uint32_t>(1, ds->info.concurrency);
+      devices_.push_back(ds->info);
+      dev_.push_back(std::move(ds));
+    }
+  }
+  // Memory nodes: host-memory devices share node 0; every other device has its own.
+  uint32_t next_node = 1;
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    uint32_t node = (dev_[i]->flags & HCR_DEVICE_HOST_MEMORY) ? 0 : next_node++;
+    dev_[i]->info.memory_node = node;
+    devices_[i].memory_node = node;
+  }
+}
+
+void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
+  self_ = self;
+  policy_ = sched::make_policy(config_.policy, config_);
+  policy_->attach(*this);
+  timing_ = policy_->wants_timing();
+  HCR_LOG(info, "runtime started: " << devices_.size() << " device(s), policy '"
+                                    << policy_->name() << "'");
+}
+
+RuntimeCore::~RuntimeCore() { shutdown(); }
+
+void RuntimeCore::shutdown() noexcept {
+  if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
+  wait_all();
+  for (auto& d : dev_) {
+    if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
+      HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
+                               << take_error(d->plugin->api, e));
+  }
+  {
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    for (auto& [name, k] : kernels_) {
+      std::lock_guard<std::mutex> klock(k->mutex);
+      for (size_t d = 0; d < k->num_devices; ++d) {
+        KernelDevice& kd = k->devices[d];
+        if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
+        kd.handle = nullptr;
+        kd.capability.store(Capability::no, std::memory_order_release);
+      }
+    }
+    kernels_.clear();
+  }
+  policy_.reset();
+  dev_.clear();
+  plugins_.clear();  // destroys instances; each library unloads with its last instance
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
+  check_alive();
+  if (name.empty()) throw Error(ErrorCode::invalid_argument, "a kernel needs a name");
+  std::lock_guard<std::mutex> lock(kernels_mutex_);
+  auto it = kernels_.find(name);
+  if (it != kernels_.end()) return it->second;
+  auto* k = new KernelState();
+  k->rt = self();
+  k->name = std::string(name);
+  k->id = static_cast<uint32_t>(kernels_.size());
+  k->num_devices = dev_.size();
+  k->devices = std::make_unique<KernelDevice[]>(k->num_devices);
+  Ref<KernelState> ref = Ref<KernelState>::adopt(k);
+  kernels_.emplace(k->name, ref);
+  return ref;
+}
+
+void RuntimeCore::resolve(KernelState& k) {
+  if (k.resolved.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(k.mutex);
+  if (k.resolved.load(std::memory_order_relaxed)) return;
+  bool any = false;
+  for (size_t d = 0; d < k.num_devices; ++d) {
+    KernelDevice& kd = k.devices[d];
+    if (kd.capability.load(std::memory_order_relaxed) == Capability::unknown) {
+      DeviceState& ds = *dev_[d];
+      const hcr_plugin_api_t* api = ds.plugin->api;
+      std::string why;
+      auto try_desc = [&](const hcr_kernel_desc_t& desc) {
+        hcr_kernel_get_args_t a{};
+        a.struct_size = HCR_KERNEL_GET_ARGS_STRUCT_SIZE;
+        a.device = ds.index;
+        a.desc = &desc;
+        hcr_error_t* err = api->kernel_get(ds.plugin->handle, &a);
+        if (err == nullptr && a.kernel != nullptr) {
+          kd.handle = a.kernel;
+          return true;
+        }
+        if (err == nullptr) {
+          why += (why.empty() ? "" : ", ") + std::string("plugin returned no kernel");
+          return false;
+        }
+        auto code = api->error_code(err);
+        std::string msg = take_error(api, err);
+        if (code != HCR_ERROR_NOT_FOUND && code != HCR_ERROR_UNSUPPORTED)
+          HCR_LOG(warn, "kernel '" << k.name << "' on device '" << ds.info.name << "': " << msg);
+        why += (why.empty() ? "" : "; ") + msg;
+        return false;
+      };
+      hcr_kernel_desc_t builtin{};
+      builtin.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
+      builtin.name = k.name.c_str();
+      builtin.kind = HCR_IMPL_BUILTIN;
+      bool ok = try_desc(builtin);
+      for (size_t i = 0; !ok && i < k.impls.size(); ++i) {
+        const KernelImpl& im = *k.impls[i];
+        hcr_kernel_desc_t desc{};
+        desc.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
+        desc.name = k.name.c_str();
+        desc.kind = im.kind;
+        desc.api = im.api.c_str();
+        desc.fn = im.fn;
+        desc.user_data = im.user_data;
+        desc.source = im.source.empty() ? nullptr : im.source.c_str();
+        desc.source_size = im.source.size();
+        desc.build_options = im.build_options.empty() ? nullptr : im.build_options.c_str();
+        desc.binary_path = im.binary_path.empty() ? nullptr : im.binary_path.c_str();
+        desc.entry = im.entry.empty() ? nullptr : im.entry.c_str();
+        ok = try_desc(desc);
+      }
+      kd.why_not = ok ? std::string() : why;
+      kd.capability.store(ok ? Capability::yes : Capability::no, std::memory_order_release);
+      HCR_LOG(debug, "kernel '" << k.name << "' on device '" << ds.info.name << "': "
+                                << (ok ? "available" : "unavailable (" + why + ")"));
+    }
+    any = any || kd.capability.load(std::memory_order_relaxed) == Capability::yes;
+  }
+  k.any_capable = any;
+  k.resolved.store(true, std::memory_order_release);
+}
+
+// ---- tasks ----------------------------------------------------------------------------------
+
+TaskNode* task_create(KernelState* kernel) {
+  if (kernel == nullptr) throw Error(ErrorCode::invalid_argument, "a task needs a valid kernel");
+  kernel->rt->check_alive();
+  auto* t = new TaskNode();
+  t->rt = kernel->rt.get();
+  retain(kernel);
+  t->kernel = kernel;
+  return t;
+}
+
+void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
+  if (b == nullptr) throw Error(ErrorCode::invalid_argument, "task argument is an empty buffer");
+  if (b->rt.get() != t->rt)
+    throw Error(ErrorCode::invalid_argument, "buffer belongs to another runtime");
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
+    throw Error(ErrorCode::invalid_argument,
+                "access mode " + std::to_string(static_cast<int>(mode)) + " is not read, write "
+                                                                          "or read_write");
+  retain(b);
+  t->args.push_back({b, mode});
+}
+
+void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
+  if (t->param_offsets.size() >= 64)
+    throw Error(ErrorCode::invalid_argument, "more than 64 parameters");
+  size_t off = (t->params.size() + align - 1) / align * align;
+  if (off + size > 0xffff)
+    throw Error(ErrorCode::invalid_argument, "parameters exceed 64 KiB");
+  t->params.resize(off + size);
+  std::memcpy(t->params.data() + off, data, size);
+  t->param_offsets.push_back(static_cast<uint16_t>(off));
+}
+
+void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
+
+void task_add_dependency(TaskNode* t, TaskNode* before) {
+  if (before == nullptr) return;
+  if (before->rt != t->rt)
+    throw Error(ErrorCode::invalid_argument, "dependency on a task of another runtime");
+  if (!before->submitted)
+    throw Error(ErrorCode::invalid_argument, "dependency on a task that was never submitted");
+  retain(before);
+  t->after.push_back(before);
+}
+
+bool task_done(const TaskNode* t) noexcept {
+  return t->state.load(std::memory_order_acquire) != kPending;
+}
+void task_wait(const TaskNode* t) noexcept {
+  for (uint32_t s; (s = t->state.load(std::memory_order_acquire)) == kPending;)
+    t->state.wait(s, std::memory_order_acquire);
+}
+std::exception_ptr task_error(const TaskNode* t) noexcept {
+  return t->state.load(std::memory_order_acquire) == kFailed ? t->error : nullptr;
+}
+int task_device(const TaskNode* t) noexcept { return t->device.load(std::memory_order_relaxed); }
+
+const void* task_param(const TaskNode* t, size_t index, size_t size) {
+  if (index >= t->param_offsets.size())
+    throw Error(ErrorCode::invalid_argument,
+                "parameter " + std::to_string(index) + " requested; the task has " +
+                    std::to_string(t->param_offsets.size()));
+  size_t off = t->param_offsets[index];
+  size_t end = index + 1 < t->param_offsets.size() ? t->param_offsets[index + 1] : t->params.size();
+  if (size > end - off)
+    throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) + " has " +
+                                                 std::to_string(end - off) + " bytes; " +
+                                                 std::to_string(size) + " requested");
+  return t->params.data() + off;
+}
+
+void bad_arg_type(size_t index, DType have, DType want) {
+  throw Error(ErrorCode::invalid_argument,
+              "argument " + std::to_string(index) + " holds " + std::string(dtype_name(have)) +
+                  ", not " + std::string(dtype_name(want)));
+}
+void bad_arg_index(size_t index, size_t count) {
+  throw Error(ErrorCode::invalid_argument, "argument " + std::to_string(index) +
+                                               " requested; the task has " +
+                                               std::to_string(count));
+}
+
+}  // namespace hcr::detail
+
+namespace hcr {
+
+using detail::TaskNode;
+
+// ---- Task -----------------------------------------------------------------------------------
+
+Task::Task(const Kernel& kernel) : t_(detail::task_create(kernel.state())) {}
+Task::Task(Task&& o) noexcept : t_(std::exchange(o.t_, nullptr)) {}
+Task& Task::operator=(Task&& o) noexcept {
+  if (this != &o) {
+    if (t_) detail::release(t_);
+    t_ = std::exchange(o.t_, nullptr);
+  }
+  return *this;
+}
+Task::~Task() {
+  if (t_) detail::release(t_);
+}
+TaskNode* Task::node_or_throw() const {
+  if (!t_) throw Error(ErrorCode::invalid_argument, "task was already submitted");
+  return t_;
+}
+Task& Task::arg(detail::BufferState* b, Access mode) {
+  detail::task_add_arg(node_or_throw(), b, mode);
+  return *this;
+}
+Task& Task::priority(int p) {
+  detail::task_set_priority(node_or_throw(), p);
+  return *this;
+}
+Task& Task::after(const Event& e) {
+  detail::task_add_dependency(node_or_throw(), e.node());
+  return *this;
+}
+TaskNode* Task::release() noexcept { return std::exchange(t_, nullptr); }
+
+// ---- Runtime --------------------------------------------------------------------------------
+
+namespace {
+Config with_environment(Config c) {
+  if (!c.use_environment) return c;
+  if (const char* v = std::getenv("HCR_LOG"); v && *v) {
+    if (auto l = log::parse_level(v)) c.log_level = *l;
+    else log::write(LogLevel::warn, std::string("HCR_LOG='") + v + "' is not a log level; ignored");
+  }
+  if (const char* v = std::getenv("HCR_SCHED"); v && *v) c.policy = v;
+  return c;
+}
+}  // namespace
+
+Runtime::Runtime() : Runtime(Config{}) {}
+
+Runtime::Runtime(Config config)
+    : core_(std::make_shared<detail::RuntimeCore>(with_environment(std::move(config)))) {
+  core_->start(core_);
+}
+
+Runtime::~Runtime() {
+  if (core_) core_->shutdown();
+}
+
+const std::vector<Device>& Runtime::devices() const noexcept { return core_->devices(); }
+const LoadReport& Runtime::load_report() const noexcept { return core_->report(); }
+const Config& Runtime::config() const noexcept { return core_->config(); }
+std::string_view Runtime::policy() const noexcept { return core_->policy().name(); }
+
+Kernel Runtime::kernel(std::string_view name) { return Kernel(core_->kernel(name)); }
+
+Event Runtime::submit(Task& task) {
+  TaskNode* t = task.release();
+  if (t == nullptr) throw Error(ErrorCode::invalid_argument, "task was already submitted");
+  detail::Ref<TaskNode> owned = detail::Ref<TaskNode>::adopt(t);
+  if (t->rt != core_.get())
+    throw Error(ErrorCode::invalid_argument, "task's kernel belongs to another runtime");
+  core_->check_alive();
+  for (const detail::ArgRec& a : t->args) {
+    if (a.buffer->detached.load(std::memory_order_acquire))
+      throw Error(ErrorCode::invalid_argument,
+                  "a tile of a buffer that was unpartitioned: the tile no longer exists");
+    a.buffer->lock.lock();
+    bool partitioned = a.buffer->partitioned;
+    a.buffer->lock.unlock();
+    if (partitioned)
+      throw Error(ErrorCode::invalid_argument,
+                  "buffer of " + std::to_string(a.buffer->rows) + "x" +
+                      std::to_string(a.buffer->cols) +
+                      " is partitioned: use its tiles, or unpartition it first");
+  }
+  core_->resolve(*t->kernel);
+  Event e(owned);
+  core_->submit(owned.detach());
+  return e;
+}
+
+void Runtime::wait_all() { core_->wait_all(); }
+
+RuntimeStats Runtime::stats() const { return core_->stats(); }
+
+}  // namespace hcr

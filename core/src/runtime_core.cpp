@@ -1,0 +1,353 @@
+// The task engine: dependency edges, readiness, device pumping and completion. Everything here is
+// on the per-task hot path unless it says otherwise: no global lock, no allocation beyond the
+// task's own small vectors.
+#include "runtime_core.hpp"
+
+#include "buffer_state.hpp"
+#include "log_internal.hpp"
+
+#include <hcr/error.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+namespace hcr::detail {
+
+namespace {
+
+// Tasks that became ready while this thread is already dispatching wait here, so chains of
+// tasks that finish at once (joins, plugins completing inline) never recurse deeply.
+struct ReadyList {
+  bool active = false;
+  std::deque<TaskNode*> items;
+};
+thread_local ReadyList tl_ready;
+
+void note_dependency_failure(TaskNode* s, const std::exception_ptr& cause) noexcept {
+  s->lock.lock();
+  if (!s->dep_error) s->dep_error = cause;
+  s->lock.unlock();
+}
+
+// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's.
+void add_edge(TaskNode* pred, TaskNode* succ, bool data) {
+  if (pred == succ) return;
+  pred->lock.lock();
+  if (!pred->finished) {
+    pred->successors.push_back({succ, data});
+    succ->pending.fetch_add(1, std::memory_order_relaxed);
+    pred->lock.unlock();
+    return;
+  }
+  bool failed = pred->failed;
+  std::exception_ptr cause = failed ? pred->error : nullptr;
+  pred->lock.unlock();
+  if (data && failed) note_dependency_failure(succ, cause);
+}
+
+inline uint64_t mix(uint64_t h, uint64_t v) noexcept {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+}  // namespace
+
+std::string what(const std::exception_ptr& e) {
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+std::exception_ptr dependency_error(const std::exception_ptr& cause) {
+  try {
+    std::rethrow_exception(cause);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::dependency) return cause;  // keep the root cause's message
+  } catch (...) {
+  }
+  return std::make_exception_ptr(
+      Error(ErrorCode::dependency, "a task this one depends on failed: " + what(cause)));
+}
+
+void compute_footprint(TaskNode* t) noexcept {
+  uint64_t h = mix(0xcbf29ce484222325ull, t->kernel ? t->kernel->id : 0);
+  double size = 0;
+  for (const ArgRec& a : t->args) {
+    const BufferState& b = *a.buffer;
+    h = mix(h, static_cast<uint64_t>(b.dtype));
+    h = mix(h, b.rows);
+    h = mix(h, b.cols);
+    size += static_cast<double>(b.bytes());
+  }
+  t->footprint = h;
+  t->size = size;
+  t->footprint_valid = true;
+}
+
+void RuntimeCore::check_alive() const {
+  if (!alive()) throw Error(ErrorCode::shutdown, "the runtime has ended");
+}
+
+void RuntimeCore::submit(TaskNode* t) {
+  t->submitted = true;
+  if (timing_ && !t->footprint_valid) compute_footprint(t);
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+
+  // One registration per distinct buffer, with the union of its access modes.
+  const size_t n = t->args.size();
+  for (size_t i = 0; i < n; ++i) {
+    BufferState* b = t->args[i].buffer;
+    int mode = static_cast<int>(t->args[i].access);
+    bool first = true;
+    for (size_t j = 0; j < n; ++j) {
+      if (t->args[j].buffer != b) continue;
+      if (j < i) {
+        first = false;
+        break;
+      }
+      mode |= static_cast<int>(t->args[j].access);
+    }
+    if (first) register_access(*b, t, static_cast<Access>(mode));
+  }
+  for (TaskNode* before : t->after) {
+    add_edge(before, t, true);
+    release(before);
+  }
+  t->after.clear();
+  if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
+}
+
+void RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
+  b.lock.lock();
+  if (reads(mode) && b.last_writer) add_edge(b.last_writer, t, true);
+  if (writes(mode)) {
+    if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
+    for (TaskNode* r : b.readers) {
+      add_edge(r, t, false);
+      release(r);
+    }
+    b.readers.clear();
+    retain(t);
+    if (b.last_writer) release(b.last_writer);
+    b.last_writer = t;
+  } else {
+    if (b.readers.size() >= 16) {  // forget finished readers so the list stays short
+      size_t keep = 0;
+      for (TaskNode* r : b.readers) {
+        if (r->state.load(std::memory_order_acquire) == kPending) b.readers[keep++] = r;
+        else release(r);
+      }
+      b.readers.resize(keep);
+    }
+    retain(t);
+    b.readers.push_back(t);
+  }
+  b.lock.unlock();
+}
+
+void RuntimeCore::ready(TaskNode* t) noexcept {
+  ReadyList& rl = tl_ready;
+  if (rl.active) {
+    rl.items.push_back(t);
+    return;
+  }
+  rl.active = true;
+  t->rt->dispatch(t);
+  while (!rl.items.empty()) {
+    TaskNode* next = rl.items.front();
+    rl.items.pop_front();
+    next->rt->dispatch(next);
+  }
+  rl.active = false;
+}
+
+void RuntimeCore::dispatch(TaskNode* t) noexcept {
+  if (t->dep_error) {  // set by predecessors before they released us: visible here
+    finish(t, dependency_error(t->dep_error));
+    return;
+  }
+  switch (t->kind) {
+    case TaskKind::join:
+      finish(t, nullptr);
+      return;
+    case TaskKind::host_access:
+      t->granted.store(1, std::memory_order_release);
+      t->granted.notify_all();
+      return;
+    case TaskKind::kernel:
+      break;
+  }
+  KernelState& k = *t->kernel;
+  if (!k.any_capable) {
+    finish(t, no_device_error(k));
+    return;
+  }
+  sched::DeviceId d = policy_->push(sched::TaskRef(t));
+  if (d != sched::kAnyDevice) {
+    pump(*dev_[d]);
+    return;
+  }
+  for (auto& ds : dev_)
+    if (k.can_run(ds->info.id) && ds->in_flight.load(std::memory_order_relaxed) < ds->window)
+      pump(*ds);
+}
+
+// One pumper per device at a time; a caller that finds another pumping leaves a request, which
+// the pumper notices before it stops. So no ready task is left behind with a free slot.
+void RuntimeCore::pump(DeviceState& d) noexcept {
+  d.pump_requests.fetch_add(1, std::memory_order_acq_rel);
+  for (;;) {
+    if (d.pumping.exchange(true, std::memory_order_acquire)) return;
+    uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
+    while (d.in_flight.load(std::memory_order_acquire) < d.window) {
+      sched::TaskRef t = policy_->pop(d.info.id);
+      if (!t) break;
+      d.in_flight.fetch_add(1, std::memory_order_acq_rel);
+      launch(t.node(), d);
+    }
+    d.pumping.store(false, std::memory_order_release);
+    if (d.pump_requests.load(std::memory_order_acquire) == seen) return;
+  }
+}
+
+void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
+  t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
+  KernelDevice& kd = t->kernel->devices[d.info.id];
+  const hcr_plugin_api_t* api = d.plugin->api;
+
+  if (!(d.flags & HCR_DEVICE_HOST_MEMORY) && !t->args.empty()) {
+    // Devices with their own memory need the data manager to stage arguments.
+    d.tasks.fetch_add(1, std::memory_order_relaxed);
+    d.failed.fetch_add(1, std::memory_order_relaxed);
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    finish(t, std::make_exception_ptr(
+                  Error(ErrorCode::unsupported, "device '" + d.info.name +
+                                                    "' has its own memory, which this runtime "
+                                                    "cannot stage buffers into yet")));
+    return;
+  }
+
+  t->abi_args.clear();
+  for (const ArgRec& a : t->args) {
+    const BufferState& b = *a.buffer;
+    hcr_arg_t x{};
+    x.struct_size = HCR_ARG_STRUCT_SIZE;
+    x.host = b.host;
+    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
+    x.access = static_cast<hcr_access_t>(a.access);
+    x.rows = b.rows;
+    x.cols = b.cols;
+    x.ld = b.ld;
+    t->abi_args.push_back(x);
+  }
+  hcr_launch_args_t la{};
+  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+  la.device = d.index;
+  la.kernel = kd.handle;
+  la.args = t->abi_args.data();
+  la.num_args = t->abi_args.size();
+  la.params = t->params.data();
+  la.params_size = t->params.size();
+  la.host_token = t;
+  la.flags = timing_ ? HCR_LAUNCH_MEASURE : 0u;
+  la.done = &RuntimeCore::on_launch_done;
+  la.done_user_data = t;
+  if (timing_) t->start = std::chrono::steady_clock::now();
+  if (hcr_error_t* err = api->launch(d.plugin->handle, &la)) launch_done(t, err, nullptr);
+}
+
+void RuntimeCore::on_launch_done(void* user, hcr_error_t* error,
+                                 const hcr_completion_info_t* info) {
+  auto* t = static_cast<TaskNode*>(user);
+  t->rt->launch_done(t, error, info);
+}
+
+void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
+                              const hcr_completion_info_t* info) noexcept {
+  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  double seconds = -1;
+  if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+      info->device_seconds >= 0)
+    seconds = info->device_seconds;
+  else if (timing_)
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t->start).count();
+
+  std::exception_ptr e;
+  if (error != nullptr) {
+    const hcr_plugin_api_t* api = d.plugin->api;
+    if (t->kernel_threw) {
+      e = t->error;  // the kernel's own exception, unchanged
+      api->error_destroy(error);
+    } else {
+      auto code = static_cast<ErrorCode>(api->error_code(error));
+      std::string msg = take_error(api, error);
+      e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
+                                                  d.info.name + "': " + msg));
+    }
+    d.failed.fetch_add(1, std::memory_order_relaxed);
+  }
+  policy_->completed(sched::TaskRef(t), d.info.id, seconds);
+  d.tasks.fetch_add(1, std::memory_order_relaxed);
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  pump(d);
+  finish(t, std::move(e));
+}
+
+void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
+  if (e) {
+    t->error = e;
+    failed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  boost::container::small_vector<Edge, 2> successors;
+  t->lock.lock();
+  t->finished = true;
+  t->failed = static_cast<bool>(e);
+  successors.swap(t->successors);
+  t->lock.unlock();
+  for (const Edge& s : successors) {
+    if (e && s.data) note_dependency_failure(s.task, e);
+    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(s.task);
+  }
+  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
+  t->state.notify_all();
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding_.notify_all();
+  release(t);  // the reference held while the task ran
+}
+
+void RuntimeCore::wait_all() noexcept {
+  for (int64_t v; (v = outstanding_.load(std::memory_order_acquire)) != 0;)
+    outstanding_.wait(v, std::memory_order_acquire);
+}
+
+std::exception_ptr RuntimeCore::no_device_error(const KernelState& k) const {
+  std::string msg = "no device can run kernel '" + k.name + "'";
+  if (dev_.empty()) {
+    msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
+  } else {
+    for (size_t d = 0; d < k.num_devices; ++d)
+      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " +
+             (k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not);
+  }
+  return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
+}
+
+RuntimeStats RuntimeCore::stats() const {
+  RuntimeStats s;
+  s.submitted = submitted_.load(std::memory_order_relaxed);
+  int64_t out = outstanding_.load(std::memory_order_relaxed);
+  s.completed = s.submitted - static_cast<uint64_t>(out < 0 ? 0 : out);
+  s.failed = failed_.load(std::memory_order_relaxed);
+  for (auto& d : dev_)
+    s.devices.push_back({d->tasks.load(std::memory_order_relaxed),
+                         d->failed.load(std::memory_order_relaxed)});
+  return s;
+}
+
+}  // namespace hcr::detail

@@ -1,0 +1,106 @@
+// The runtime's engine: devices and their drivers, the dependency graph, task completion.
+#pragma once
+
+#include "kernel_state.hpp"
+#include "plugin_loader.hpp"
+#include "task_node.hpp"
+
+#include <hcr/runtime.hpp>
+#include <hcr/sched.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hcr::detail {
+
+/// One device and its driver state. The driver has no thread: the submitting thread and the
+/// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
+struct DeviceState {
+  Device info;
+  PluginInstance* plugin = nullptr;
+  size_t index = 0;  // the plugin's device index
+  uint32_t flags = 0;
+  uint32_t window = 1;  // tasks handed to the plugin at once
+
+  alignas(64) std::atomic<uint32_t> in_flight{0};
+  std::atomic<uint32_t> pump_requests{0};
+  std::atomic<bool> pumping{false};
+  alignas(64) std::atomic<uint64_t> tasks{0};
+  std::atomic<uint64_t> failed{0};
+};
+
+class RuntimeCore final : public sched::Context {
+ public:
+  explicit RuntimeCore(Config config);
+  ~RuntimeCore() override;
+
+  /// Finishes construction (needs shared_from_this-like access for kernels and buffers).
+  void start(const std::shared_ptr<RuntimeCore>& self);
+  /// Waits for everything, releases kernels and plugins. Idempotent.
+  void shutdown() noexcept;
+  bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
+  void check_alive() const;
+
+  // sched::Context
+  const std::vector<Device>& devices() const noexcept override { return devices_; }
+  uint32_t in_flight(sched::DeviceId d) const noexcept override {
+    return dev_[d]->in_flight.load(std::memory_order_relaxed);
+  }
+
+  const Config& config() const noexcept { return config_; }
+  const LoadReport& report() const noexcept { return report_; }
+  sched::Policy& policy() noexcept { return *policy_; }
+
+  Ref<KernelState> kernel(std::string_view name);
+  /// Asks every device whether it runs `k` (once per device, again after a new implementation).
+  void resolve(KernelState& k);
+
+  /// Takes ownership of the caller's reference to `t`.
+  void submit(TaskNode* t);
+  /// Registers `t`'s access to `b` in the buffer's dependency frontier.
+  void register_access(BufferState& b, TaskNode* t, Access mode);
+  /// Ends `t` (success when `e` is null): releases successors, publishes state.
+  void finish(TaskNode* t, std::exception_ptr e) noexcept;
+  void wait_all() noexcept;
+  RuntimeStats stats() const;
+
+  std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
+
+ private:
+  void ready(TaskNode* t) noexcept;
+  void dispatch(TaskNode* t) noexcept;
+  void pump(DeviceState& d) noexcept;
+  void launch(TaskNode* t, DeviceState& d) noexcept;
+  static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info) noexcept;
+  std::exception_ptr no_device_error(const KernelState& k) const;
+
+  Config config_;
+  LoadReport report_;
+  std::vector<std::unique_ptr<PluginInstance>> plugins_;
+  std::vector<Device> devices_;
+  std::vector<std::unique_ptr<DeviceState>> dev_;
+  std::unique_ptr<sched::Policy> policy_;
+  bool timing_ = false;
+  std::weak_ptr<RuntimeCore> self_;
+
+  std::mutex kernels_mutex_;
+  std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
+
+  std::atomic<bool> alive_{true};
+  alignas(64) std::atomic<int64_t> outstanding_{0};
+  alignas(64) std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<uint64_t> failed_{0};
+};
+
+/// Error for a task whose data predecessor failed, carrying the original message.
+std::exception_ptr dependency_error(const std::exception_ptr& cause);
+/// The message of any exception_ptr.
+std::string what(const std::exception_ptr& e);
+
+}  // namespace hcr::detail

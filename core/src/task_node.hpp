@@ -1,0 +1,80 @@
+// The runtime's record of one task: arguments, dependency edges, state, result.
+#pragma once
+
+#include <hcr/detail/spin_lock.hpp>
+
+#include <hcr/plugin.h>
+#include <hcr/types.hpp>
+
+#include <boost/container/small_vector.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+
+namespace hcr::detail {
+
+struct BufferState;
+struct KernelState;
+class RuntimeCore;
+
+enum class TaskKind : uint8_t {
+  kernel,       // runs a kernel on a device
+  join,         // runs nowhere: finishes as soon as its dependencies have (partition, barriers)
+  host_access,  // the host holds a buffer (Buffer::acquire) until release
+};
+
+struct ArgRec {
+  BufferState* buffer;  // holds a reference
+  Access access;
+};
+
+struct Edge {
+  TaskNode* task;
+  bool data;  // the successor reads what this task wrote: a failure propagates along it
+};
+
+enum TaskState : uint32_t { kPending = 0, kSucceeded = 1, kFailed = 2 };
+
+struct TaskNode {
+  std::atomic<uint32_t> refs{1};
+  std::atomic<int32_t> pending{1};  // unresolved dependencies + 1 held while submitting
+  std::atomic<uint32_t> state{kPending};
+  std::atomic<uint32_t> granted{0};  // host_access: the host may touch the data
+  TaskKind kind = TaskKind::kernel;
+  bool submitted = false;
+  int32_t priority = 0;
+  std::atomic<int32_t> device{-1};
+  RuntimeCore* rt = nullptr;
+  KernelState* kernel = nullptr;  // holds a reference (kernel tasks)
+
+  boost::container::small_vector<ArgRec, 3> args;
+  boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
+  boost::container::small_vector<std::byte, 32> params;
+  boost::container::small_vector<uint16_t, 4> param_offsets;
+  boost::container::small_vector<TaskNode*, 1> after;  // explicit dependencies (references)
+
+  // Successors, guarded by `lock`; `finished` and `failed` flip under it exactly once.
+  SpinLock lock;
+  bool finished = false;
+  bool failed = false;
+  boost::container::small_vector<Edge, 2> successors;
+  std::exception_ptr dep_error;  // first failed data predecessor (under lock)
+
+  std::exception_ptr error;  // written before `state` is published
+  bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
+
+  uint64_t footprint = 0;  // computed lazily for the scheduler
+  double size = 0;
+  bool footprint_valid = false;
+  std::chrono::steady_clock::time_point start;
+
+  ~TaskNode();
+};
+
+/// Fills t->footprint and t->size from its kernel and arguments' shapes.
+void compute_footprint(TaskNode* t) noexcept;
+
+}  // namespace hcr::detail

@@ -1,0 +1,121 @@
+// hcr — the command line of the heterogeneous compute runtime.
+#include "cli.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+namespace hcr::cli {
+
+Args::Args(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0)
+      throw Error(ErrorCode::invalid_argument, "unexpected argument '" + a + "'");
+    auto eq = a.find('=');
+    if (eq != std::string::npos) {
+      items_.push_back({a.substr(2, eq - 2), a.substr(eq + 1), true, false});
+    } else if (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) {
+      items_.push_back({a.substr(2), argv[i + 1], true, false});
+      ++i;
+    } else {
+      items_.push_back({a.substr(2), "", false, false});
+    }
+  }
+}
+
+std::optional<std::string> Args::value(const std::string& key) {
+  for (auto& it : items_)
+    if (it.key == key) {
+      it.used = true;
+      if (!it.has_value)
+        throw Error(ErrorCode::invalid_argument, "--" + key + " needs a value");
+      return it.value;
+    }
+  return std::nullopt;
+}
+
+bool Args::flag(const std::string& key) {
+  for (auto& it : items_)
+    if (it.key == key) {
+      it.used = true;
+      if (it.has_value)
+        throw Error(ErrorCode::invalid_argument, "--" + key + " takes no value");
+      return true;
+    }
+  return false;
+}
+
+uint64_t Args::number(const std::string& key, uint64_t fallback) {
+  auto v = value(key);
+  if (!v) return fallback;
+  try {
+    size_t pos = 0;
+    unsigned long long n = std::stoull(*v, &pos);
+    if (pos == v->size() && (*v)[0] != '-') return n;
+  } catch (...) {
+  }
+  throw Error(ErrorCode::invalid_argument, "--" + key + " '" + *v + "' is not a number");
+}
+
+void Args::check_all_used() const {
+  for (auto& it : items_)
+    if (!it.used) throw Error(ErrorCode::invalid_argument, "unknown option --" + it.key);
+}
+
+Config config_from(Args& args) {
+  if (auto file = args.value("config")) return Config::load(*file);
+  return Config{};
+}
+
+std::string human_bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace hcr::cli
+
+namespace {
+const char* kUsage =
+    "usage: hcr <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  devices   plugins searched, loaded and skipped (and why); the devices found\n"
+    "            --config FILE\n"
+    "  run       the main job: a tiled matmul across every device, checked, with GFLOP/s\n"
+    "            --size N (2048)  --tile T (512)  --dtype f32|f64 (f32)  --repeat R (1)\n"
+    "            --config FILE  --no-check\n"
+    "  help      this text\n"
+    "\n"
+    "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy),\n"
+    "             HCR_LOG (trace|debug|info|warn|error|off)\n";
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  try {
+    hcr::cli::Args args(argc, argv, 2);
+    if (cmd == "devices") return hcr::cli::cmd_devices(args);
+    if (cmd == "run") return hcr::cli::cmd_run(args);
+    std::fprintf(stderr, "hcr: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+    return 2;
+  } catch (const hcr::Error& e) {
+    std::fprintf(stderr, "hcr %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hcr %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  }
+}
