@@ -106,11 +106,17 @@ class CpuBackend final : public sdk::Backend {
     host().info("cpu: " + std::to_string(threads_) + " worker(s) on " + model_);
   }
 
+  // The library may be unloaded right after this, and libtbb with it when we were its only user:
+  // TBB's worker threads must be gone by then, so the pool is finalized (joined), not left asleep.
   ~CpuBackend() noexcept override {
     try {
       synchronize(0);
     } catch (...) {  // nothing sensible to do while unloading
     }
+    arena_.terminate();
+    parallelism_.reset();
+    if (!tbb::finalize(scheduler_, std::nothrow))
+      host().debug("cpu: TBB workers stay: another part of the process uses TBB");
   }
 
   size_t device_count() override { return 1; }
@@ -191,6 +197,7 @@ class CpuBackend final : public sdk::Backend {
     sdk::complete(a.done, a.done_user_data, err, seconds);
   }
 
+  tbb::task_scheduler_handle scheduler_{tbb::attach{}};  // first in, last out
   int threads_ = 1;
   std::string model_;
   std::unique_ptr<tbb::global_control> parallelism_;

@@ -3,6 +3,7 @@
 // configuration's directories, then HCR_PLUGIN_PATH, then the install's plugin directory.
 #include "plugin_loader.hpp"
 
+#include "elf_check.hpp"
 #include "log_internal.hpp"
 
 #include <boost/dll/runtime_symbol_info.hpp>
@@ -34,6 +35,10 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
   std::error_code ec;
   if (world_writable(file, ec)) {
     record.reason = "world-writable file: refused";
+    return nullptr;
+  }
+  if (std::string why = elf_problem(file); !why.empty()) {
+    record.reason = "cannot load: " + why;
     return nullptr;
   }
   auto lib = std::make_shared<LoadedLibrary>();

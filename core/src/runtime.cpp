@@ -215,6 +215,14 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
 
 void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
 
+void task_pin(TaskNode* t, uint32_t device) {
+  if (device >= t->rt->devices().size())
+    throw Error(ErrorCode::invalid_argument,
+                "device " + std::to_string(device) + " does not exist (the runtime has " +
+                    std::to_string(t->rt->devices().size()) + ")");
+  t->pinned = static_cast<int32_t>(device);
+}
+
 void task_add_dependency(TaskNode* t, TaskNode* before) {
   if (before == nullptr) return;
   if (before->rt != t->rt)
@@ -296,6 +304,10 @@ Task& Task::priority(int p) {
 }
 Task& Task::after(const Event& e) {
   detail::task_add_dependency(node_or_throw(), e.node());
+  return *this;
+}
+Task& Task::on(uint32_t device) {
+  detail::task_pin(node_or_throw(), device);
   return *this;
 }
 TaskNode* Task::release() noexcept { return std::exchange(t_, nullptr); }

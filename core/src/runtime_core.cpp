@@ -185,8 +185,8 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       break;
   }
   KernelState& k = *t->kernel;
-  if (!k.any_capable) {
-    finish(t, no_device_error(k));
+  if (!k.any_capable || (t->pinned >= 0 && !k.can_run(static_cast<size_t>(t->pinned)))) {
+    finish(t, no_device_error(k, t->pinned));
     return;
   }
   sched::DeviceId d = policy_->push(sched::TaskRef(t));
@@ -195,7 +195,8 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     return;
   }
   for (auto& ds : dev_)
-    if (k.can_run(ds->info.id) && ds->in_flight.load(std::memory_order_relaxed) < ds->window)
+    if (sched::TaskRef(t).can_run(ds->info.id) &&
+        ds->in_flight.load(std::memory_order_relaxed) < ds->window)
       pump(*ds);
 }
 
@@ -317,6 +318,10 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   }
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
   t->state.notify_all();
+  if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
+    t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
+    t->granted.notify_all();
+  }
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding_.notify_all();
   release(t);  // the reference held while the task ran
 }
@@ -326,9 +331,13 @@ void RuntimeCore::wait_all() noexcept {
     outstanding_.wait(v, std::memory_order_acquire);
 }
 
-std::exception_ptr RuntimeCore::no_device_error(const KernelState& k) const {
+std::exception_ptr RuntimeCore::no_device_error(const KernelState& k, int pinned) const {
   std::string msg = "no device can run kernel '" + k.name + "'";
-  if (dev_.empty()) {
+  if (pinned >= 0) {
+    msg = "kernel '" + k.name + "' cannot run on device '" + dev_[pinned]->info.name +
+          "', the only one the task allows: " +
+          (k.devices[pinned].why_not.empty() ? "no implementation" : k.devices[pinned].why_not);
+  } else if (dev_.empty()) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {
     for (size_t d = 0; d < k.num_devices; ++d)

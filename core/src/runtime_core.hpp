@@ -77,7 +77,7 @@ class RuntimeCore final : public sched::Context {
   void launch(TaskNode* t, DeviceState& d) noexcept;
   static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info) noexcept;
-  std::exception_ptr no_device_error(const KernelState& k) const;
+  std::exception_ptr no_device_error(const KernelState& k, int pinned = -1) const;
 
   Config config_;
   LoadReport report_;

@@ -26,7 +26,10 @@ double TaskRef::size() const noexcept {
   if (!n_->footprint_valid) detail::compute_footprint(n_);
   return n_->size;
 }
-bool TaskRef::can_run(DeviceId d) const noexcept { return n_->kernel && n_->kernel->can_run(d); }
+bool TaskRef::can_run(DeviceId d) const noexcept {
+  return n_->kernel && (n_->pinned < 0 || static_cast<DeviceId>(n_->pinned) == d) &&
+         n_->kernel->can_run(d);
+}
 
 namespace {
 struct Registry {

@@ -46,6 +46,7 @@ struct TaskNode {
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
   int32_t priority = 0;
+  int32_t pinned = -1;  // Task::on(): the only device allowed
   std::atomic<int32_t> device{-1};
   RuntimeCore* rt = nullptr;
   KernelState* kernel = nullptr;  // holds a reference (kernel tasks)

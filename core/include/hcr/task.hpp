@@ -18,6 +18,7 @@
 #include <hcr/kernel.hpp>
 #include <hcr/types.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <type_traits>
 
@@ -29,6 +30,7 @@ HCR_API void task_add_arg(TaskNode* t, BufferState* b, Access mode);
 HCR_API void task_add_param(TaskNode* t, const void* data, size_t size, size_t align);
 HCR_API void task_set_priority(TaskNode* t, int priority) noexcept;
 HCR_API void task_add_dependency(TaskNode* t, TaskNode* before);
+HCR_API void task_pin(TaskNode* t, uint32_t device);
 }  // namespace detail
 
 /// A task under construction; Runtime::submit() consumes it. Move-only.
@@ -66,6 +68,8 @@ class HCR_API Task {
   Task& priority(int p);
   /// Runs only after `e` has finished (and fails if it failed).
   Task& after(const Event& e);
+  /// Runs only on device `device` (an id from Runtime::devices()), whatever the policy prefers.
+  Task& on(uint32_t device);
 
   Task& arg(detail::BufferState* b, Access mode);
   /// Hands the task over (used by Runtime::submit).

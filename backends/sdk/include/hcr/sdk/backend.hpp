@@ -21,6 +21,7 @@
 #include <hcr/plugin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -291,14 +292,23 @@ class Backend {
     return *kept_.back();
   }
 
-  /// Checks a device index from the host.
+  /// Checks a device index from the host against the count last reported to it.
   void check_device(size_t device) {
-    if (device >= device_count())
-      throw Error(HCR_ERROR_NOT_FOUND, "no device " + std::to_string(device));
+    size_t n = reported_devices_.load(std::memory_order_relaxed);
+    if (n == kUnknown) n = report_device_count();
+    if (device >= n) throw Error(HCR_ERROR_NOT_FOUND, "no device " + std::to_string(device));
+  }
+  /// device_count(), remembered for check_device.
+  size_t report_device_count() {
+    size_t n = device_count();
+    reported_devices_.store(n, std::memory_order_relaxed);
+    return n;
   }
 
  private:
   Host host_;
+  static constexpr size_t kUnknown = ~size_t{0};
+  std::atomic<size_t> reported_devices_{kUnknown};
   std::mutex kept_mutex_;
   std::vector<std::unique_ptr<std::pair<std::string, std::string>>> kept_;
 };
@@ -330,7 +340,7 @@ struct Adapter {
   }
   static void plugin_destroy(hcr_plugin_t* p) noexcept { delete self(p); }
   static hcr_error_t* device_count(hcr_plugin_t* p, size_t* count) noexcept {
-    return guard([&] { *count = self(p)->device_count(); });
+    return guard([&] { *count = self(p)->report_device_count(); });
   }
   static hcr_error_t* device_info(hcr_plugin_t* p, size_t device, hcr_device_info_t* out) noexcept {
     return guard([&] {

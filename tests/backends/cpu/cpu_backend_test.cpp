@@ -1,0 +1,128 @@
+// The CPU backend plugin: options, its device, concurrency of its workers, and that idle workers
+// sleep rather than spin.
+#include "../../test_support.hpp"
+
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+namespace hcr {
+namespace {
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+TEST(CpuBackend, ThreadsOptionSetsTheDeviceSlots) {
+  Runtime rt(test::cpu_config(3));
+  ASSERT_EQ(rt.devices().size(), 1u);
+  const Device& d = rt.devices()[0];
+  EXPECT_EQ(d.kind, DeviceKind::cpu);
+  EXPECT_EQ(d.concurrency, 3u);
+  EXPECT_EQ(d.compute_units, 3u);
+  EXPECT_NE(d.name.find("(3 threads)"), std::string::npos) << d.name;
+  EXPECT_FALSE(d.arch.empty());
+  EXPECT_GT(d.memory_bytes, 0u);
+  EXPECT_EQ(d.memory_node, 0u);
+}
+
+TEST(CpuBackend, DefaultUsesAllCores) {
+  Config c = test::cpu_config(0);
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 1u);
+  EXPECT_EQ(rt.devices()[0].concurrency, std::max(1u, std::thread::hardware_concurrency()));
+}
+
+TEST(CpuBackend, BadOptionsAreSkippedNamingTheOption) {
+  for (auto [key, value, why] :
+       {std::tuple{"threads", "-1", "option 'threads' = -1"},
+        std::tuple{"threads", "many", "option 'threads' = 'many' is not an integer"},
+        std::tuple{"thread", "2", "unknown option 'thread'"}}) {
+    Config c;
+    c.use_environment = false;
+    c.backends.push_back({"cpu", true, {{key, value}}, "t.toml:4"});
+    Runtime rt(c);
+    EXPECT_TRUE(rt.devices().empty());
+    bool found = false;
+    for (auto& p : rt.load_report().plugins)
+      if (p.name == "cpu")
+        found = p.status == PluginRecord::Status::skipped &&
+                p.reason.find(why) != std::string::npos &&
+                p.reason.find("t.toml:4") != std::string::npos;
+    EXPECT_TRUE(found) << why;
+  }
+}
+
+TEST(CpuBackend, WorkersRunTasksSideBySide) {
+  Runtime rt(test::cpu_config(2));
+  std::atomic<int> arrived{0};
+  std::atomic<bool> both{false};
+  std::set<uint32_t> workers;
+  std::mutex m;
+  // Each task waits (bounded) for the other to arrive: only true concurrency lets both see 2.
+  Kernel meet = rt.kernel("meet").cpu([&](TaskContext& ctx) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      workers.insert(ctx.worker());
+    }
+    arrived.fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (arrived.load() >= 2) both = true;
+  });
+  Event a = rt.submit(Task(meet)), b = rt.submit(Task(meet));
+  a.get();
+  b.get();
+  EXPECT_TRUE(both.load());
+  for (uint32_t w : workers) EXPECT_LT(w, 2u);
+}
+
+TEST(CpuBackend, IdleWorkersSleep) {
+  Runtime rt(test::cpu_config(2));
+  Kernel k = rt.kernel("k").cpu([](TaskContext&) {});
+  for (int i = 0; i < 10000; ++i) rt.submit(Task(k));
+  rt.wait_all();
+  // Let the workers wind down, then watch the process while nothing is submitted: spinning
+  // workers would burn ~2 CPU-seconds per second; sleeping ones almost nothing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double cpu0 = process_cpu_seconds();
+  auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double used = process_cpu_seconds() - cpu0;
+  EXPECT_LT(used, 0.2 * wall) << "idle workers used " << used << " CPU-s in " << wall << " s";
+}
+
+TEST(CpuBackend, RefusesCodeForOtherBackends) {
+  Runtime rt(test::cpu_config(1));
+  Kernel k = rt.kernel("cl_only").source("opencl", "__kernel void cl_only() {}");
+  Error e = test::expect_error([&] { rt.submit(Task(k)).get(); });
+  EXPECT_EQ(e.code(), ErrorCode::no_device);
+  EXPECT_NE(std::string(e.what()).find("not opencl code"), std::string::npos) << e.what();
+}
+
+TEST(CpuBackend, GemmWithWrongArgumentsFailsNamingThem) {
+  Runtime rt(test::cpu_config(1));
+  auto a = rt.buffer<float>(2, 3), b = rt.buffer<float>(4, 2), c = rt.buffer<float>(2, 2);
+  hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0};
+  Kernel g = rt.kernel("gemm_f32");
+  Error e = test::expect_error([&] { rt.submit(Task(g).read(a).read(b).read_write(c).param(p)).get(); });
+  EXPECT_NE(std::string(e.what()).find("A is 2x3, B is 4x2, C is 2x2"), std::string::npos)
+      << e.what();
+  // Fresh outputs below: C now holds what a failed task wrote, and reading it would fail.
+  auto c2 = rt.buffer<float>(2, 2), c3 = rt.buffer<float>(2, 2);
+  e = test::expect_error([&] { rt.submit(Task(g).read(a).read_write(c2).param(p)).get(); });
+  EXPECT_NE(std::string(e.what()).find("takes 3 buffers"), std::string::npos) << e.what();
+  auto d = rt.buffer<double>(2, 2);
+  e = test::expect_error([&] { rt.submit(Task(g).read(d).read(d).read_write(c3).param(p)).get(); });
+  EXPECT_NE(std::string(e.what()).find("not a host f32 matrix"), std::string::npos) << e.what();
+}
+
+}  // namespace
+}  // namespace hcr

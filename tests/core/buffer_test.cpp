@@ -1,0 +1,140 @@
+// Buffers: shapes, registered host memory, host access ordering, partitioning into tiles.
+#include "../test_support.hpp"
+
+#include <numeric>
+#include <thread>
+
+namespace hcr {
+namespace {
+
+TEST(Buffers, ShapesAndValidation) {
+  Runtime rt(test::cpu_config(1));
+  auto m = rt.buffer<double>(3, 5);
+  EXPECT_EQ(m.rows(), 3u);
+  EXPECT_EQ(m.cols(), 5u);
+  EXPECT_EQ(m.ld(), 5u);
+  EXPECT_EQ(m.bytes(), 120u);
+  EXPECT_EQ(m.to_vector(), std::vector<double>(15, 0.0));  // zero-initialised
+  Error e = test::expect_error([&] { rt.buffer<float>(0, 4); });
+  EXPECT_NE(std::string(e.what()).find("buffer of 0x4 elements"), std::string::npos);
+  std::vector<float> host(12);
+  e = test::expect_error([&] { rt.wrap(host.data(), 3, 4, 2); });
+  EXPECT_NE(std::string(e.what()).find("leading dimension 2 is less than the 4 columns"),
+            std::string::npos);
+  EXPECT_EQ(test::expect_error([&] { Buffer<float>().rows(); }).code(),
+            ErrorCode::invalid_argument);
+}
+
+TEST(Buffers, WrappedHostMemoryIsUsedInPlace) {
+  Runtime rt(test::cpu_config(2));
+  std::vector<int32_t> data(2 * 8);  // a 2x3 view with leading dimension 8
+  std::iota(data.begin(), data.end(), 0);
+  auto b = rt.wrap(data.data(), 2, 3, 8);
+  Kernel inc = rt.kernel("inc").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<int32_t>(0);
+    EXPECT_EQ(v.ld, 8u);
+    for (size_t r = 0; r < v.rows; ++r)
+      for (size_t c = 0; c < v.cols; ++c) v(r, c) += 100;
+  });
+  rt.submit(Task(inc).read_write(b)).get();
+  EXPECT_EQ(b.to_vector(), (std::vector<int32_t>{100, 101, 102, 108, 109, 110}));
+  EXPECT_EQ(data[3], 3);  // outside the view: untouched
+}
+
+TEST(Buffers, AcquireWaitsForWritersAndHoldsLaterTasks) {
+  Runtime rt(test::cpu_config(2));
+  auto b = rt.vector<int64_t>(1);
+  Kernel add = rt.kernel("add").cpu([](TaskContext& ctx) {
+    ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0);
+  });
+  for (int i = 1; i <= 100; ++i) rt.submit(Task(add).read_write(b).param(int64_t{i}));
+  {
+    auto v = b.acquire(Access::read_write);
+    EXPECT_EQ(v(0, 0), 5050);  // every earlier writer has finished
+    Event later = rt.submit(Task(add).read_write(b).param(int64_t{1000}));
+    std::this_thread::yield();
+    EXPECT_FALSE(later.ready());  // held by the host's access
+    v(0, 0) = 0;
+  }
+  EXPECT_EQ(b.to_vector()[0], 1000);
+}
+
+TEST(Buffers, ReadersRunConcurrentlyWithAHostReader) {
+  Runtime rt(test::cpu_config(2));
+  auto b = rt.vector<int32_t>(1);
+  std::atomic<int> reads{0};
+  Kernel rd = rt.kernel("rd").cpu([&](TaskContext&) { reads.fetch_add(1); });
+  auto v = b.acquire(Access::read);
+  Event e = rt.submit(Task(rd).read(b));
+  e.wait();  // a read does not wait for the host's read
+  EXPECT_EQ(reads.load(), 1);
+}
+
+TEST(Buffers, TilesAreViewsAndUnpartitionJoinsThem) {
+  Runtime rt(test::cpu_config(2));
+  auto m = rt.buffer<int32_t>(5, 7);
+  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<int32_t>(0);
+    int32_t id = ctx.param<int32_t>(0);
+    for (size_t r = 0; r < v.rows; ++r)
+      for (size_t c = 0; c < v.cols; ++c) v(r, c) = id;
+  });
+  auto tiles = m.partition(2, 3);
+  ASSERT_EQ(tiles.rows(), 3u);
+  ASSERT_EQ(tiles.cols(), 3u);
+  EXPECT_EQ(tiles(2, 2).rows(), 1u);  // edge tiles are smaller
+  EXPECT_EQ(tiles(2, 2).cols(), 1u);
+  EXPECT_EQ(tiles(0, 0).ld(), 7u);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 3; ++j)
+      rt.submit(Task(fill).write(tiles(i, j)).param(static_cast<int32_t>(i * 10 + j)));
+  // The whole buffer is off limits while partitioned.
+  Error e = test::expect_error([&] { rt.submit(Task(fill).write(m).param(0)); });
+  EXPECT_NE(std::string(e.what()).find("is partitioned"), std::string::npos);
+  EXPECT_THROW(m.acquire(), Error);
+  EXPECT_THROW(m.partition(1, 1), Error);
+
+  Event joined = m.unpartition();
+  joined.get();
+  auto v = m.to_vector();
+  for (size_t r = 0; r < 5; ++r)
+    for (size_t c = 0; c < 7; ++c)
+      ASSERT_EQ(v[r * 7 + c], static_cast<int32_t>((r / 2) * 10 + c / 3)) << r << "," << c;
+  // A tile of the unpartitioned buffer is dead.
+  e = test::expect_error([&] { rt.submit(Task(fill).write(tiles(0, 0)).param(0)); });
+  EXPECT_NE(std::string(e.what()).find("unpartitioned"), std::string::npos);
+  EXPECT_THROW(m.unpartition(), Error);
+}
+
+TEST(Buffers, PartitionWaitsForEarlierUseOfTheWhole) {
+  Runtime rt(test::cpu_config(2));
+  auto m = rt.buffer<int32_t>(4, 4);
+  Kernel set = rt.kernel("set").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<int32_t>(0);
+    for (size_t r = 0; r < v.rows; ++r)
+      for (size_t c = 0; c < v.cols; ++c) v(r, c) = ctx.param<int32_t>(0);
+  });
+  Kernel add_one = rt.kernel("add1").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<int32_t>(0);
+    for (size_t r = 0; r < v.rows; ++r)
+      for (size_t c = 0; c < v.cols; ++c) v(r, c) += 1;
+  });
+  rt.submit(Task(set).write(m).param(41));
+  auto t = m.partition(2, 2);
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j) rt.submit(Task(add_one).read_write(t(i, j)));
+  m.unpartition();
+  rt.submit(Task(add_one).read_write(m));
+  EXPECT_EQ(m.to_vector(), std::vector<int32_t>(16, 43));
+}
+
+TEST(Buffers, DroppedTilesDoNotLeakOrBreakUnpartition) {
+  Runtime rt(test::cpu_config(1));
+  auto m = rt.buffer<float>(8, 8);
+  { auto t = m.partition(4, 4); }  // tiles dropped unused
+  EXPECT_NO_THROW(m.unpartition().get());
+  EXPECT_EQ(m.to_vector().size(), 64u);
+}
+
+}  // namespace
+}  // namespace hcr

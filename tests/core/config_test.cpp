@@ -1,0 +1,150 @@
+// TOML configuration: every key checked; errors name file, line and key.
+#include "../test_support.hpp"
+
+#include <fstream>
+
+namespace hcr {
+namespace {
+
+using test::expect_error;
+
+TEST(Config, ParsesEverySection) {
+  Config c = Config::parse(R"(
+[runtime]
+plugin_paths = ["/opt/hcr/plugins", "/usr/local/lib/hcr"]
+log_level = "info"
+
+[scheduler]
+policy = "eager"
+
+[[backend]]
+name = "cpu"
+threads = 4
+
+[[backend]]
+name = "sim"
+enabled = false
+seed = 42
+ratio = 0.5
+verbose = true
+kinds = ["gpu", "accelerator"]
+[[backend.device]]
+name = "fast"
+gflops = 2000
+[[backend.device]]
+name = "slow"
+[backend.link]
+bandwidth = "20GB/s"
+)",
+                           "devices.toml");
+  EXPECT_EQ(c.origin, "devices.toml");
+  ASSERT_EQ(c.plugin_paths.size(), 2u);
+  EXPECT_EQ(c.plugin_paths[1], "/usr/local/lib/hcr");
+  ASSERT_TRUE(c.log_level.has_value());
+  EXPECT_EQ(*c.log_level, LogLevel::info);
+  EXPECT_EQ(c.policy, "eager");
+  ASSERT_EQ(c.backends.size(), 2u);
+  EXPECT_EQ(c.backends[0].name, "cpu");
+  EXPECT_EQ(c.backends[0].origin, "devices.toml:9");
+  ASSERT_EQ(c.backends[0].options.size(), 1u);
+  EXPECT_EQ(c.backends[0].options[0], (std::pair<std::string, std::string>{"threads", "4"}));
+  const auto& s = c.backends[1];
+  EXPECT_FALSE(s.enabled);
+  auto opt = [&](const std::string& k) -> std::string {
+    for (auto& [key, v] : s.options)
+      if (key == k) return v;
+    return "<missing " + k + ">";
+  };
+  EXPECT_EQ(opt("seed"), "42");
+  EXPECT_EQ(opt("ratio"), "0.5");
+  EXPECT_EQ(opt("verbose"), "true");
+  EXPECT_EQ(opt("kinds"), "gpu,accelerator");
+  EXPECT_EQ(opt("device.0.name"), "fast");
+  EXPECT_EQ(opt("device.0.gflops"), "2000");
+  EXPECT_EQ(opt("device.1.name"), "slow");
+  EXPECT_EQ(opt("link.bandwidth"), "20GB/s");
+}
+
+TEST(Config, EmptyTextGivesDefaults) {
+  Config c = Config::parse("", "empty.toml");
+  EXPECT_TRUE(c.plugin_paths.empty());
+  EXPECT_FALSE(c.log_level.has_value());
+  EXPECT_EQ(c.policy, "eager");
+  EXPECT_TRUE(c.backends.empty());
+}
+
+struct BadCase {
+  const char* text;
+  const char* message;  // expected in the error, after "bad.toml:"
+};
+
+class ConfigErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigErrors, NameFileLineAndKey) {
+  Error e = expect_error([] { Config::parse(GetParam().text, "bad.toml"); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find(GetParam().message), std::string::npos)
+      << "error was: " << e.what();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, ConfigErrors,
+    ::testing::Values(
+        BadCase{"[runtime]\nplugin_path = []\n", "bad.toml:2: runtime.plugin_path: unknown key"},
+        BadCase{"\n\n[runtme]\n", "bad.toml:3: runtme: unknown key"},
+        BadCase{"[runtime]\nlog_level = 3\n",
+                "bad.toml:2: runtime.log_level: expected a string, got an integer"},
+        BadCase{"[runtime]\nlog_level = \"loud\"\n",
+                "bad.toml:2: runtime.log_level: 'loud' is not one of"},
+        BadCase{"[runtime]\nplugin_paths = \"/opt\"\n",
+                "bad.toml:2: runtime.plugin_paths: expected an array of strings, got a string"},
+        BadCase{"[runtime]\nplugin_paths = [\"rel/dir\"]\n",
+                "bad.toml:2: runtime.plugin_paths: 'rel/dir' is not an absolute directory"},
+        BadCase{"[scheduler]\npolicy = \"fastest\"\n",
+                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: eager"},
+        BadCase{"[scheduler]\npolicy = 1\n", "bad.toml:2: scheduler.policy: expected a string"},
+        BadCase{"[scheduler]\nplicy = \"eager\"\n", "bad.toml:2: scheduler.plicy: unknown key"},
+        BadCase{"[[backend]]\nthreads = 2\n", "bad.toml:1: backend.name: every [[backend]] needs"},
+        BadCase{"[[backend]]\nname = 5\n", "bad.toml:2: backend.name: expected a string"},
+        BadCase{"[[backend]]\nname = \"cpu\"\nenabled = \"yes\"\n",
+                "bad.toml:3: backend.enabled: expected true or false"},
+        BadCase{"[backend]\nname = \"cpu\"\n", "bad.toml:1: backend: expected [[backend]] tables"},
+        BadCase{"[runtime\n", "bad.toml:1:"},
+        BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
+
+TEST(Config, LoadNamesAMissingFile) {
+  Error e = expect_error([] { Config::load("/nonexistent/devices.toml"); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find("/nonexistent/devices.toml"), std::string::npos);
+}
+
+TEST(Config, LoadReadsAFileAndNamesItInErrors) {
+  test::TempDir dir;
+  auto path = dir.path() / "devices.toml";
+  std::ofstream(path) << "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = \"cpu\"\n"
+                         "threads = 1\nbogus = [[1], [2]]\n";
+  Error e = expect_error([&] { Config::load(path); });
+  EXPECT_NE(std::string(e.what()).find(path.string() + ":6: bogus"), std::string::npos)
+      << e.what();
+}
+
+TEST(Config, EnvironmentOverridesPolicy) {
+  Config c = test::cpu_config(1);
+  c.use_environment = true;
+  c.policy = "no-such-policy";
+  ::setenv("HCR_SCHED", "eager", 1);
+  Runtime rt(c);
+  ::unsetenv("HCR_SCHED");
+  EXPECT_EQ(rt.policy(), "eager");
+}
+
+TEST(Config, UnknownPolicyFailsTheRuntimeClearly) {
+  Config c = test::cpu_config(1);
+  c.policy = "fastest";
+  Error e = expect_error([&] { Runtime rt(c); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find("'fastest'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hcr
