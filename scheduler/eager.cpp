@@ -22,6 +22,11 @@ class Eager final : public Policy {
 
   TaskRef pop(DeviceId d) override {
     std::lock_guard<detail::SpinLock> lock(lock_);
+    if (!queue_.empty() && queue_.front().can_run(d)) {  // the common case
+      TaskRef t = queue_.front();
+      queue_.pop_front();
+      return t;
+    }
     for (auto it = queue_.begin(); it != queue_.end(); ++it)
       if (it->can_run(d)) {
         TaskRef t = *it;

@@ -2,6 +2,7 @@
 // points that hand work to the engine in runtime_core.cpp.
 #include "buffer_state.hpp"
 #include "log_internal.hpp"
+#include "node_pool.hpp"
 #include "runtime_core.hpp"
 
 #include <hcr/runtime.hpp>
@@ -22,6 +23,13 @@ void retain(KernelState* p) noexcept { p->refs.fetch_add(1, std::memory_order_re
 void release(KernelState* p) noexcept {
   if (p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
 }
+
+using TaskPool = NodePool<sizeof(TaskNode), alignof(TaskNode)>;
+void* TaskNode::operator new(size_t size) {
+  if (size != sizeof(TaskNode)) return ::operator new(size);
+  return TaskPool::allocate();
+}
+void TaskNode::operator delete(void* p) noexcept { TaskPool::deallocate(p); }
 
 TaskNode::~TaskNode() {
   for (ArgRec& a : args) release(a.buffer);

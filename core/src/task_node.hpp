@@ -73,6 +73,10 @@ struct TaskNode {
   std::chrono::steady_clock::time_point start;
 
   ~TaskNode();
+
+  // Tasks come from a per-thread pool (node_pool.hpp).
+  static void* operator new(size_t size);
+  static void operator delete(void* p) noexcept;
 };
 
 /// Fills t->footprint and t->size from its kernel and arguments' shapes.

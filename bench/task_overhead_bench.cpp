@@ -1,0 +1,96 @@
+// Per-task overhead, submit to completion: batches of empty CPU tasks (and tasks with one
+// read-write buffer) through hcr, with one worker and with all cores, against a bare oneTBB
+// task_group running the same number of empty functions in the same process.
+//
+//   build/bin/task_overhead_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+//
+// The figure to read is the counter per_task (wall seconds per task) of the median.
+#include <hcr/hcr.hpp>
+
+#include <benchmark/benchmark.h>
+#include <tbb/task_arena.h>
+#include <tbb/task_group.h>
+
+#include <map>
+#include <memory>
+#include <thread>
+
+namespace {
+
+constexpr int kBatch = 20000;
+
+int all_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+hcr::Runtime& runtime(int threads) {
+  static std::map<int, std::unique_ptr<hcr::Runtime>> runtimes;
+  auto& rt = runtimes[threads];
+  if (!rt) {
+    hcr::Config c;
+    c.use_environment = false;
+    c.backends.push_back({"cpu", true, {{"threads", std::to_string(threads)}}, "bench"});
+    rt = std::make_unique<hcr::Runtime>(c);
+  }
+  return *rt;
+}
+
+void report(benchmark::State& state, int64_t tasks) {
+  state.SetItemsProcessed(tasks);
+  // Wall seconds per task, printed with an SI prefix (e.g. 348n = 0.348 us).
+  state.counters["per_task"] = benchmark::Counter(
+      static_cast<double>(tasks), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_HcrEmptyTasks(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel empty = rt.kernel("empty").cpu([](hcr::TaskContext&) {});
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(empty));
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " worker(s)");
+}
+
+void BM_HcrOneReadWriteBuffer(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel touch = rt.kernel("touch").cpu([](hcr::TaskContext&) {});
+  // 64 buffers used round robin: 64 independent chains of read-write tasks.
+  std::vector<hcr::Buffer<float>> bufs;
+  for (int i = 0; i < 64; ++i) bufs.push_back(rt.vector<float>(16));
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(touch).read_write(bufs[i & 63]));
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " worker(s)");
+}
+
+void BM_TbbTaskGroupBaseline(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  tbb::task_arena arena(threads, 1);
+  tbb::task_group group;
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    arena.execute([&] {
+      for (int i = 0; i < kBatch; ++i) group.run([] { benchmark::ClobberMemory(); });
+      group.wait();
+    });
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " thread(s)");
+}
+
+BENCHMARK(BM_TbbTaskGroupBaseline)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrEmptyTasks)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrOneReadWriteBuffer)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
