@@ -177,16 +177,8 @@ class CpuBackend final : public sdk::Backend {
       case KernelType::gemm_f32: err = sdk::guard([&] { gemm<float>(a); }); break;
       case KernelType::gemm_f64: err = sdk::guard([&] { gemm<double>(a); }); break;
       case KernelType::host: {
-        hcr_exec_context_t ctx{};
-        ctx.struct_size = HCR_EXEC_CONTEXT_STRUCT_SIZE;
-        ctx.args = a.args;
-        ctx.num_args = a.num_args;
-        ctx.params = a.params;
-        ctx.params_size = a.params_size;
-        ctx.host_token = a.host_token;
-        ctx.device = a.device;
         int slot = tbb::this_task_arena::current_thread_index();
-        ctx.worker = slot < 0 ? 0u : static_cast<uint32_t>(slot);
+        hcr_exec_context_t ctx = sdk::exec_context(a, slot < 0 ? 0u : static_cast<uint32_t>(slot));
         err = sdk::run_host_function(k.fn, k.user_data, ctx);
         break;
       }

@@ -218,7 +218,7 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
     throw Error(ErrorCode::invalid_argument, "parameters exceed 64 KiB");
   t->params.resize(off + size);
   std::memcpy(t->params.data() + off, data, size);
-  t->param_offsets.push_back(static_cast<uint16_t>(off));
+  t->param_offsets.push_back(static_cast<uint32_t>(off));
 }
 
 void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
@@ -312,6 +312,24 @@ Task& Task::priority(int p) {
 }
 Task& Task::after(const Event& e) {
   detail::task_add_dependency(node_or_throw(), e.node());
+  return *this;
+}
+Task& Task::grid(uint64_t x, uint64_t y, uint64_t z) {
+  detail::TaskNode* t = node_or_throw();
+  if (x == 0 || y == 0 || z == 0)
+    throw Error(ErrorCode::invalid_argument, "grid of " + std::to_string(x) + "x" +
+                                                 std::to_string(y) + "x" + std::to_string(z) +
+                                                 ": every dimension must be at least 1");
+  t->global_size[0] = x;
+  t->global_size[1] = y;
+  t->global_size[2] = z;
+  return *this;
+}
+Task& Task::block(uint32_t x, uint32_t y, uint32_t z) {
+  detail::TaskNode* t = node_or_throw();
+  t->local_size[0] = x;
+  t->local_size[1] = y;
+  t->local_size[2] = z;
   return *this;
 }
 Task& Task::on(uint32_t device) {

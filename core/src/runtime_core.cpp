@@ -260,6 +260,12 @@ void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
   la.flags = timing_ ? HCR_LAUNCH_MEASURE : 0u;
   la.done = &RuntimeCore::on_launch_done;
   la.done_user_data = t;
+  la.param_offsets = t->param_offsets.data();
+  la.num_params = t->param_offsets.size();
+  for (int i = 0; i < 3; ++i) {
+    la.global_size[i] = t->global_size[i];
+    la.local_size[i] = t->local_size[i];
+  }
   if (timing_) t->start = std::chrono::steady_clock::now();
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la)) launch_done(t, err, nullptr);
 }

@@ -54,7 +54,9 @@ struct TaskNode {
   boost::container::small_vector<ArgRec, 3> args;
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;
-  boost::container::small_vector<uint16_t, 4> param_offsets;
+  boost::container::small_vector<uint32_t, 4> param_offsets;
+  uint64_t global_size[3] = {0, 0, 0};  // Task::grid()
+  uint32_t local_size[3] = {0, 0, 0};   // Task::block()
   boost::container::small_vector<TaskNode*, 1> after;  // explicit dependencies (references)
 
   // Successors, guarded by `lock`; `finished` and `failed` flip under it exactly once.

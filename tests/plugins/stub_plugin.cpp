@@ -74,14 +74,7 @@ class Stub final : public hcr::sdk::Backend {
     if (k->name == "fail" && k->fn == nullptr) {
       err = hcr::sdk::make_error(HCR_ERROR_BACKEND, "stub kernel 'fail' failed as asked");
     } else if (k->fn != nullptr) {
-      hcr_exec_context_t ctx{};
-      ctx.struct_size = HCR_EXEC_CONTEXT_STRUCT_SIZE;
-      ctx.args = a.args;
-      ctx.num_args = a.num_args;
-      ctx.params = a.params;
-      ctx.params_size = a.params_size;
-      ctx.host_token = a.host_token;
-      ctx.device = a.device;
+      hcr_exec_context_t ctx = hcr::sdk::exec_context(a);
       err = hcr::sdk::run_host_function(k->fn, k->user_data, ctx);
     }
     hcr::sdk::complete(a.done, a.done_user_data, err, 1e-6);

@@ -278,8 +278,12 @@ typedef struct hcr_exec_context {
   void* native_device;   /* backend's device handle or NULL */
   size_t device;
   uint32_t worker;       /* which of the device's concurrent slots runs this (0..concurrency-1) */
+  /* The scalar parameters one by one: the i-th starts at byte param_offsets[i] of `params` and
+   * runs to the next offset (or to params_size). Borrowed for the call. */
+  const uint32_t* param_offsets;
+  size_t num_params;
 } hcr_exec_context_t;
-#define HCR_EXEC_CONTEXT_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_exec_context_t, worker)
+#define HCR_EXEC_CONTEXT_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_exec_context_t, num_params)
 
 /* A host or native function implementation. Returns 0 on success; otherwise writes a
  * NUL-terminated message of at most `message_size` bytes into `message` and returns non-zero. */
@@ -336,8 +340,18 @@ typedef struct hcr_launch_args {
   uint32_t flags;        /* HCR_LAUNCH_* */
   hcr_done_fn done;
   void* done_user_data;
+  /* The scalar parameters one by one: the i-th starts at byte param_offsets[i] of `params` and
+   * runs to the next offset (or to params_size). Borrowed until done. SOURCE and BINARY kernels
+   * receive the buffer arguments first, then each parameter as its own kernel argument. */
+  const uint32_t* param_offsets;
+  size_t num_params;
+  /* Work geometry for SOURCE and BINARY kernels: work items per dimension (global_size[0] == 0:
+   * one per element of the first buffer the task writes, 1-D) and the work-group / block size
+   * (0: the backend chooses). */
+  uint64_t global_size[3];
+  uint32_t local_size[3];
 } hcr_launch_args_t;
-#define HCR_LAUNCH_ARGS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_launch_args_t, done_user_data)
+#define HCR_LAUNCH_ARGS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_launch_args_t, local_size)
 
 /* ======================================================================================
  * Built-in kernels — names and parameter blocks every backend that offers them agrees on

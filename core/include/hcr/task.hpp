@@ -70,6 +70,11 @@ class HCR_API Task {
   Task& after(const Event& e);
   /// Runs only on device `device` (an id from Runtime::devices()), whatever the policy prefers.
   Task& on(uint32_t device);
+  /// Work items per dimension for source and binary kernels (OpenCL NDRange, CUDA threads).
+  /// Default: one per element of the first buffer the task writes.
+  Task& grid(uint64_t x, uint64_t y = 1, uint64_t z = 1);
+  /// Work-group (OpenCL) or block (CUDA) size; default: the backend chooses.
+  Task& block(uint32_t x, uint32_t y = 1, uint32_t z = 1);
 
   Task& arg(detail::BufferState* b, Access mode);
   /// Hands the task over (used by Runtime::submit).

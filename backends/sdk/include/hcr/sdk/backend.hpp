@@ -233,6 +233,26 @@ inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double se
   done(user, error, &info);
 }
 
+/// The context a host or native function receives for launch `a`.
+inline hcr_exec_context_t exec_context(const hcr_launch_args_t& a, uint32_t worker = 0,
+                                       void* native_queue = nullptr,
+                                       void* native_device = nullptr) noexcept {
+  hcr_exec_context_t ctx{};
+  ctx.struct_size = HCR_EXEC_CONTEXT_STRUCT_SIZE;
+  ctx.args = a.args;
+  ctx.num_args = a.num_args;
+  ctx.params = a.params;
+  ctx.params_size = a.params_size;
+  ctx.host_token = a.host_token;
+  ctx.native_queue = native_queue;
+  ctx.native_device = native_device;
+  ctx.device = a.device;
+  ctx.worker = worker;
+  ctx.param_offsets = a.param_offsets;
+  ctx.num_params = a.num_params;
+  return ctx;
+}
+
 /// Runs a host-function implementation and returns its error (NULL on success).
 inline hcr_error_t* run_host_function(hcr_kernel_fn fn, void* user_data,
                                       const hcr_exec_context_t& ctx) noexcept {
