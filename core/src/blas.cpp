@@ -35,7 +35,9 @@ Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>&
       for (size_t kk = 0; kk < kt; ++kk) {
         hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, static_cast<double>(alpha),
                             kk == 0 ? static_cast<double>(beta) : 1.0};
-        rt.submit(Task(kernel).read(ta(i, kk)).read(tb(kk, j)).read_write(tc(i, j)).param(p));
+        // With beta = 0 the first step only writes C: nothing of C needs copying in.
+        Access c_access = (kk == 0 && beta == T(0)) ? Access::write : Access::read_write;
+        rt.submit(Task(kernel).read(ta(i, kk)).read(tb(kk, j)).arg(tc(i, j), c_access).param(p));
       }
   ba.unpartition();
   if (!(b == a)) bb.unpartition();

@@ -1,5 +1,6 @@
 // Buffers: creation, host access (acquire/release), and partitioning into tiles.
 #include "buffer_state.hpp"
+#include "data_manager.hpp"
 #include "runtime_core.hpp"
 
 #include <hcr/runtime.hpp>
@@ -29,6 +30,10 @@ void release(BufferState* p) noexcept {
 }
 
 BufferState::~BufferState() {
+  if (BufferData* d = data.load(std::memory_order_acquire)) {
+    rt->data().forget(*this);
+    delete d;
+  }
   if (last_writer) release(last_writer);
   for (TaskNode* r : readers) release(r);
   if (parent) {  // forget us in the parent's grid (it holds plain pointers)

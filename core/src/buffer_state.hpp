@@ -16,6 +16,7 @@
 namespace hcr::detail {
 
 struct TaskNode;
+struct BufferData;
 class RuntimeCore;
 
 struct BufferState {
@@ -41,6 +42,9 @@ struct BufferState {
   // plain pointer only (a tile's destructor clears its slot), so no reference cycle forms.
   bool partitioned = false;
   std::vector<BufferState*> tiles;
+
+  // Replicas on device memory nodes (data_manager.cpp); null while only host memory was used.
+  std::atomic<BufferData*> data{nullptr};
 
   size_t bytes() const noexcept { return rows * cols * elem; }
   ~BufferState();

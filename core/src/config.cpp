@@ -6,6 +6,8 @@
 
 #include <toml++/toml.h>
 
+#include "units.hpp"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -107,8 +109,9 @@ class Parser {
       std::string key(k.str());
       if (key == "runtime") runtime(table(v, key), c);
       else if (key == "scheduler") scheduler(table(v, key), c);
+      else if (key == "data") data(table(v, key), c);
       else if (key == "backend") backends(v, c);
-      else fail(&v, key, "unknown key (expected runtime, scheduler or backend)");
+      else fail(&v, key, "unknown key (expected runtime, scheduler, data or backend)");
     }
     return c;
   }
@@ -155,6 +158,22 @@ class Parser {
     }
   }
 
+  void data(const toml::table& t, Config& c) const {
+    for (auto&& [k, v] : t) {
+      std::string key = "data." + std::string(k.str());
+      if (k.str() == "prefetch") {
+        c.prefetch = boolean(v, key);
+      } else if (k.str() == "lookahead") {
+        if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+        int64_t n = *v.value<int64_t>();
+        if (n < -1 || n > 1024) fail(&v, key, std::to_string(n) + " is not -1 or 0 to 1024");
+        c.lookahead = static_cast<int>(n);
+      } else {
+        fail(&v, key, "unknown key (expected prefetch or lookahead)");
+      }
+    }
+  }
+
   void backends(const toml::node& n, Config& c) const {
     auto* a = n.as_array();
     if (a == nullptr || !a->is_array_of_tables())
@@ -171,6 +190,12 @@ class Parser {
           named = true;
         } else if (key == "enabled") {
           b.enabled = boolean(v, "backend.enabled");
+        } else if (key == "memory_limit") {
+          b.memory_limit = scalar_text(v, "backend.memory_limit");
+          if (!detail::parse_memory_limit(b.memory_limit))
+            fail(&v, "backend.memory_limit",
+                 "'" + b.memory_limit + "' is not a size (\"4GiB\", \"512MB\", bytes) or a "
+                 "share (\"75%\")");
         } else {
           flatten(v, key, b.options);
         }

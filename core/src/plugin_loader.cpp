@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -118,6 +119,17 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
   return lib;
 }
 
+// A library whose plugin was created has run code that may have started threads or left
+// thread-local state with destructors (oneTBB, CUDA do both): unloading it would leave those
+// pointing into unmapped code, and any thread that ever called into it would crash at exit. Such
+// libraries stay loaded until the process ends; their instances still end with their runtime.
+void keep_loaded(const std::shared_ptr<LoadedLibrary>& lib) {
+  static auto* kept = new std::vector<std::shared_ptr<LoadedLibrary>>();  // never destroyed
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::find(kept->begin(), kept->end(), lib) == kept->end()) kept->push_back(lib);
+}
+
 // Creates one instance of `lib` and reads its devices. Null with record.reason set on failure.
 std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>& lib,
                                             const BackendConfig& bc, PluginRecord& record) {
@@ -126,6 +138,8 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   p->api = lib->api;
   p->name = lib->name;
   p->log_prefix = "[" + lib->name + "] ";
+  p->memory_limit = bc.memory_limit;
+  p->origin = bc.origin;
   p->services.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
   p->services.abi_major = HCR_ABI_MAJOR;
   p->services.abi_minor = HCR_ABI_MINOR;
@@ -143,6 +157,7 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   a.num_options = options.size();
   a.library_path = lib->path.c_str();
   std::string where = bc.origin.empty() ? "" : " (backend table at " + bc.origin + ")";
+  keep_loaded(lib);
   if (hcr_error_t* err = lib->api->plugin_create(&a)) {
     record.reason = "init failed: " + take_error(lib->api, err) + where;
     return nullptr;

@@ -30,6 +30,8 @@ struct PluginInstance {
   hcr_plugin_t* handle = nullptr;
   std::string name;
   std::string log_prefix;
+  std::string memory_limit;  // the [[backend]] table's, read by the runtime
+  std::string origin;        // where that table is
   hcr_host_services_t services{};
   struct DeviceRecord {
     size_t index;  // the plugin's own device index

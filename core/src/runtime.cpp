@@ -3,6 +3,7 @@
 #include "buffer_state.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
+#include "units.hpp"
 #include "runtime_core.hpp"
 
 #include <hcr/runtime.hpp>
@@ -50,20 +51,42 @@ RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
       ds->plugin = p.get();
       ds->index = rec.index;
       ds->flags = rec.flags;
-      // Keep every slot busy and one task queued behind each, so a worker finishing a task
-      // finds the next one already in the plugin.
-      ds->window = 2 * std::max<uint32_t>(1, ds->info.concurrency);
+      // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
+      // task finds the next one in the plugin, its inputs already copied in.
+      const uint32_t slots = std::max<uint32_t>(1, ds->info.concurrency);
+      ds->window = slots + (config_.lookahead < 0 ? slots : static_cast<uint32_t>(config_.lookahead));
       devices_.push_back(ds->info);
       dev_.push_back(std::move(ds));
     }
   }
-  // Memory nodes: host-memory devices share node 0; every other device has its own.
-  uint32_t next_node = 1;
+  // Memory nodes: host-memory devices share node 0; every other device has its own, with the
+  // limit its [[backend]] table sets (default 90% of what it reports).
+  std::vector<DataManager::NodeInit> nodes{{nullptr, "host", 0}};
   for (size_t i = 0; i < dev_.size(); ++i) {
-    uint32_t node = (dev_[i]->flags & HCR_DEVICE_HOST_MEMORY) ? 0 : next_node++;
-    dev_[i]->info.memory_node = node;
+    DeviceState& d = *dev_[i];
+    uint32_t node = 0;
+    if (!(d.flags & HCR_DEVICE_HOST_MEMORY)) {
+      if (nodes.size() >= DataManager::kMaxNodes)
+        throw Error(ErrorCode::config, "more than " + std::to_string(DataManager::kMaxNodes - 1) +
+                                           " devices with their own memory");
+      MemoryLimit limit{true, 90};
+      if (!d.plugin->memory_limit.empty()) {
+        auto parsed = parse_memory_limit(d.plugin->memory_limit);
+        if (!parsed)
+          throw Error(ErrorCode::config, d.plugin->origin + ": backend '" + d.plugin->name +
+                                             "': memory_limit '" + d.plugin->memory_limit +
+                                             "' is not a size or a share");
+        limit = *parsed;
+      }
+      uint64_t bytes = limit.apply(d.info.memory_bytes);
+      if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
+      node = static_cast<uint32_t>(nodes.size());
+      nodes.push_back({&d, d.info.name, bytes});
+    }
+    d.info.memory_node = node;
     devices_[i].memory_node = node;
   }
+  data_.init(std::move(nodes));
 }
 
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
@@ -80,6 +103,7 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
   wait_all();
+  data_.shutdown();  // every buffer's data home, device memory freed
   for (auto& d : dev_) {
     if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "

@@ -114,7 +114,11 @@ void RuntimeCore::submit(TaskNode* t) {
       }
       mode |= static_cast<int>(t->args[j].access);
     }
-    if (first) register_access(*b, t, static_cast<Access>(mode));
+    if (first) {
+      t->uargs.push_back({b, static_cast<Access>(mode)});
+      t->bytes += b->bytes();
+      register_access(*b, t, static_cast<Access>(mode));
+    }
   }
   for (TaskNode* before : t->after) {
     add_edge(before, t, true);
@@ -173,24 +177,32 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     finish(t, dependency_error(t->dep_error));
     return;
   }
-  switch (t->kind) {
-    case TaskKind::join:
-      finish(t, nullptr);
-      return;
-    case TaskKind::host_access:
-      t->granted.store(1, std::memory_order_release);
-      t->granted.notify_all();
-      return;
-    case TaskKind::kernel:
-      break;
+  if (t->kind != TaskKind::kernel) {  // joins and host access run where the host memory is
+    if (data_.active()) {
+      switch (data_.acquire(t, 0)) {
+        case DataManager::Status::pending: return;  // data_ready() continues
+        case DataManager::Status::failed: finish(t, t->transfer_error); return;
+        default: break;
+      }
+    }
+    host_task_ready(t);
+    return;
   }
   KernelState& k = *t->kernel;
-  if (!k.any_capable || (t->pinned >= 0 && !k.can_run(static_cast<size_t>(t->pinned)))) {
-    finish(t, no_device_error(k, t->pinned));
+  bool runnable = k.any_capable;
+  if (runnable && (t->pinned >= 0 || data_.active())) {
+    runnable = false;
+    for (size_t d = 0; d < dev_.size() && !runnable; ++d)
+      runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
+  }
+  if (!runnable) {
+    finish(t, no_device_error(*t));
     return;
   }
   sched::DeviceId d = policy_->push(sched::TaskRef(t));
   if (d != sched::kAnyDevice) {
+    if (data_.active() && config_.prefetch && dev_[d]->info.memory_node != 0)
+      data_.prefetch(t, dev_[d]->info.memory_node);
     pump(*dev_[d]);
     return;
   }
@@ -220,32 +232,74 @@ void RuntimeCore::pump(DeviceState& d) noexcept {
 
 void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
   t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
-  KernelDevice& kd = t->kernel->devices[d.info.id];
-  const hcr_plugin_api_t* api = d.plugin->api;
+  if (data_.active()) {
+    switch (data_.acquire(t, d.info.memory_node)) {
+      case DataManager::Status::ready: break;
+      case DataManager::Status::pending: return;  // data_ready() starts it
+      case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
+      case DataManager::Status::failed: abandon(t, d, t->transfer_error); return;
+    }
+  }
+  start_kernel(t, d);
+}
 
-  if (!(d.flags & HCR_DEVICE_HOST_MEMORY) && !t->args.empty()) {
-    // Devices with their own memory need the data manager to stage arguments.
-    d.tasks.fetch_add(1, std::memory_order_relaxed);
-    d.failed.fetch_add(1, std::memory_order_relaxed);
-    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    finish(t, std::make_exception_ptr(
-                  Error(ErrorCode::unsupported, "device '" + d.info.name +
-                                                    "' has its own memory, which this runtime "
-                                                    "cannot stage buffers into yet")));
+void RuntimeCore::data_ready(TaskNode* t) noexcept {
+  if (t->kind == TaskKind::kernel)
+    start_kernel(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]);
+  else
+    host_task_ready(t);
+}
+
+void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
+
+void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
+  if (t->transfer_error) {
+    finish(t, t->transfer_error);
+  } else if (t->kind == TaskKind::join) {
+    finish(t, nullptr);
+  } else {  // host access: granted until Buffer's HostView releases it
+    t->granted.store(1, std::memory_order_release);
+    t->granted.notify_all();
+  }
+}
+
+void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
+  d.tasks.fetch_add(1, std::memory_order_relaxed);
+  d.failed.fetch_add(1, std::memory_order_relaxed);
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  pump(d);
+  finish(t, std::move(e));
+}
+
+bool RuntimeCore::fits(const TaskNode* t, size_t d) const noexcept {
+  uint32_t node = dev_[d]->info.memory_node;
+  return node == 0 || t->bytes <= data_.limit(node);
+}
+
+void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
+  if (t->transfer_error) {
+    abandon(t, d, t->transfer_error);
     return;
   }
-
+  KernelDevice& kd = t->kernel->devices[d.info.id];
+  const hcr_plugin_api_t* api = d.plugin->api;
+  const uint32_t node = d.info.memory_node;
   t->abi_args.clear();
   for (const ArgRec& a : t->args) {
-    const BufferState& b = *a.buffer;
+    BufferState& b = *a.buffer;
     hcr_arg_t x{};
     x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.host = b.host;
     x.dtype = static_cast<hcr_dtype_t>(b.dtype);
     x.access = static_cast<hcr_access_t>(a.access);
     x.rows = b.rows;
     x.cols = b.cols;
-    x.ld = b.ld;
+    if (node == 0) {
+      x.host = b.host;
+      x.ld = b.ld;
+    } else {  // device replicas are contiguous
+      x.memory = data_.memory(b, node);
+      x.ld = b.cols;
+    }
     t->abi_args.push_back(x);
   }
   hcr_launch_args_t la{};
@@ -308,6 +362,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
 }
 
 void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
+  if (t->data_node >= 0) data_.commit(t, !e);
   if (e) {
     t->error = e;
     failed_.fetch_add(1, std::memory_order_relaxed);
@@ -337,18 +392,25 @@ void RuntimeCore::wait_all() noexcept {
     outstanding_.wait(v, std::memory_order_acquire);
 }
 
-std::exception_ptr RuntimeCore::no_device_error(const KernelState& k, int pinned) const {
+std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
+  const KernelState& k = *t.kernel;
+  auto reason = [&](size_t d) -> std::string {
+    if (!k.can_run(d))
+      return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
+    if (!fits(&t, d))
+      return "its memory limit of " + std::to_string(data_.limit(dev_[d]->info.memory_node)) +
+             " bytes cannot hold the task's " + std::to_string(t.bytes);
+    return "no reason known";
+  };
   std::string msg = "no device can run kernel '" + k.name + "'";
-  if (pinned >= 0) {
-    msg = "kernel '" + k.name + "' cannot run on device '" + dev_[pinned]->info.name +
-          "', the only one the task allows: " +
-          (k.devices[pinned].why_not.empty() ? "no implementation" : k.devices[pinned].why_not);
+  if (t.pinned >= 0) {
+    msg = "kernel '" + k.name + "' cannot run on device '" + dev_[t.pinned]->info.name +
+          "', the only one the task allows: " + reason(static_cast<size_t>(t.pinned));
   } else if (dev_.empty()) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {
-    for (size_t d = 0; d < k.num_devices; ++d)
-      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " +
-             (k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not);
+    for (size_t d = 0; d < dev_.size(); ++d)
+      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
   }
   return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
 }
@@ -362,6 +424,7 @@ RuntimeStats RuntimeCore::stats() const {
   for (auto& d : dev_)
     s.devices.push_back({d->tasks.load(std::memory_order_relaxed),
                          d->failed.load(std::memory_order_relaxed)});
+  s.data = data_.counters();
   return s;
 }
 

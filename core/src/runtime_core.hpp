@@ -1,6 +1,7 @@
 // The runtime's engine: devices and their drivers, the dependency graph, task completion.
 #pragma once
 
+#include "data_manager.hpp"
 #include "kernel_state.hpp"
 #include "plugin_loader.hpp"
 #include "task_node.hpp"
@@ -52,6 +53,7 @@ class RuntimeCore final : public sched::Context {
   }
 
   const Config& config() const noexcept { return config_; }
+  DataManager& data() noexcept { return data_; }
   const LoadReport& report() const noexcept { return report_; }
   sched::Policy& policy() noexcept { return *policy_; }
 
@@ -68,6 +70,13 @@ class RuntimeCore final : public sched::Context {
   void wait_all() noexcept;
   RuntimeStats stats() const;
 
+  /// The copies `t` waited for have completed (DataManager).
+  void data_ready(TaskNode* t) noexcept;
+  /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
+  void retry_acquire(TaskNode* t) noexcept;
+  /// Whether device d's memory limit can hold `t`'s buffers at all.
+  bool fits(const TaskNode* t, size_t d) const noexcept;
+
   std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
 
  private:
@@ -75,9 +84,15 @@ class RuntimeCore final : public sched::Context {
   void dispatch(TaskNode* t) noexcept;
   void pump(DeviceState& d) noexcept;
   void launch(TaskNode* t, DeviceState& d) noexcept;
+  // Data in place: hands the kernel to the plugin.
+  void start_kernel(TaskNode* t, DeviceState& d) noexcept;
+  // A kernel task ends before reaching the plugin (no memory, a failed copy).
+  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept;
+  // Runs nowhere: joins and host access, once their data is home.
+  void host_task_ready(TaskNode* t) noexcept;
   static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info) noexcept;
-  std::exception_ptr no_device_error(const KernelState& k, int pinned = -1) const;
+  std::exception_ptr no_device_error(const TaskNode& t) const;
 
   Config config_;
   LoadReport report_;
@@ -86,6 +101,7 @@ class RuntimeCore final : public sched::Context {
   std::vector<std::unique_ptr<DeviceState>> dev_;
   std::unique_ptr<sched::Policy> policy_;
   bool timing_ = false;
+  DataManager data_{*this};
   std::weak_ptr<RuntimeCore> self_;
 
   std::mutex kernels_mutex_;

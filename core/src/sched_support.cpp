@@ -1,5 +1,6 @@
 // The core's side of the scheduling interface: task views for policies and the policy registry.
 #include "kernel_state.hpp"
+#include "runtime_core.hpp"
 #include "task_node.hpp"
 
 #include <hcr/error.hpp>
@@ -28,7 +29,7 @@ double TaskRef::size() const noexcept {
 }
 bool TaskRef::can_run(DeviceId d) const noexcept {
   return n_->kernel && (n_->pinned < 0 || static_cast<DeviceId>(n_->pinned) == d) &&
-         n_->kernel->can_run(d);
+         n_->kernel->can_run(d) && n_->rt->fits(n_, d);
 }
 
 namespace {

@@ -18,6 +18,7 @@ namespace hcr::detail {
 
 struct BufferState;
 struct KernelState;
+struct TaskNode;
 class RuntimeCore;
 
 enum class TaskKind : uint8_t {
@@ -27,7 +28,7 @@ enum class TaskKind : uint8_t {
 };
 
 struct ArgRec {
-  BufferState* buffer;  // holds a reference
+  BufferState* buffer;  // `args` hold a reference each; `uargs` borrow those
   Access access;
 };
 
@@ -52,6 +53,8 @@ struct TaskNode {
   KernelState* kernel = nullptr;  // holds a reference (kernel tasks)
 
   boost::container::small_vector<ArgRec, 3> args;
+  boost::container::small_vector<ArgRec, 3> uargs;  // one per distinct buffer, modes combined
+  uint64_t bytes = 0;                                // of the distinct buffers
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;
   boost::container::small_vector<uint32_t, 4> param_offsets;
@@ -67,6 +70,11 @@ struct TaskNode {
   std::exception_ptr dep_error;  // first failed data predecessor (under lock)
 
   std::exception_ptr error;  // written before `state` is published
+
+  // Data (data_manager.cpp): the node whose replicas this task holds pinned, copies it waits for.
+  int32_t data_node = -1;
+  std::atomic<int32_t> transfers_pending{0};
+  std::exception_ptr transfer_error;
   bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
 
   uint64_t footprint = 0;  // computed lazily for the scheduler

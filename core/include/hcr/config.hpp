@@ -9,8 +9,13 @@
 /// [scheduler]
 /// policy = "eager"
 ///
+/// [data]
+/// prefetch = true                       # copy inputs as soon as a task is placed
+/// lookahead = -1                        # queued tasks per device beyond its slots (-1: slots)
+///
 /// [[backend]]                           # one table per plugin instance
 /// name = "cpu"                          # the plugin's name
+/// memory_limit = "75%"                  # per device: bytes ("4GiB") or a share; read by hcr
 /// threads = 0                           # any other key reaches the plugin as a string
 /// \endcode
 ///
@@ -37,6 +42,9 @@ struct BackendConfig {
   /// Every other key, as strings; nested tables flatten to dotted keys ("device.0.gflops").
   std::vector<std::pair<std::string, std::string>> options;
   std::string origin;  ///< "file:line" of the table, for diagnostics
+  /// Memory hcr may use on each of this backend's devices: bytes ("4GiB") or a share ("75%").
+  /// Empty: 90% of what the device reports. Read by the runtime, not passed to the plugin.
+  std::string memory_limit;
 };
 
 /// The whole configuration. Plain data: build one by hand or with load()/parse().
@@ -45,6 +53,11 @@ struct HCR_API Config {
   /// Unset: leave the process-wide level alone (HCR_LOG, or warn).
   std::optional<LogLevel> log_level;
   std::string policy = "eager";           ///< scheduler policy name
+  /// [data] prefetch: start copying a task's inputs as soon as the policy places it.
+  bool prefetch = true;
+  /// [data] lookahead: tasks handed to a device beyond the ones it runs at once, so that their
+  /// inputs arrive while the device computes (-1: as many as it runs at once).
+  int lookahead = -1;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
   std::string origin = "<defaults>";      ///< the file it came from
   /// When true (the default), HCR_LOG, HCR_SCHED and HCR_PLUGIN_PATH override the values above.

@@ -18,6 +18,7 @@
 
 #include <hcr/buffer.hpp>
 #include <hcr/config.hpp>
+#include <hcr/data.hpp>
 #include <hcr/device.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/task.hpp>
@@ -64,6 +65,7 @@ struct RuntimeStats {
   uint64_t completed = 0;
   uint64_t failed = 0;
   std::vector<DeviceCounters> devices;  ///< indexed by Device::id
+  DataCounters data;                    ///< transfers, hits, misses, evictions per memory node
 };
 
 class HCR_API Runtime {

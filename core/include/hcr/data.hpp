@@ -1,0 +1,41 @@
+/// \file data.hpp
+/// Data movement statistics: what crossed which link, replica hits and misses, evictions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hcr {
+
+/// A memory node: host memory (id 0) or one device's own memory.
+struct MemoryNode {
+  uint32_t id = 0;
+  std::string name;    ///< "host" or the device's name
+  uint64_t limit = 0;  ///< bytes hcr may keep there (0 for host memory: unlimited)
+  uint64_t used = 0;   ///< bytes of replicas allocated there now
+};
+
+/// Bytes moved from one memory node to another.
+struct LinkCounters {
+  uint32_t from = 0;
+  uint32_t to = 0;
+  uint64_t bytes = 0;
+  uint64_t transfers = 0;
+};
+
+struct DataCounters {
+  std::vector<MemoryNode> nodes;
+  std::vector<LinkCounters> links;  ///< only links that carried data
+  uint64_t hits = 0;        ///< a task found its input already valid where it ran
+  uint64_t misses = 0;      ///< a task's input had to be copied in
+  uint64_t evictions = 0;   ///< replicas dropped to make room
+  uint64_t writebacks = 0;  ///< evictions that had to copy the only valid replica home first
+  uint64_t bytes_moved() const {
+    uint64_t b = 0;
+    for (auto& l : links) b += l.bytes;
+    return b;
+  }
+};
+
+}  // namespace hcr

@@ -1,0 +1,538 @@
+// The data manager: replica validity, asynchronous copies through the plugins, memory limits and
+// eviction (see data_manager.hpp). Plugin calls that complete asynchronously are never made with
+// the lock held; mem_alloc and mem_free are, being short and synchronous.
+#include "data_manager.hpp"
+
+#include "buffer_state.hpp"
+#include "log_internal.hpp"
+#include "runtime_core.hpp"
+
+#include <hcr/error.hpp>
+
+#include <algorithm>
+
+namespace hcr::detail {
+
+struct DataManager::Transfer {
+  DataManager* dm;
+  Copy copy;
+  hcr_memory_t* src_mem;
+  hcr_memory_t* dst_mem;
+  uint64_t bytes;
+};
+
+namespace {
+std::string shape(const BufferState& b) {
+  return std::to_string(b.rows) + "x" + std::to_string(b.cols);
+}
+bool uses(const TaskNode* t, const BufferState* b) {
+  if (t == nullptr) return false;
+  for (const ArgRec& a : t->uargs)
+    if (a.buffer == b) return true;
+  return false;
+}
+}  // namespace
+
+void DataManager::init(std::vector<NodeInit> nodes) {
+  nodes_.clear();
+  for (auto& n : nodes) {
+    NodeState s;
+    s.device = n.device;
+    s.name = std::move(n.name);
+    s.limit = n.limit;
+    nodes_.push_back(std::move(s));
+  }
+  active_ = nodes_.size() > 1;
+  link_bytes_.assign(nodes_.size() * nodes_.size(), 0);
+  link_count_.assign(nodes_.size() * nodes_.size(), 0);
+}
+
+BufferData& DataManager::data(BufferState& b) {
+  BufferData* d = b.data.load(std::memory_order_acquire);
+  if (d == nullptr) {
+    d = new BufferData();
+    d->replicas.resize(nodes_.size());
+    d->replicas[0].valid = true;  // a buffer starts with its host memory
+    d->valid_bits[0].store(1, std::memory_order_relaxed);
+    b.data.store(d, std::memory_order_release);
+  } else if (d->replicas.size() < nodes_.size()) {
+    d->replicas.resize(nodes_.size());
+  }
+  return *d;
+}
+
+hcr_memory_t* DataManager::memory(BufferState& b, uint32_t node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return data(b).replicas[node].mem;
+}
+
+bool DataManager::valid_on(const BufferState& b, uint32_t node) const noexcept {
+  const BufferData* d = b.data.load(std::memory_order_acquire);
+  if (d == nullptr) return node == 0;
+  return (d->valid_bits[node / 64].load(std::memory_order_relaxed) >> (node % 64)) & 1u;
+}
+
+void DataManager::set_valid(BufferState& b, uint32_t node, bool valid) {
+  BufferData& d = data(b);
+  d.replicas[node].valid = valid;
+  const uint64_t bit = uint64_t{1} << (node % 64);
+  if (valid) d.valid_bits[node / 64].fetch_or(bit, std::memory_order_relaxed);
+  else d.valid_bits[node / 64].fetch_and(~bit, std::memory_order_relaxed);
+}
+
+bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
+  BufferData& d = data(b);
+  for (uint32_t m = 0; m < d.replicas.size(); ++m)
+    if (m != node && d.replicas[m].valid) return true;
+  return false;
+}
+
+void DataManager::count_link(uint32_t from, uint32_t to, uint64_t bytes) {
+  const size_t i = static_cast<size_t>(from) * nodes_.size() + to;
+  link_bytes_[i] += bytes;
+  link_count_[i] += 1;
+}
+
+void DataManager::free_replica(BufferState& b, uint32_t node) noexcept {
+  Replica& r = data(b).replicas[node];
+  if (r.mem != nullptr) {
+    DeviceState& dev = *nodes_[node].device;
+    dev.plugin->api->mem_free(dev.plugin->handle, dev.index, r.mem);
+    r.mem = nullptr;
+    nodes_[node].used -= b.bytes();
+    nodes_[node].resident.erase(&b);
+  }
+  set_valid(b, node, false);
+}
+
+bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
+                            std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
+  if (node.used + need <= node.limit) return true;
+  const uint64_t short_by = node.used + need - node.limit;
+
+  struct Candidate {
+    BufferState* b;
+    int cls;  // 0 invalid, 1 valid elsewhere too, 2 the only valid copy
+    uint64_t last_use;
+  };
+  std::vector<Candidate> candidates;
+  uint64_t coming_home = 0;  // only copies already on their way home, to be freed
+  for (BufferState* b : node.resident) {
+    Replica& r = data(*b).replicas[n];
+    if (r.evicting) coming_home += b->bytes();
+    if (r.pins != 0 || r.fetching || r.evicting || uses(t, b)) continue;
+    int cls = !r.valid ? 0 : has_other_valid(*b, n) ? 1 : 2;
+    candidates.push_back({b, cls, r.last_use});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& x, const Candidate& y) {
+    return x.cls != y.cls ? x.cls < y.cls : x.last_use < y.last_use;
+  });
+  uint64_t freed = 0;
+  for (const Candidate& c : candidates) {
+    if (freed >= short_by || c.cls == 2) break;
+    freed += c.b->bytes();
+    free_replica(*c.b, n);
+    ++evictions_;
+  }
+  if (freed >= short_by) return true;
+  for (const Candidate& c : candidates) {
+    if (freed + coming_home >= short_by) break;
+    if (c.cls != 2) continue;
+    // Host memory a task holds (a writer about to replace the data) must not be written under it.
+    const Replica& home = data(*c.b).replicas[0];
+    if (home.pins != 0 || home.fetching) continue;
+    BufferData& d = data(*c.b);
+    Replica& r = d.replicas[n];
+    r.evicting = true;
+    ++r.pins;  // the write-back reads it
+    ++r.copies_out;
+    d.replicas[0].fetching = true;  // host memory is being written: host users wait
+    retain(c.b);
+    copies.push_back({c.b, n, 0, true});
+    coming_home += c.b->bytes();
+  }
+  return false;
+}
+
+void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies) {
+  BufferData& d = data(b);
+  Replica& dst = d.replicas[n];
+  dst.fetching = true;
+  auto device_source = [&](bool same_plugin_only) -> int {
+    for (uint32_t s = 1; s < d.replicas.size(); ++s) {
+      if (s == n || !d.replicas[s].valid) continue;
+      if (same_plugin_only && n != 0 && nodes_[s].device->plugin != nodes_[n].device->plugin)
+        continue;
+      return static_cast<int>(s);
+    }
+    return -1;
+  };
+  auto plan = [&](uint32_t src, uint32_t to) {
+    ++d.replicas[src].pins;
+    ++d.replicas[src].copies_out;
+    retain(&b);
+    copies.push_back({&b, src, to, false});
+  };
+  if (n == 0) {
+    int s = device_source(false);
+    if (s < 0) {  // nothing valid anywhere (never written): the host memory is as good as any
+      dst.fetching = false;
+      set_valid(b, 0, true);
+      return;
+    }
+    plan(static_cast<uint32_t>(s), 0);
+  } else if (d.replicas[0].valid) {
+    plan(0, n);
+  } else if (int s = device_source(true); s >= 0) {
+    plan(static_cast<uint32_t>(s), n);  // device to device within one plugin
+  } else {
+    // Another plugin's memory holds it: through the host.
+    Replica& host = d.replicas[0];
+    host.forward.push_back(n);
+    if (!host.fetching) plan_fetch(b, 0, copies);
+  }
+}
+
+DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
+  std::vector<Copy> copies;
+  Status status = Status::pending;
+  t->transfers_pending.store(1, std::memory_order_relaxed);  // held while we start copies
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    NodeState& node = nodes_[n];
+    if (n != 0) {
+      uint64_t need = 0;
+      for (const ArgRec& a : t->uargs)
+        if (data(*a.buffer).replicas[n].mem == nullptr) need += a.buffer->bytes();
+      if (t->bytes > node.limit) {
+        t->transfer_error = std::make_exception_ptr(
+            Error(ErrorCode::out_of_memory,
+                  "the task's buffers take " + std::to_string(t->bytes) + " bytes; '" + node.name +
+                      "' may hold " + std::to_string(node.limit)));
+        return Status::failed;
+      }
+      if (need > 0 && !make_room(n, need, t, copies)) {
+        node.waiting_for_memory.push_back(t);
+        status = Status::blocked;
+      }
+    }
+    if (status != Status::blocked && n != 0) {
+      // Allocate first, pin after: a failure leaves nothing pinned and no copy waiting for us.
+      for (const ArgRec& a : t->uargs) {
+        BufferState& b = *a.buffer;
+        Replica& r = data(b).replicas[n];
+        if (r.mem != nullptr) continue;
+        DeviceState& dev = *node.device;
+        hcr_mem_alloc_args_t ma{};
+        ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
+        ma.device = dev.index;
+        ma.bytes = b.bytes();
+        hcr_error_t* err = dev.plugin->api->mem_alloc(dev.plugin->handle, &ma);
+        if (err != nullptr || ma.memory == nullptr) {
+          std::string msg = err ? take_error(dev.plugin->api, err) : "no allocation returned";
+          t->transfer_error = std::make_exception_ptr(
+              Error(ErrorCode::out_of_memory, "allocating " + std::to_string(b.bytes()) +
+                                                  " bytes on '" + node.name + "': " + msg));
+          status = Status::failed;
+          break;
+        }
+        r.mem = ma.memory;
+        node.used += b.bytes();
+        node.resident.insert(&b);
+      }
+    }
+    if (status == Status::pending) {
+      t->data_node = static_cast<int32_t>(n);
+      for (const ArgRec& a : t->uargs) {
+        BufferState& b = *a.buffer;
+        Replica& r = data(b).replicas[n];
+        ++r.pins;
+        r.last_use = ++clock_;
+        // A copy landing here, or a write-back leaving, must finish first; and before a write,
+        // any copy still reading this replica.
+        bool busy = r.fetching || r.evicting || (writes(a.access) && r.copies_out != 0);
+        if (!busy && reads(a.access) && !r.valid) {
+          plan_fetch(b, n, copies);
+          busy = r.fetching;
+        }
+        if (reads(a.access)) ++(busy ? misses_ : hits_);
+        if (busy) {
+          r.waiters.push_back({t, reads(a.access), writes(a.access)});
+          t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
+  }
+  for (const Copy& c : copies) issue(c);
+  if (status == Status::blocked || status == Status::failed) return status;
+  if (t->transfers_pending.fetch_sub(1, std::memory_order_acq_rel) == 1) return Status::ready;
+  return Status::pending;
+}
+
+void DataManager::prefetch(TaskNode* t, uint32_t n) {
+  if (n == 0) return;
+  std::vector<Copy> copies;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    NodeState& node = nodes_[n];
+    for (const ArgRec& a : t->uargs) {
+      if (!reads(a.access)) continue;
+      BufferState& b = *a.buffer;
+      Replica& r = data(b).replicas[n];
+      if (r.valid || r.fetching || r.evicting) continue;
+      if (r.mem == nullptr) {
+        if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
+        DeviceState& dev = *node.device;
+        hcr_mem_alloc_args_t ma{};
+        ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
+        ma.device = dev.index;
+        ma.bytes = b.bytes();
+        if (hcr_error_t* err = dev.plugin->api->mem_alloc(dev.plugin->handle, &ma)) {
+          dev.plugin->api->error_destroy(err);
+          continue;
+        }
+        r.mem = ma.memory;
+        node.used += b.bytes();
+        node.resident.insert(&b);
+      }
+      r.last_use = ++clock_;
+      plan_fetch(b, n, copies);
+    }
+  }
+  for (const Copy& c : copies) issue(c);
+}
+
+void DataManager::issue(const Copy& c) noexcept {
+  BufferState& b = *c.b;
+  auto* tr = new Transfer{this, c, nullptr, nullptr, b.bytes()};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    BufferData& d = data(b);
+    tr->src_mem = d.replicas[c.src].mem;
+    tr->dst_mem = d.replicas[c.dst].mem;
+  }
+  DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+  const uint64_t row = b.cols * b.elem;
+  hcr_copy_args_t a{};
+  a.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
+  a.device = dev.index;
+  if (c.src == 0) {
+    a.src_host = b.host;
+    a.src_pitch = b.ld * b.elem;
+  } else {
+    a.src_memory = tr->src_mem;
+    a.src_pitch = row;
+  }
+  if (c.dst == 0) {
+    a.dst_host = b.host;
+    a.dst_pitch = b.ld * b.elem;
+  } else {
+    a.dst_memory = tr->dst_mem;
+    a.dst_pitch = row;
+  }
+  a.width = row;
+  a.rows = b.rows;
+  a.done = &DataManager::on_copy_done;
+  a.done_user_data = tr;
+  if (hcr_error_t* err = dev.plugin->api->copy(dev.plugin->handle, &a)) copy_done(tr, err);
+}
+
+void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t*) {
+  auto* tr = static_cast<Transfer*>(user);
+  tr->dm->copy_done(tr, error);
+}
+
+void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
+  const Copy& c = tr->copy;
+  BufferState& b = *c.b;
+  std::exception_ptr failure;
+  if (error != nullptr) {
+    DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+    std::string msg = take_error(dev.plugin->api, error);
+    failure = std::make_exception_ptr(
+        Error(ErrorCode::backend, "copying a " + shape(b) + " buffer from '" + nodes_[c.src].name +
+                                      "' to '" + nodes_[c.dst].name + "' failed: " + msg));
+    HCR_LOG(warn, what(failure));
+  }
+  std::vector<TaskNode*> ready, retry;
+  std::vector<Copy> more;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    BufferData& d = data(b);
+    Replica& src = d.replicas[c.src];
+    Replica& dst = d.replicas[c.dst];
+    --src.pins;
+    --src.copies_out;
+    if (!failure) count_link(c.src, c.dst, tr->bytes);
+    // What a copy carried is current only if its source is still valid: a task elsewhere may
+    // have committed a newer version while it was in flight (write-backs and prefetches are not
+    // ordered by task dependencies).
+    const bool current = !failure && src.valid;
+    if (c.evict) {
+      src.evicting = false;
+      dst.fetching = false;
+      if (!failure) {
+        if (current) set_valid(b, 0, true);
+        ++writebacks_;
+        if (src.pins == 0) {  // nobody took it up meanwhile: free it
+          free_replica(b, c.src);
+          ++evictions_;
+        }
+      }
+      wake(b, c.dst, nullptr, ready, more);
+      take_memory_waiters(retry);
+    } else {
+      dst.fetching = false;
+      if (current) set_valid(b, c.dst, true);  // else stale on arrival: wake() refetches
+      wake(b, c.dst, failure, ready, more);
+      if (c.dst == 0) {
+        for (uint32_t f : dst.forward) {
+          if (failure) {
+            d.replicas[f].fetching = false;
+            wake(b, f, failure, ready, more);
+          } else {
+            ++dst.pins;
+            ++dst.copies_out;
+            retain(&b);
+            more.push_back({&b, 0, f, false});
+          }
+        }
+        dst.forward.clear();
+      }
+      take_memory_waiters(retry);
+    }
+    wake(b, c.src, nullptr, ready, more);
+  }
+  release(&b);  // the copy's reference
+  delete tr;
+  for (const Copy& m : more) issue(m);
+  for (TaskNode* t : ready) rt_.data_ready(t);
+  for (TaskNode* t : retry) rt_.retry_acquire(t);
+}
+
+void DataManager::wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
+                       std::vector<TaskNode*>& ready, std::vector<Copy>& more) {
+  Replica& r = data(b).replicas[node];
+  if (r.fetching || r.evicting) return;
+  size_t keep = 0;
+  bool refetch = false;
+  for (const Replica::Waiter& w : r.waiters) {
+    if (!failure && ((w.writes && r.copies_out != 0) || (w.reads && !r.valid))) {
+      refetch = refetch || (w.reads && !r.valid);
+      r.waiters[keep++] = w;
+      continue;
+    }
+    if (failure && !w.task->transfer_error) w.task->transfer_error = failure;
+    if (w.task->transfers_pending.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      ready.push_back(w.task);
+  }
+  r.waiters.resize(keep);
+  if (refetch) plan_fetch(b, node, more);
+}
+
+void DataManager::commit(TaskNode* t, bool success) {
+  if (t->data_node < 0) return;
+  const auto n = static_cast<uint32_t>(t->data_node);
+  std::vector<TaskNode*> retry;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const ArgRec& a : t->uargs) {
+      BufferState& b = *a.buffer;
+      BufferData& d = data(b);
+      Replica& r = d.replicas[n];
+      --r.pins;
+      if (writes(a.access)) {
+        if (success) {
+          for (uint32_t m = 0; m < d.replicas.size(); ++m)
+            if (m != n && d.replicas[m].valid) set_valid(b, m, false);
+          set_valid(b, n, true);
+        } else if (has_other_valid(b, n)) {
+          set_valid(b, n, false);  // keep the inputs' valid copies for a retry elsewhere
+        }
+      }
+      // A tile whose buffer was unpartitioned is home now: its device copies are dead weight.
+      if (n == 0 && b.detached.load(std::memory_order_acquire) && r.valid)
+        for (uint32_t m = 1; m < d.replicas.size(); ++m)
+          if (d.replicas[m].pins == 0 && !d.replicas[m].fetching) free_replica(b, m);
+    }
+    take_memory_waiters(retry);
+  }
+  t->data_node = -1;
+  for (TaskNode* w : retry) rt_.retry_acquire(w);
+}
+
+// Whatever released pins or freed memory may unblock a task waiting on any node: a write-back
+// skipped because a host writer held the data, a copy that pinned a replica elsewhere. Waiting
+// tasks are few, and a retry that still finds no room just waits again.
+void DataManager::take_memory_waiters(std::vector<TaskNode*>& out) {
+  for (NodeState& node : nodes_) {
+    auto& q = node.waiting_for_memory;
+    while (!q.empty()) {
+      out.push_back(q.front());
+      q.pop_front();
+    }
+  }
+}
+
+void DataManager::forget(BufferState& b) noexcept {
+  if (b.data.load(std::memory_order_acquire) == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  BufferData& d = data(b);
+  for (uint32_t n = 1; n < d.replicas.size() && n < nodes_.size(); ++n)
+    if (d.replicas[n].mem != nullptr) free_replica(b, n);
+}
+
+void DataManager::shutdown() noexcept {
+  if (!active_) return;
+  // Copies in flight (prefetches, write-backs) have completed: the plugins were synchronised.
+  std::vector<BufferState*> resident;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (uint32_t n = 1; n < nodes_.size(); ++n)
+      for (BufferState* b : nodes_[n].resident) resident.push_back(b);
+  }
+  std::sort(resident.begin(), resident.end());
+  resident.erase(std::unique(resident.begin(), resident.end()), resident.end());
+  // Bring home every buffer whose host copy is stale, then free everything.
+  for (BufferState* b : resident) {
+    std::vector<Copy> copies;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!data(*b).replicas[0].valid && !data(*b).replicas[0].fetching) plan_fetch(*b, 0, copies);
+    }
+    for (const Copy& c : copies) issue(c);
+  }
+  for (uint32_t n = 1; n < nodes_.size(); ++n) {
+    DeviceState& dev = *nodes_[n].device;
+    if (hcr_error_t* e = dev.plugin->api->synchronize(dev.plugin->handle, dev.index))
+      HCR_LOG(warn, "synchronize '" << dev.info.name << "': " << take_error(dev.plugin->api, e));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (BufferState* b : resident) {
+    if (!data(*b).replicas[0].valid)
+      HCR_LOG(error, "a " << shape(*b) << " buffer could not be copied home at shutdown");
+    for (uint32_t n = 1; n < nodes_.size(); ++n) free_replica(*b, n);
+    set_valid(*b, 0, true);
+  }
+  active_ = false;
+}
+
+DataCounters DataManager::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DataCounters c;
+  for (uint32_t n = 0; n < nodes_.size(); ++n)
+    c.nodes.push_back({n, nodes_[n].name, n == 0 ? 0 : nodes_[n].limit, nodes_[n].used});
+  const size_t k = nodes_.size();
+  for (size_t i = 0; i < k * k; ++i)
+    if (link_count_[i] != 0)
+      c.links.push_back({static_cast<uint32_t>(i / k), static_cast<uint32_t>(i % k),
+                         link_bytes_[i], link_count_[i]});
+  c.hits = hits_;
+  c.misses = misses_;
+  c.evictions = evictions_;
+  c.writebacks = writebacks_;
+  return c;
+}
+
+}  // namespace hcr::detail

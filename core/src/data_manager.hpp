@@ -1,0 +1,143 @@
+// The data manager: where each buffer's valid copies are, and moving them. A buffer has a replica
+// per memory node (0 = host), each valid or invalid (an MSI-style protocol): a task reading on a
+// node gets a valid replica copied in; a task writing makes its node's replica the only valid one
+// when it commits. Copies are asynchronous through the plugins. Each device node has a memory
+// limit; replicas are evicted least-recently-used, invalid and clean ones first, the only valid
+// copy written home first. A task pins all its replicas at once or waits (all or nothing), so a
+// working set that fits never thrashes.
+#pragma once
+
+#include "task_node.hpp"
+
+#include <hcr/data.hpp>
+#include <hcr/plugin.h>
+
+#include <atomic>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace hcr::detail {
+
+struct BufferState;
+struct DeviceState;
+class RuntimeCore;
+
+struct Replica {
+  hcr_memory_t* mem = nullptr;  // the allocation on a device node (host: the buffer's memory)
+  bool valid = false;
+  bool fetching = false;        // a copy into this replica is in flight
+  bool evicting = false;        // being copied home before it is freed
+  uint32_t pins = 0;            // tasks between acquire and commit, copies reading it
+  uint32_t copies_out = 0;      // copies reading it now: a writer must wait for them
+  uint64_t last_use = 0;        // LRU clock
+  struct Waiter {
+    TaskNode* task;
+    bool reads;   // needs the replica valid when it goes
+    bool writes;  // also waits for copies reading this replica
+  };
+  std::vector<Waiter> waiters;  // tasks waiting for copies into (or out of) this replica
+  std::vector<uint32_t> forward;   // host replica: nodes to copy on to once it arrives
+};
+
+/// Per-buffer replica table, made when a buffer first meets a device with its own memory.
+struct BufferData {
+  std::deque<Replica> replicas;  // per node; a deque so references survive growth
+  // Which nodes hold a valid replica, readable without the lock (scheduling predictions).
+  std::atomic<uint64_t> valid_bits[2] = {0, 0};
+};
+
+class DataManager {
+ public:
+  static constexpr uint32_t kMaxNodes = 128;
+
+  struct NodeInit {
+    DeviceState* device;  // nullptr for host memory
+    std::string name;
+    uint64_t limit;
+  };
+
+  explicit DataManager(RuntimeCore& rt) : rt_(rt) {}
+  DataManager(const DataManager&) = delete;
+  DataManager& operator=(const DataManager&) = delete;
+
+  /// Node 0 is host memory; one node per device with its own memory follows.
+  void init(std::vector<NodeInit> nodes);
+  /// False when every device works in host memory: then nothing here is ever needed.
+  bool active() const noexcept { return active_; }
+  uint32_t node_count() const noexcept { return static_cast<uint32_t>(nodes_.size()); }
+  uint64_t limit(uint32_t node) const noexcept { return nodes_[node].limit; }
+
+  enum class Status {
+    ready,    // every replica is valid and pinned: run now
+    pending,  // copies are in flight; RuntimeCore::data_ready(t) follows
+    blocked,  // not enough memory until other tasks release theirs; retried automatically
+    failed,   // cannot ever fit: t->transfer_error says why
+  };
+  /// Makes every argument of `t` valid (read) or allocated (write) on `node`, and pins them.
+  Status acquire(TaskNode* t, uint32_t node);
+  /// Starts copying `t`'s inputs to `node` if there is free memory; pins nothing.
+  void prefetch(TaskNode* t, uint32_t node);
+  /// The task acquired earlier has ended: its writes become the only valid replicas (on success),
+  /// and its pins are released.
+  void commit(TaskNode* t, bool success);
+  /// A buffer is being destroyed: free its allocations.
+  void forget(BufferState& b) noexcept;
+  /// Copies every buffer whose only valid replica is on a device home, frees all allocations.
+  void shutdown() noexcept;
+
+  /// The allocation holding `b` on device node `node` (pinned by the caller's task).
+  hcr_memory_t* memory(BufferState& b, uint32_t node);
+  /// Whether `b` has a valid replica on `node` (lock-free, may be momentarily stale).
+  bool valid_on(const BufferState& b, uint32_t node) const noexcept;
+  DataCounters counters() const;
+
+ private:
+  struct Copy {
+    BufferState* b;  // holds a reference until the copy completes
+    uint32_t src, dst;
+    bool evict;      // a write-back before freeing the source replica
+  };
+  struct Transfer;
+  struct NodeState {
+    DeviceState* device = nullptr;
+    std::string name;
+    uint64_t limit = 0, used = 0;
+    std::unordered_set<BufferState*> resident;  // buffers with an allocation here
+    std::deque<TaskNode*> waiting_for_memory;
+  };
+
+  BufferData& data(BufferState& b);  // made on first use; lock held
+  void set_valid(BufferState& b, uint32_t node, bool valid);
+  bool has_other_valid(BufferState& b, uint32_t node);
+  // Frees unpinned replicas on `node` until `need` more bytes fit; starts write-backs of only
+  // copies when that is what it takes. True when the room is there now.
+  bool make_room(uint32_t node, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
+  void free_replica(BufferState& b, uint32_t node) noexcept;
+  // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
+  void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies);
+  void issue(const Copy& c) noexcept;
+  static void on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  void copy_done(Transfer* tr, hcr_error_t* error) noexcept;
+  // Releases the tasks waiting on `b`'s replica on `node` that may go now: once nothing is copied
+  // into it (writers: nor out of it). A reader finding it invalid then (a newer version was
+  // committed elsewhere meanwhile) gets a fresh fetch and waits on. A failed copy fails them.
+  void wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
+            std::vector<TaskNode*>& ready, std::vector<Copy>& more);
+  void take_memory_waiters(std::vector<TaskNode*>& out);
+  void count_link(uint32_t from, uint32_t to, uint64_t bytes);
+
+  RuntimeCore& rt_;
+  bool active_ = false;
+  mutable std::mutex mutex_;
+  std::vector<NodeState> nodes_;
+  uint64_t clock_ = 0;
+  // Counters (under mutex_).
+  std::vector<uint64_t> link_bytes_, link_count_;  // [from * nodes + to]
+  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, writebacks_ = 0;
+};
+
+}  // namespace hcr::detail

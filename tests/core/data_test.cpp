@@ -1,0 +1,330 @@
+// The data manager on several memory nodes (the stub backend with its own memory, beside the CPU):
+// coherence for every access-mode sequence, tight memory limits, placement that respects memory,
+// exactly the transfers a tiled gemm's placement needs, and the thrash case.
+#include "../test_support.hpp"
+
+#include <map>
+#include <random>
+#include <set>
+
+namespace hcr {
+namespace {
+
+Config mixed_config(bool async, uint64_t stub_memory = 1ull << 30, int stub_devices = 2) {
+  Config c = test::cpu_config(2);
+  c.plugin_paths = {HCR_TEST_GOOD_DIR};
+  c.backends.push_back({"stub",
+                        true,
+                        {{"own_memory", "true"},
+                         {"devices", std::to_string(stub_devices)},
+                         {"memory", std::to_string(stub_memory)},
+                         {"async", async ? "true" : "false"}},
+                        "test",
+                        "100%"});
+  return c;
+}
+
+// Device ids: the CPU is 0 (host memory), stub devices follow with their own memory.
+uint32_t cpu_id(const Runtime& rt) {
+  for (auto& d : rt.devices())
+    if (d.backend == "cpu") return d.id;
+  return 0;
+}
+std::vector<uint32_t> stub_ids(const Runtime& rt) {
+  std::vector<uint32_t> ids;
+  for (auto& d : rt.devices())
+    if (d.backend == "stub") ids.push_back(d.id);
+  return ids;
+}
+
+Kernel adder(Runtime& rt) {
+  // out = (reads ? out : 0) * 3 + param + sum of the other arguments' first elements
+  return rt.kernel("mix").cpu([](TaskContext& ctx) {
+    int64_t extra = 0;
+    for (size_t i = 1; i < ctx.num_args(); ++i) extra += ctx.arg<int64_t>(i)(0, 0);
+    auto out = ctx.arg<int64_t>(0);
+    bool reads_out = reads(static_cast<Access>(ctx.raw().args[0].access));
+    for (size_t r = 0; r < out.rows; ++r)
+      for (size_t c = 0; c < out.cols; ++c)
+        out(r, c) = (reads_out ? out(r, c) : 0) * 3 + ctx.param<int64_t>(0) + extra +
+                    static_cast<int64_t>(r * out.cols + c);
+  });
+}
+
+TEST(Data, EveryAccessModePairAcrossNodesIsCoherent) {
+  for (bool async : {false, true}) {
+    Runtime rt(mixed_config(async));
+    Kernel mix = adder(rt);
+    std::vector<uint32_t> places = {cpu_id(rt)};
+    for (uint32_t id : stub_ids(rt)) places.push_back(id);
+    ASSERT_EQ(places.size(), 3u);
+    const Access firsts[] = {Access::write, Access::read_write};
+    const Access seconds[] = {Access::read, Access::write, Access::read_write};
+    for (uint32_t x : places)
+      for (uint32_t y : places)
+        for (Access m1 : firsts)
+          for (Access m2 : seconds) {
+            auto b = rt.buffer<int64_t>(3, 4), probe = rt.vector<int64_t>(1);
+            rt.submit(Task(mix).arg(b, m1).param(int64_t{5}).on(x));
+            if (m2 == Access::read) {
+              rt.submit(Task(mix).write(probe).read(b).param(int64_t{0}).on(y));
+            } else {
+              rt.submit(Task(mix).arg(b, m2).param(int64_t{7}).on(y));
+            }
+            // Reference on the host.
+            std::vector<int64_t> want(12);
+            for (int i = 0; i < 12; ++i) want[i] = 0 * 3 + 5 + i;  // fresh buffer is zero
+            if (m2 != Access::read) {
+              for (int i = 0; i < 12; ++i)
+                want[i] = (m2 == Access::read_write ? want[i] : 0) * 3 + 7 + i;
+            }
+            ASSERT_EQ(b.to_vector(), want)
+                << "x=" << x << " y=" << y << " m1=" << int(m1) << " m2=" << int(m2)
+                << " async=" << async;
+            if (m2 == Access::read) {
+              ASSERT_EQ(probe.to_vector()[0], 5);  // 0 + first element
+            }
+          }
+  }
+}
+
+TEST(Data, RandomTasksOnRandomNodesMatchSequentialExecution) {
+  for (bool async : {false, true}) {
+    for (uint64_t memory : {uint64_t{1} << 30, uint64_t{3 * 64 * 8}}) {  // roomy, then 3 buffers
+      Runtime rt(mixed_config(async, memory));
+      Kernel mix = adder(rt);
+      std::vector<uint32_t> places = {cpu_id(rt)};
+      for (uint32_t id : stub_ids(rt)) places.push_back(id);
+      constexpr size_t kBuffers = 8, kElems = 64, kTasks = 1500;
+      std::vector<Buffer<int64_t>> bufs;
+      std::vector<std::vector<int64_t>> ref(kBuffers, std::vector<int64_t>(kElems, 0));
+      for (size_t i = 0; i < kBuffers; ++i) bufs.push_back(rt.buffer<int64_t>(8, 8));
+      std::mt19937_64 gen(42 + async + memory);
+      for (size_t i = 0; i < kTasks; ++i) {
+        size_t out = gen() % kBuffers, in = gen() % kBuffers;
+        Access mode = (gen() % 3 == 0) ? Access::write : Access::read_write;
+        int64_t p = static_cast<int64_t>(gen() % 100);
+        uint32_t where = places[gen() % places.size()];
+        if (gen() % 50 == 0) {  // the host reads or edits in between
+          auto v = bufs[out].acquire(Access::read_write);
+          for (size_t j = 0; j < kElems; ++j) {
+            ASSERT_EQ(v.data()[j], ref[out][j])
+                << "task " << i << " async=" << async << " memory=" << memory;
+          }
+          v.data()[0] += 1;
+          ref[out][0] += 1;
+          continue;
+        }
+        Task t(mix);
+        t.arg(bufs[out], mode);
+        if (in != out) t.read(bufs[in]);
+        rt.submit(t.param(p).on(where));
+        int64_t extra = in != out ? ref[in][0] : 0;
+        for (size_t j = 0; j < kElems; ++j)
+          ref[out][j] = (mode == Access::read_write ? ref[out][j] : 0) * 3 + p + extra +
+                        static_cast<int64_t>(j);
+      }
+      for (size_t b = 0; b < kBuffers; ++b) {
+        ASSERT_EQ(bufs[b].to_vector(), ref[b])
+            << "buffer " << b << " async=" << async << " memory=" << memory;
+      }
+      DataCounters dc = rt.stats().data;
+      EXPECT_GT(dc.bytes_moved(), 0u);
+      if (memory < 1024) {
+        EXPECT_GT(dc.evictions, 0u) << "the tight limit should have evicted";
+      }
+      for (auto& n : dc.nodes) {
+        if (n.id != 0) {
+          EXPECT_LE(n.used, n.limit) << n.name;
+        }
+      }
+    }
+  }
+}
+
+TEST(Data, OversizedBufferIsNeverPlacedOnASmallDevice) {
+  Config c;
+  c.use_environment = false;
+  c.plugin_paths = {HCR_TEST_GOOD_DIR};
+  c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"memory", "65536"},
+                                       {"name_prefix", "small"}}, "test", "100%"});
+  c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"name_prefix", "big"}}, "test"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 2u);
+  Kernel mix = adder(rt);
+  auto big = rt.buffer<int64_t>(256, 256);  // 512 KiB
+  auto small = rt.vector<int64_t>(16);
+  std::vector<Event> on_big;
+  for (int i = 0; i < 50; ++i) {
+    on_big.push_back(rt.submit(Task(mix).read_write(big).param(int64_t{1})));
+    rt.submit(Task(mix).read_write(small).param(int64_t{1}));
+  }
+  rt.wait_all();
+  for (const Event& e : on_big) EXPECT_EQ(rt.devices()[static_cast<size_t>(e.device())].name, "big0");
+  Error err = test::expect_error([&] {
+    rt.submit(Task(mix).read_write(big).param(int64_t{1}).on(0)).get();
+  });
+  EXPECT_EQ(err.code(), ErrorCode::no_device);
+  EXPECT_NE(std::string(err.what()).find("memory limit of 65536 bytes cannot hold the task's 524288"),
+            std::string::npos)
+      << err.what();
+  for (auto& n : rt.stats().data.nodes) {
+    if (n.name == "small0") {
+      EXPECT_LE(n.used, 65536u);
+    }
+  }
+}
+
+TEST(Data, WorkingSetThatFitsNeverThrashes) {
+  constexpr uint64_t kBytes = 32 * 32 * 8;
+  // Room for exactly two buffers: a manager that evicted the one it will need next would never
+  // finish, or move the pair back and forth every task.
+  Config c;
+  c.use_environment = false;
+  c.plugin_paths = {HCR_TEST_GOOD_DIR};
+  c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"memory", std::to_string(2 * kBytes)},
+                                       {"async", "true"}}, "test", "100%"});
+  Runtime rt(c);
+  Kernel mix = adder(rt);
+  auto a = rt.buffer<int64_t>(32, 32), b = rt.buffer<int64_t>(32, 32);
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 2) rt.submit(Task(mix).read_write(a).read(b).param(int64_t{1}));
+    else rt.submit(Task(mix).read_write(b).read(a).param(int64_t{2}));
+  }
+  rt.wait_all();
+  DataCounters dc = rt.stats().data;
+  EXPECT_EQ(dc.evictions, 0u);
+  EXPECT_EQ(dc.bytes_moved(), 2 * kBytes) << "each buffer copied in once, nothing back yet";
+  (void)a.to_vector();
+  (void)b.to_vector();
+  EXPECT_EQ(rt.stats().data.bytes_moved(), 4 * kBytes) << "and each copied home once to read";
+
+  // Three buffers in turn through room for two: it must still finish, evicting as it goes.
+  auto z = rt.buffer<int64_t>(32, 32);
+  Buffer<int64_t> ring[] = {a, b, z};
+  for (int i = 0; i < 300; ++i)
+    rt.submit(Task(mix).read_write(ring[i % 3]).read(ring[(i + 1) % 3]).param(int64_t{i}));
+  rt.wait_all();
+  EXPECT_GT(rt.stats().data.evictions, 0u);
+}
+
+TEST(Data, TiledGemmMovesExactlyWhatItsPlacementNeeds) {
+  for (bool async : {false, true}) {
+    Runtime rt(mixed_config(async));
+    // The stub runs gemm through a CPU implementation added to the built-in kernel's name; the
+    // CPU device keeps its OpenBLAS built-in.
+    Kernel gemm = rt.kernel("gemm_f32").cpu([](TaskContext& ctx) {
+      auto a = ctx.arg<float>(0), b = ctx.arg<float>(1), c = ctx.arg<float>(2);
+      auto p = ctx.param<hcr_gemm_params_t>(0);
+      for (size_t i = 0; i < c.rows; ++i)
+        for (size_t j = 0; j < c.cols; ++j) {
+          double s = 0;
+          for (size_t k = 0; k < a.cols; ++k) s += double(a(i, k)) * b(k, j);
+          c(i, j) = static_cast<float>(p.alpha * s + (p.beta == 0 ? 0.0 : p.beta * c(i, j)));
+        }
+    });
+    const size_t n = 96, t = 32, g = n / t;
+    auto A = rt.buffer<float>(n, n), B = rt.buffer<float>(n, n), C = rt.buffer<float>(n, n);
+    {
+      auto va = A.acquire(Access::write), vb = B.acquire(Access::write);
+      for (size_t i = 0; i < n * n; ++i) {
+        va.data()[i] = float(i % 7) - 3;
+        vb.data()[i] = float(i % 5) - 2;
+      }
+    }
+    auto ta = A.partition(t, t), tb = B.partition(t, t), tc = C.partition(t, t);
+    std::map<std::tuple<size_t, size_t, size_t>, Event> ran;
+    for (size_t i = 0; i < g; ++i)
+      for (size_t j = 0; j < g; ++j)
+        for (size_t k = 0; k < g; ++k) {
+          hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, k == 0 ? 0.0 : 1.0};
+          ran[{i, j, k}] = rt.submit(Task(gemm).read(ta(i, k)).read(tb(k, j))
+                                         .arg(tc(i, j), k == 0 ? Access::write : Access::read_write)
+                                         .param(p));
+        }
+    A.unpartition();
+    B.unpartition();
+    C.unpartition().get();
+
+    // The least a placement needs: each input tile once on each device node that read it, a C
+    // tile between consecutive k steps that ran on different nodes, and home at the end.
+    const uint64_t tile = t * t * sizeof(float);
+    auto node_of = [&](const Event& e) { return rt.devices()[static_cast<size_t>(e.device())].memory_node; };
+    std::set<std::tuple<char, size_t, size_t, uint32_t>> inputs;
+    uint64_t expected = 0;
+    for (size_t i = 0; i < g; ++i)
+      for (size_t j = 0; j < g; ++j) {
+        uint32_t prev = 0;
+        for (size_t k = 0; k < g; ++k) {
+          uint32_t node = node_of(ran[{i, j, k}]);
+          if (node != 0) {
+            inputs.insert({'a', i, k, node});
+            inputs.insert({'b', k, j, node});
+          }
+          if (k > 0 && node != prev) expected += tile;
+          prev = node;
+        }
+        if (prev != 0) expected += tile;
+      }
+    expected += inputs.size() * tile;
+    DataCounters dc = rt.stats().data;
+    EXPECT_EQ(dc.bytes_moved(), expected) << "async=" << async;
+    EXPECT_EQ(dc.evictions, 0u);
+
+    auto c = C.to_vector();
+    auto va = A.to_vector(), vb = B.to_vector();
+    for (size_t i = 0; i < n; i += 7) {
+      for (size_t j = 0; j < n; j += 5) {
+        double s = 0;
+        for (size_t k = 0; k < n; ++k) s += double(va[i * n + k]) * vb[k * n + j];
+        ASSERT_FLOAT_EQ(c[i * n + j], static_cast<float>(s)) << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(Data, RuntimeEndBringsDeviceDataHome) {
+  std::vector<int64_t> mine(16, 0);
+  {
+    Runtime rt(mixed_config(true));
+    Kernel mix = adder(rt);
+    auto b = rt.wrap(mine.data(), 4, 4);
+    rt.submit(Task(mix).write(b).param(int64_t{10}).on(stub_ids(rt)[0]));
+  }  // no read: the runtime's end copies the only valid replica home
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(mine[i], 10 + i);
+}
+
+TEST(Data, HitsAndMissesAreCounted) {
+  Runtime rt(mixed_config(false));
+  Kernel mix = adder(rt);
+  uint32_t dev = stub_ids(rt)[0];
+  auto b = rt.vector<int64_t>(8), out = rt.vector<int64_t>(1);
+  for (int i = 0; i < 10; ++i) rt.submit(Task(mix).write(out).read(b).param(int64_t{0}).on(dev));
+  rt.wait_all();
+  DataCounters dc = rt.stats().data;
+  EXPECT_EQ(dc.misses, 1u);  // b copied in once
+  EXPECT_EQ(dc.hits, 9u);    // then found there
+  ASSERT_EQ(dc.links.size(), 1u);
+  EXPECT_EQ(dc.links[0].from, 0u);
+  EXPECT_EQ(dc.links[0].to, rt.devices()[dev].memory_node);
+  EXPECT_EQ(dc.links[0].bytes, 64u);
+}
+
+TEST(Data, MemoryLimitFromConfiguration) {
+  Config c = mixed_config(false, 1 << 20);
+  c.backends[1].memory_limit = "25%";
+  Runtime rt(c);
+  for (auto& n : rt.stats().data.nodes) {
+    if (n.id != 0) {
+      EXPECT_EQ(n.limit, (1u << 20) / 4) << n.name;
+    }
+  }
+  Error e = test::expect_error(
+      [] { Config::parse("[[backend]]\nname = \"stub\"\nmemory_limit = \"lots\"\n", "m.toml"); });
+  EXPECT_NE(std::string(e.what()).find("m.toml:3: backend.memory_limit: 'lots' is not a size"),
+            std::string::npos)
+      << e.what();
+}
+
+}  // namespace
+}  // namespace hcr
