@@ -119,17 +119,22 @@ void gemm(const std::vector<hcr_arg_t>& args, const hcr_gemm_params_t& p) {
   const auto m = static_cast<blasint>(A.rows), k = static_cast<blasint>(A.cols),
              n = static_cast<blasint>(B.cols);
   if (m == 0 || n == 0) return;
+  // BLAS insists on ld >= max(1, columns) even where a single row makes ld meaningless, and it
+  // prints (plugins never print) when it disagrees.
+  auto ld = [](const hcr_arg_t& x) {
+    return static_cast<blasint>(std::max<uint64_t>(x.ld, std::max<uint64_t>(1, x.cols)));
+  };
   if constexpr (sizeof(T) == 4)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, static_cast<float>(p.alpha),
-                static_cast<const float*>(A.host), static_cast<blasint>(A.ld),
-                static_cast<const float*>(B.host), static_cast<blasint>(B.ld),
+                static_cast<const float*>(A.host), ld(A),
+                static_cast<const float*>(B.host), ld(B),
                 static_cast<float>(p.beta), static_cast<float*>(C.host),
-                static_cast<blasint>(C.ld));
+                ld(C));
   else
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, p.alpha,
-                static_cast<const double*>(A.host), static_cast<blasint>(A.ld),
-                static_cast<const double*>(B.host), static_cast<blasint>(B.ld), p.beta,
-                static_cast<double*>(C.host), static_cast<blasint>(C.ld));
+                static_cast<const double*>(A.host), ld(A),
+                static_cast<const double*>(B.host), ld(B), p.beta,
+                static_cast<double*>(C.host), ld(C));
 }
 
 class SimBackend final : public sdk::Backend {
@@ -228,23 +233,23 @@ class SimBackend final : public sdk::Backend {
                       std::to_string(a.width));
     const std::byte* src = a.src_host ? static_cast<const std::byte*>(a.src_host) : nullptr;
     std::byte* dst = a.dst_host ? static_cast<std::byte*>(a.dst_host) : nullptr;
-    bool touches_device = false;
+    bool from_device = false, into_device = false;  // an end in a.device's own memory
     {
       std::lock_guard<std::mutex> lock(memory_mutex_);
       if (a.src_memory) {
         SimMemory& m = live(a.src_memory, "copy source");
         check_span(m, a.src_offset, a.rows, a.src_pitch, a.width, "copy source");
         src = m.data + a.src_offset;
-        touches_device = touches_device || m.device == a.device;
+        from_device = m.device == a.device;
       }
       if (a.dst_memory) {
         SimMemory& m = live(a.dst_memory, "copy destination");
         check_span(m, a.dst_offset, a.rows, a.dst_pitch, a.width, "copy destination");
         dst = m.data + a.dst_offset;
-        touches_device = touches_device || m.device == a.device;
+        into_device = m.device == a.device;
       }
     }
-    if (!touches_device)
+    if (!from_device && !into_device)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   "copy: device " + std::to_string(a.device) + " ('" + c.name +
                       "') performs it but neither end is in its memory");
@@ -254,7 +259,9 @@ class SimBackend final : public sdk::Backend {
     const double bytes = static_cast<double>(a.width) * static_cast<double>(a.rows);
     auto op = std::make_unique<Op>();
     op->device = a.device;
-    op->engine = a.src_host ? EngineKind::copy_in : EngineKind::copy_out;
+    // One engine per direction, as on GPUs with two copy engines: into this device (from the host
+    // or a peer), and out of it (to the host, a peer, or within its own memory).
+    op->engine = into_device && !from_device ? EngineKind::copy_in : EngineKind::copy_out;
     op->what = "copy #" + std::to_string(seq) + " (" + std::to_string(a.width * a.rows) + " bytes)";
     op->base = (c.latency + bytes / c.bandwidth) *
                noise_factor(c.noise, machine_.seed, key, kCopyNoise, seq);

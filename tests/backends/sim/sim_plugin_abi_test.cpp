@@ -352,6 +352,16 @@ TEST_F(SimPlugin, CopyTimeIsLatencyPlusBytesOverBandwidth) {
   double wall = since(t0);
   EXPECT_GE(wall, 0.005);
   EXPECT_NEAR(d.seconds(), 0.002 + 3000 / 1e6, 1e-12);
+
+  // Two transfers in the same direction share one engine: the second starts when the first ends.
+  Done e1, e2;
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(sim.copy(0, {nullptr, host.data(), 0, 0}, {m, nullptr, 0, 0}, 3000, 1, e1).code, 0);
+  ASSERT_EQ(sim.copy(0, {nullptr, host.data(), 0, 0}, {m, nullptr, 0, 0}, 3000, 1, e2).code, 0);
+  ASSERT_TRUE(e1.wait());
+  ASSERT_TRUE(e2.wait());
+  EXPECT_GE(since(t0), 0.010);
+  EXPECT_NEAR(e2.seconds(), 0.005, 1e-12);  // its own duration, not its wait
   sim.free(0, m);
 }
 
