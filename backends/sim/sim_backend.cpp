@@ -150,6 +150,10 @@ class SimBackend final : public sdk::Backend {
       for (size_t j = 0; j < i; ++j) same += machine_.devices[j].name == machine_.devices[i].name;
       keys.push_back(name_hash(machine_.devices[i].name) + same);
     }
+    for (const DeviceConfig& c : machine_.devices)
+      for (const std::string& key : c.ignored)
+        host().warn("sim: option '" + key + "' has no effect: device '" + c.name +
+                    "' works in host memory and has no link");
     sim_ = std::make_unique<Simulator>(machine_, std::move(keys));
     host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
                 std::to_string(machine_.seed) + ", time_scale " +

@@ -138,6 +138,9 @@ DeviceConfig parse_device(size_t index, const std::vector<std::pair<std::string,
   }
   if (has_slowdown_at && !has_slowdown_factor)
     invalid("option '" + prefix + "slowdown_at' needs '" + prefix + "slowdown_factor' as well");
+  if (d.host_memory)
+    for (const auto& [rel, value] : keys)
+      if (rel == "bandwidth" || rel == "latency") d.ignored.push_back(prefix + rel);
   if (!has_name) d.name = std::string("sim-") + kind_text(d.kind) + std::to_string(index);
   // Devices share a cost model through their arch key: by default each name is its own.
   if (!has_arch) d.arch = "sim:" + d.name;

@@ -49,6 +49,8 @@ struct DeviceConfig {
   double lost_at = kNever;
   double hang_probability = 0;
   double hang_timeout = kNever;
+  /// Keys that were given but have no effect on this device (a host-memory device's link).
+  std::vector<std::string> ignored;
 
   /// Whether this device offers kernel `name` at all (the `kernels` list).
   bool offers(const std::string& name) const;

@@ -173,6 +173,15 @@ TEST(SimBackend, DevicesAreAsConfigured) {
   EXPECT_DOUBLE_EQ(cpu.link_bandwidth, 0);  // host memory: no link
 }
 
+TEST(SimBackend, LinkKeysOfAHostMemoryDeviceDrawAWarning) {
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(sim_config({{"device.0.name", "apu"},
+                         {"device.0.host_memory", "true"},
+                         {"device.0.bandwidth", "10GB/s"}}));
+  ASSERT_EQ(rt.devices().size(), 1u);
+  EXPECT_TRUE(log.contains("option 'device.0.bandwidth' has no effect")) << "no warning";
+}
+
 TEST(SimBackend, WithoutDeviceTablesThereIsOneHostMemoryGpu) {
   Runtime rt(sim_config({}));
   ASSERT_EQ(rt.devices().size(), 1u);
@@ -447,16 +456,16 @@ TEST(SimBackend, DeviceSecondsFollowTheModel) {
 }
 
 TEST(SimBackend, SlowdownStartsAtItsModelledTime) {
-  Runtime rt(recording({{"time_scale", "0.01"},
+  Runtime rt(recording({{"time_scale", "0.1"},
                         {"kernel.k.flops", "1e8"},
                         {"device.0.gflops", "1"},
                         {"device.0.host_memory", "true"},
-                        {"device.0.slowdown_at", "5s"},
+                        {"device.0.slowdown_at", "2s"},
                         {"device.0.slowdown_factor", "10"}}));
   std::atomic<int> runs{0};
   Kernel k = counting_kernel(rt, "k", runs);
-  // 100 ms modelled each, back to back: the first starts well before 5 s, and one of the first
-  // fifty or so starts after it.
+  // 100 ms modelled each, back to back: the first starts well before 2 s (200 ms of wall time
+  // after the start), and one of the first twenty or so starts after it.
   std::vector<double> s;
   for (int i = 0; i < 500; ++i) {
     rt.submit(Task(k).on(0)).get();
