@@ -230,16 +230,8 @@ MachineConfig parse_machine(const sdk::Options& options) {
   }
   for (const auto& [index, keys] : devices) m.devices.push_back(parse_device(index, keys));
 
-  if (m.devices.empty()) {
-    // No machine described: one small host-memory GPU, so that a default runtime (and the
-    // conformance suite) exercises this backend quickly and with real results.
-    DeviceConfig d;
-    d.name = "sim-gpu";
-    d.arch = "sim:sim-gpu";
-    d.host_memory = true;
-    d.compute_units = d.concurrency;
-    m.devices.push_back(std::move(d));
-  }
+  // No machine described: no devices. A simulated device must be asked for; a runtime that
+  // loads every plugin it finds must not quietly give real work to a pretend GPU.
   if (m.workers == 0) {
     uint64_t total = 0;
     for (auto& d : m.devices) total += d.concurrency;

@@ -10,9 +10,24 @@
 namespace hcr {
 namespace {
 
+// Every backend hcr builds, with devices for the ones that need describing. A backend that was not
+// built (CUDA without its toolkit) is skipped by the loader and contributes no device.
 Config all_plugins() {
   Config c;
   c.use_environment = false;
+  c.backends.push_back({"cpu", true, {{"threads", "2"}}, "conformance"});
+  c.backends.push_back({"sim",
+                        true,
+                        {{"time_scale", "0.001"},
+                         {"device.0.name", "sim-apu"},
+                         {"device.0.host_memory", "true"},
+                         {"device.1.name", "sim-gpu"},
+                         {"device.1.kind", "gpu"},
+                         {"device.1.gflops", "1000"},
+                         {"device.1.concurrency", "2"}},
+                        "conformance"});
+  c.backends.push_back({"opencl", true, {}, "conformance"});
+  c.backends.push_back({"cuda", true, {}, "conformance"});
   return c;
 }
 
