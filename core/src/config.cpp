@@ -152,8 +152,28 @@ class Parser {
           for (auto& n : names) known += (known.empty() ? "" : ", ") + n;
           fail(&v, key, "unknown policy '" + c.policy + "' (known: " + known + ")");
         }
+      } else if (k.str() == "model_dir") {
+        std::string dir = string(v, key);
+        if (dir.rfind("~/", 0) == 0)
+          if (const char* home = std::getenv("HOME")) dir = home + dir.substr(1);
+        if (!dir.empty() && dir != "off" && !std::filesystem::path(dir).is_absolute())
+          fail(&v, key, "'" + dir + "' is not an absolute directory (or \"off\")");
+        c.model_dir = dir;
+      } else if (k.str() == "calibrate") {
+        c.calibrate = string(v, key);
+        if (c.calibrate != "auto" && c.calibrate != "force" && c.calibrate != "off")
+          fail(&v, key, "'" + c.calibrate + "' is not one of auto, force, off");
+      } else if (k.str() == "calibrate_samples") {
+        if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+        int64_t n = *v.value<int64_t>();
+        if (n < 1 || n > 1000) fail(&v, key, std::to_string(n) + " is not 1 to 1000");
+        c.calibrate_samples = static_cast<int>(n);
+      } else if (k.str() == "seed") {
+        if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+        c.seed = static_cast<uint64_t>(*v.value<int64_t>());
       } else {
-        fail(&v, key, "unknown key (expected policy)");
+        fail(&v, key,
+             "unknown key (expected policy, model_dir, calibrate, calibrate_samples or seed)");
       }
     }
   }

@@ -10,6 +10,7 @@
 #include <hcr/error.hpp>
 
 #include <algorithm>
+#include <chrono>
 
 namespace hcr::detail {
 
@@ -19,6 +20,7 @@ struct DataManager::Transfer {
   hcr_memory_t* src_mem;
   hcr_memory_t* dst_mem;
   uint64_t bytes;
+  std::chrono::steady_clock::time_point start;
 };
 
 namespace {
@@ -305,7 +307,7 @@ void DataManager::prefetch(TaskNode* t, uint32_t n) {
 
 void DataManager::issue(const Copy& c) noexcept {
   BufferState& b = *c.b;
-  auto* tr = new Transfer{this, c, nullptr, nullptr, b.bytes()};
+  auto* tr = new Transfer{this, c, nullptr, nullptr, b.bytes(), std::chrono::steady_clock::now()};
   {
     std::lock_guard<std::mutex> lock(mutex_);
     BufferData& d = data(b);
@@ -338,8 +340,17 @@ void DataManager::issue(const Copy& c) noexcept {
   if (hcr_error_t* err = dev.plugin->api->copy(dev.plugin->handle, &a)) copy_done(tr, err);
 }
 
-void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t*) {
+void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
   auto* tr = static_cast<Transfer*>(user);
+  if (error == nullptr) {
+    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+                             info->device_seconds >= 0
+                         ? info->device_seconds
+                         : std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         tr->start)
+                               .count();
+    tr->dm->rt_.transferred(tr->copy.src, tr->copy.dst, tr->bytes, seconds);
+  }
   tr->dm->copy_done(tr, error);
 }
 

@@ -75,8 +75,10 @@ std::exception_ptr dependency_error(const std::exception_ptr& cause) {
       Error(ErrorCode::dependency, "a task this one depends on failed: " + what(cause)));
 }
 
+// The footprint must mean the same in every process (cost models persist): shapes and types only;
+// the kernel is part of the model's key already.
 void compute_footprint(TaskNode* t) noexcept {
-  uint64_t h = mix(0xcbf29ce484222325ull, t->kernel ? t->kernel->id : 0);
+  uint64_t h = 0xcbf29ce484222325ull;
   double size = 0;
   for (const ArgRec& a : t->args) {
     const BufferState& b = *a.buffer;
@@ -264,6 +266,7 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
 }
 
 void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
+  policy_->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.failed.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
@@ -354,7 +357,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
     }
     d.failed.fetch_add(1, std::memory_order_relaxed);
   }
-  policy_->completed(sched::TaskRef(t), d.info.id, seconds);
+  policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   pump(d);
@@ -413,6 +416,57 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
       msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
   }
   return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
+}
+
+double RuntimeCore::now() const noexcept {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept {
+  const uint32_t node = dev_[d]->info.memory_node;
+  uint64_t bytes = 0;
+  for (const ArgRec& a : t.node()->uargs)
+    if (reads(a.access) && !data_.valid_on(*a.buffer, node)) bytes += a.buffer->bytes();
+  return bytes;
+}
+
+double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
+  const DeviceState& ds = *dev_[d];
+  const hcr_plugin_api_t* api = ds.plugin->api;
+  TaskNode* n = t.node();
+  if (api->estimate == nullptr || !n->kernel || !n->kernel->can_run(d)) return -1;
+  // The same view of the arguments a launch would get, without data pointers.
+  boost::container::small_vector<hcr_arg_t, 3> args;
+  for (const ArgRec& a : n->args) {
+    hcr_arg_t x{};
+    x.struct_size = HCR_ARG_STRUCT_SIZE;
+    x.dtype = static_cast<hcr_dtype_t>(a.buffer->dtype);
+    x.access = static_cast<hcr_access_t>(a.access);
+    x.rows = a.buffer->rows;
+    x.cols = a.buffer->cols;
+    x.ld = a.buffer->cols;
+    args.push_back(x);
+  }
+  hcr_launch_args_t la{};
+  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+  la.device = ds.index;
+  la.kernel = n->kernel->devices[d].handle;
+  la.args = args.data();
+  la.num_args = args.size();
+  la.params = n->params.data();
+  la.params_size = n->params.size();
+  la.param_offsets = n->param_offsets.data();
+  la.num_params = n->param_offsets.size();
+  double seconds = -1;
+  if (hcr_error_t* err = api->estimate(ds.plugin->handle, &la, &seconds)) {
+    api->error_destroy(err);
+    return -1;
+  }
+  return seconds;
+}
+
+void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
+  if (policy_) policy_->transferred(from, to, bytes, seconds);
 }
 
 RuntimeStats RuntimeCore::stats() const {

@@ -51,6 +51,11 @@ class RuntimeCore final : public sched::Context {
   uint32_t in_flight(sched::DeviceId d) const noexcept override {
     return dev_[d]->in_flight.load(std::memory_order_relaxed);
   }
+  double now() const noexcept override;
+  uint64_t bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept override;
+  double plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept override;
+  /// A copy finished (DataManager): tells the policy, for its transfer model.
+  void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
   const Config& config() const noexcept { return config_; }
   DataManager& data() noexcept { return data_; }

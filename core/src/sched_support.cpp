@@ -27,6 +27,9 @@ double TaskRef::size() const noexcept {
   if (!n_->footprint_valid) detail::compute_footprint(n_);
   return n_->size;
 }
+uint64_t TaskRef::policy_data() const noexcept { return n_->policy_data; }
+void TaskRef::set_policy_data(uint64_t v) const noexcept { n_->policy_data = v; }
+
 bool TaskRef::can_run(DeviceId d) const noexcept {
   return n_->kernel && (n_->pinned < 0 || static_cast<DeviceId>(n_->pinned) == d) &&
          n_->kernel->can_run(d) && n_->rt->fits(n_, d);

@@ -77,6 +77,7 @@ struct TaskNode {
   std::exception_ptr transfer_error;
   bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
 
+  uint64_t policy_data = 0;  // sched::TaskRef::policy_data()
   uint64_t footprint = 0;  // computed lazily for the scheduler
   double size = 0;
   bool footprint_valid = false;

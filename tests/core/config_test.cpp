@@ -101,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[runtime]\nplugin_paths = [\"rel/dir\"]\n",
                 "bad.toml:2: runtime.plugin_paths: 'rel/dir' is not an absolute directory"},
         BadCase{"[scheduler]\npolicy = \"fastest\"\n",
-                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: eager"},
+                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: dmda, dmdas, eager, random, ws)"},
         BadCase{"[scheduler]\npolicy = 1\n", "bad.toml:2: scheduler.policy: expected a string"},
         BadCase{"[scheduler]\nplicy = \"eager\"\n", "bad.toml:2: scheduler.plicy: unknown key"},
         BadCase{"[[backend]]\nthreads = 2\n", "bad.toml:1: backend.name: every [[backend]] needs"},

@@ -7,7 +7,10 @@
 /// log_level = "warn"                    # trace | debug | info | warn | error | off
 ///
 /// [scheduler]
-/// policy = "eager"
+/// policy = "dmda"                       # eager | random | ws | dmda | dmdas
+/// model_dir = "~/.cache/hcr/models"     # learned costs persist here ("off": not at all)
+/// calibrate = "auto"                    # auto | force | off
+/// calibrate_samples = 3
 ///
 /// [data]
 /// prefetch = true                       # copy inputs as soon as a task is placed
@@ -53,6 +56,15 @@ struct HCR_API Config {
   /// Unset: leave the process-wide level alone (HCR_LOG, or warn).
   std::optional<LogLevel> log_level;
   std::string policy = "eager";           ///< scheduler policy name
+  /// [scheduler] model_dir: where learned costs persist ("" = $XDG_CACHE_HOME/hcr/models or
+  /// ~/.cache/hcr/models; "off" = learn in memory only). Files go under a directory per host.
+  std::string model_dir;
+  /// [scheduler] calibrate: "auto" explores a (kernel, device architecture) until it has
+  /// calibrate_samples measurements; "force" explores every footprint that far; "off" never.
+  std::string calibrate = "auto";
+  int calibrate_samples = 3;
+  /// [scheduler] seed: for policies that draw at random.
+  uint64_t seed = 1;
   /// [data] prefetch: start copying a task's inputs as soon as the policy places it.
   bool prefetch = true;
   /// [data] lookahead: tasks handed to a device beyond the ones it runs at once, so that their

@@ -12,5 +12,6 @@
 #include <hcr/kernel.hpp>
 #include <hcr/log.hpp>
 #include <hcr/runtime.hpp>
+#include <hcr/sched.hpp>
 #include <hcr/task.hpp>
 #include <hcr/types.hpp>

@@ -48,8 +48,11 @@ class HCR_API TaskRef {
   uint64_t footprint() const noexcept;
   /// Bytes of all buffer arguments: the size a cost model regresses on.
   double size() const noexcept;
-  /// Whether device d has an implementation of the kernel.
+  /// Whether device d has an implementation of the kernel and room in its memory for the task.
   bool can_run(DeviceId d) const noexcept;
+  /// One word a policy may keep on the task between push() and completed().
+  uint64_t policy_data() const noexcept;
+  void set_policy_data(uint64_t v) const noexcept;
 
   detail::TaskNode* node() const noexcept { return n_; }
   friend bool operator==(TaskRef a, TaskRef b) noexcept { return a.n_ == b.n_; }
@@ -65,6 +68,14 @@ class Context {
   virtual const std::vector<Device>& devices() const noexcept = 0;
   /// Tasks handed to device d and not finished yet.
   virtual uint32_t in_flight(DeviceId d) const noexcept = 0;
+  /// Seconds on a steady clock (the clock completed() durations are comparable with).
+  virtual double now() const noexcept = 0;
+  /// Bytes of `task`'s inputs that have no valid copy in device d's memory (what placing it
+  /// there would have to copy in). Lock-free; may be momentarily stale.
+  virtual uint64_t bytes_to_fetch(TaskRef task, DeviceId d) const noexcept = 0;
+  /// The plugin's own first estimate of `task`'s duration on d, if it offers one (seconds < 0:
+  /// none). Meant for tasks the model knows nothing about: it calls into the plugin.
+  virtual double plugin_estimate(TaskRef task, DeviceId d) const noexcept = 0;
 };
 
 class Policy {
@@ -77,13 +88,34 @@ class Policy {
   virtual DeviceId push(TaskRef task) = 0;
   /// Device d has a free slot: a task it can run, or an empty ref.
   virtual TaskRef pop(DeviceId d) = 0;
-  /// A task popped for d finished after `seconds` on the device.
+  /// A task popped for d finished after `seconds` on the device (< 0: unknown, e.g. it failed).
   virtual void completed(TaskRef /*task*/, DeviceId /*d*/, double /*seconds*/) {}
+  /// A copy of `bytes` from memory node `from` to node `to` took `seconds` (node 0 is host memory;
+  /// Device::memory_node says whose memory a node is).
+  virtual void transferred(uint32_t /*from*/, uint32_t /*to*/, uint64_t /*bytes*/,
+                           double /*seconds*/) {}
   /// Whether completed() needs measured durations (costs two clock reads per task).
   virtual bool wants_timing() const noexcept { return false; }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>(const Config&)>;
+
+/// One learned cell of a cost model file, for reports (`hcr models`).
+struct ModelRow {
+  std::string kernel, arch;
+  uint64_t footprint = 0;
+  double size = 0;      ///< bytes of the task's buffers
+  double seconds = 0;   ///< robust estimate (median of recent samples)
+  double spread = 0;    ///< standard deviation (from the MAD)
+  uint32_t samples = 0;
+  bool fit_valid = false;  ///< the (kernel, arch) power law t = a * size^b + c
+  double fit_a = 0, fit_b = 0, fit_c = 0;
+};
+/// The directory learned models persist in for `config` on this host ("" when turned off).
+HCR_API std::string model_directory(const Config& config);
+/// Every cell in the model files of `dir`; a file that is not a model is skipped with a message
+/// in `warnings` naming it.
+HCR_API std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings);
 
 /// Adds a policy by name (replacing one of the same name). Thread-safe.
 HCR_API void register_policy(std::string name, PolicyFactory factory);

@@ -1,0 +1,493 @@
+// Cost model: robust windowed history, power-law regression over sizes, link fits, and the
+// versioned TOML files the model persists to.
+#include "cost_model.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace hcr::sched {
+
+// ---- History ----------------------------------------------------------------------------------
+
+void History::add(double x) {
+  if (!(x >= 0) || !std::isfinite(x)) return;
+  ++count_;
+  if (n_ >= static_cast<size_t>(kShift)) {
+    // A sample far from the estimate counts toward a change of regime only with others on the
+    // same side; alone it is an outlier, and the median ignores it anyway.
+    const double tolerance = std::max(kOutlier * spread_, 0.25 * median_);
+    int side = x > median_ + tolerance ? 1 : x < median_ - tolerance ? -1 : 0;
+    if (side != 0 && (streak_ == 0 || (streak_ > 0) == (side > 0))) {
+      streak_ += side;
+      pending_.push_back(x);
+      if (std::abs(streak_) >= kShift) {  // the device changed: start over from the new regime
+        n_ = 0;
+        head_ = 0;
+        for (double p : pending_) {
+          ring_[head_] = p;
+          head_ = (head_ + 1) % kWindow;
+          ++n_;
+        }
+        pending_.clear();
+        streak_ = 0;
+        recompute();
+      }
+      return;
+    }
+    // Back in line: the pending samples were outliers after all.
+    streak_ = side;
+    pending_.clear();
+    if (side != 0) {
+      pending_.push_back(x);
+      return;
+    }
+  }
+  ring_[head_] = x;
+  head_ = (head_ + 1) % kWindow;
+  n_ = std::min(n_ + 1, kWindow);
+  recompute();
+}
+
+std::vector<double> History::samples() const {
+  std::vector<double> out;
+  for (size_t i = 0; i < n_; ++i) out.push_back(ring_[(head_ + kWindow - n_ + i) % kWindow]);
+  return out;
+}
+
+void History::restore(const std::vector<double>& samples, uint32_t count) {
+  n_ = head_ = 0;
+  streak_ = 0;
+  pending_.clear();
+  size_t first = samples.size() > kWindow ? samples.size() - kWindow : 0;
+  for (size_t i = first; i < samples.size(); ++i) {
+    if (!(samples[i] >= 0) || !std::isfinite(samples[i])) continue;
+    ring_[head_] = samples[i];
+    head_ = (head_ + 1) % kWindow;
+    ++n_;
+  }
+  count_ = std::max<uint32_t>(count, static_cast<uint32_t>(n_));
+  recompute();
+}
+
+void History::recompute() {
+  if (n_ == 0) {
+    median_ = spread_ = 0;
+    return;
+  }
+  std::vector<double> w;
+  for (size_t i = 0; i < n_; ++i) w.push_back(ring_[(head_ + kWindow - n_ + i) % kWindow]);
+  std::sort(w.begin(), w.end());
+  auto median_of = [](std::vector<double>& s) {
+    size_t m = s.size() / 2;
+    return s.size() % 2 ? s[m] : 0.5 * (s[m - 1] + s[m]);
+  };
+  median_ = median_of(w);
+  for (double& x : w) x = std::abs(x - median_);
+  std::sort(w.begin(), w.end());
+  spread_ = 1.4826 * median_of(w);  // MAD as a standard deviation
+}
+
+// ---- power law ----------------------------------------------------------------------------------
+
+double PowerLaw::operator()(double n) const {
+  return std::max(0.0, a * std::pow(std::max(n, 1.0), b) + c);
+}
+
+namespace {
+// Weighted least squares of log(t - c) = log a + b log n; returns the weighted squared error of
+// the model in log space.
+double fit_with_offset(const std::vector<std::array<double, 3>>& pts, double c, PowerLaw& out) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto& p : pts) {
+    double x = std::log(std::max(p[0], 1.0)), y = std::log(std::max(p[1] - c, 1e-15));
+    sw += p[2];
+    sx += p[2] * x;
+    sy += p[2] * y;
+    sxx += p[2] * x * x;
+    sxy += p[2] * x * y;
+  }
+  double den = sw * sxx - sx * sx;
+  if (std::abs(den) < 1e-12) return INFINITY;
+  double b = (sw * sxy - sx * sy) / den;
+  b = std::clamp(b, 0.0, 4.0);
+  double loga = (sy - b * sx) / sw;
+  out.a = std::exp(loga);
+  out.b = b;
+  out.c = c;
+  double err = 0;
+  for (auto& p : pts) {
+    double pred = out(p[0]);
+    double e = std::log(std::max(pred, 1e-15)) - std::log(std::max(p[1], 1e-15));
+    err += p[2] * e * e;
+  }
+  return err / sw;
+}
+}  // namespace
+
+PowerLaw fit_power_law(const std::vector<std::array<double, 3>>& points) {
+  PowerLaw best;
+  std::vector<double> sizes;
+  double tmin = INFINITY;
+  for (auto& p : points) {
+    if (std::find(sizes.begin(), sizes.end(), p[0]) == sizes.end()) sizes.push_back(p[0]);
+    tmin = std::min(tmin, p[1]);
+  }
+  if (sizes.size() < 2 || !(tmin > 0)) return best;
+  double err = fit_with_offset(points, 0, best);
+  if (sizes.size() >= 3) {
+    // Golden-section search of the offset c in [0, tmin): a fixed cost per launch.
+    double lo = 0, hi = 0.999 * tmin;
+    const double g = 0.5 * (std::sqrt(5.0) - 1);
+    double x1 = hi - g * (hi - lo), x2 = lo + g * (hi - lo);
+    PowerLaw f1, f2;
+    double e1 = fit_with_offset(points, x1, f1), e2 = fit_with_offset(points, x2, f2);
+    for (int i = 0; i < 40; ++i) {
+      if (e1 < e2) {
+        hi = x2;
+        x2 = x1;
+        e2 = e1;
+        f2 = f1;
+        x1 = hi - g * (hi - lo);
+        e1 = fit_with_offset(points, x1, f1);
+      } else {
+        lo = x1;
+        x1 = x2;
+        e1 = e2;
+        f1 = f2;
+        x2 = lo + g * (hi - lo);
+        e2 = fit_with_offset(points, x2, f2);
+      }
+    }
+    PowerLaw& cand = e1 < e2 ? f1 : f2;
+    double ce = std::min(e1, e2);
+    if (ce < err) {
+      best = cand;
+      err = ce;
+    }
+  }
+  best.valid = std::isfinite(err) && best.a > 0;
+  best.rel_error = std::isfinite(err) ? std::sqrt(err) : 1;
+  return best;
+}
+
+// ---- CostModel --------------------------------------------------------------------------------
+
+CostModel::Pair* CostModel::find_or_add(const std::string& kernel, const std::string& arch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& p = pairs_[{kernel, arch}];
+  if (!p) {
+    p = std::make_unique<Pair>();
+    p->kernel = kernel;
+    p->arch = arch;
+  }
+  return p.get();
+}
+
+CostModel::Pair* CostModel::pair(const std::string& kernel, const std::string& arch) {
+  return find_or_add(kernel, arch);
+}
+
+void CostModel::refit(Pair& p) {
+  std::vector<std::array<double, 3>> pts;
+  for (auto& [fp, cell] : p.cells)
+    if (cell.history.size() > 0)
+      pts.push_back({cell.size, cell.history.estimate(),
+                     static_cast<double>(std::min<size_t>(cell.history.size(), 8))});
+  p.fit = fit_power_law(pts);
+}
+
+void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds) {
+  std::lock_guard<detail::SpinLock> lock(p.lock);
+  Cell& cell = p.cells[footprint];
+  cell.size = size;
+  cell.history.add(seconds);
+  p.total.fetch_add(1, std::memory_order_relaxed);
+  if (p.cells.size() >= 2) refit(p);
+}
+
+Prediction CostModel::predict(Pair& p, uint64_t footprint, double size) const {
+  Prediction r;
+  std::lock_guard<detail::SpinLock> lock(p.lock);
+  auto it = p.cells.find(footprint);
+  if (it != p.cells.end() && it->second.history.size() > 0) {
+    const History& h = it->second.history;
+    r.seconds = h.estimate();
+    r.spread = h.spread();
+    r.samples = static_cast<uint32_t>(h.size());
+    r.source = Prediction::Source::history;
+    return r;
+  }
+  if (p.fit.valid) {
+    r.seconds = p.fit(size);
+    r.spread = p.fit.rel_error * r.seconds;
+    r.samples = p.total.load(std::memory_order_relaxed);
+    r.source = Prediction::Source::regression;
+    return r;
+  }
+  if (p.cells.size() == 1 && p.cells.begin()->second.history.size() > 0) {
+    // One size seen: scale it linearly with the data until a second size allows a fit.
+    const Cell& only = p.cells.begin()->second;
+    if (only.size > 0) {
+      r.seconds = only.history.estimate() * size / only.size;
+      r.spread = r.seconds;
+      r.samples = static_cast<uint32_t>(only.history.size());
+      r.source = Prediction::Source::regression;
+    }
+  }
+  return r;
+}
+
+uint32_t CostModel::samples(const Pair& p) const noexcept {
+  return p.total.load(std::memory_order_relaxed);
+}
+
+void CostModel::record(const std::string& kernel, const std::string& arch, uint64_t footprint,
+                       double size, double seconds) {
+  record(*find_or_add(kernel, arch), footprint, size, seconds);
+}
+
+Prediction CostModel::predict(const std::string& kernel, const std::string& arch,
+                              uint64_t footprint, double size) const {
+  Pair* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pairs_.find({kernel, arch});
+    if (it == pairs_.end()) return {};
+    p = it->second.get();
+  }
+  return predict(*p, footprint, size);
+}
+
+uint32_t CostModel::samples(const std::string& kernel, const std::string& arch) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pairs_.find({kernel, arch});
+  return it == pairs_.end() ? 0 : it->second->total.load(std::memory_order_relaxed);
+}
+
+std::vector<CostModel::Row> CostModel::rows() const {
+  std::vector<Row> out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, p] : pairs_) {
+    std::lock_guard<detail::SpinLock> pl(p->lock);
+    for (auto& [fp, cell] : p->cells)
+      out.push_back({p->kernel, p->arch, fp, cell.size, cell.history.estimate(),
+                     cell.history.spread(), cell.history.count(), p->fit});
+  }
+  return out;
+}
+
+namespace {
+std::string file_name_for(const std::string& arch) {
+  std::string s;
+  for (char ch : arch) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  if (s.empty()) s = "arch";
+  return s + ".model.toml";
+}
+std::string hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+}  // namespace
+
+std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
+  std::map<std::string, toml::array> cells_by_arch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [key, p] : pairs_) {
+      std::lock_guard<detail::SpinLock> pl(p->lock);
+      for (auto& [fp, cell] : p->cells) {
+        if (cell.history.size() == 0) continue;
+        toml::array samples;
+        for (double x : cell.history.samples()) samples.push_back(x);
+        cells_by_arch[p->arch].push_back(toml::table{
+            {"kernel", p->kernel},
+            {"footprint", hex(fp)},
+            {"size", cell.size},
+            {"count", static_cast<int64_t>(cell.history.count())},
+            {"samples", std::move(samples)},
+        });
+      }
+    }
+  }
+  std::vector<std::filesystem::path> written;
+  std::filesystem::create_directories(dir);
+  for (auto& [arch, cells] : cells_by_arch) {
+    toml::table root{{"format", kFormat},
+                     {"version", kFormatVersion},
+                     {"arch", arch},
+                     {"cell", std::move(cells)}};
+    auto path = dir / file_name_for(arch);
+    auto tmp = path;
+    tmp += ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
+          << "# Regenerated as hcr runs; delete it to start cold.\n"
+          << root << "\n";
+      if (!out) throw std::runtime_error("cannot write " + tmp.string());
+    }
+    std::filesystem::rename(tmp, path);  // atomic: a reader never sees half a file
+    written.push_back(path);
+  }
+  return written;
+}
+
+void CostModel::load_file(const std::filesystem::path& file) {
+  toml::table root;
+  try {
+    root = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(file.string() + ":" + std::to_string(e.source().begin.line) + ": " +
+                             std::string(e.description()));
+  }
+  auto format = root["format"].value<std::string>();
+  auto version = root["version"].value<int64_t>();
+  auto arch = root["arch"].value<std::string>();
+  if (!format || *format != kFormat)
+    throw std::runtime_error(file.string() + ": not an hcr cost model (no format = \"" +
+                             std::string(kFormat) + "\")");
+  if (!version || *version != kFormatVersion)
+    throw std::runtime_error(file.string() + ": model format version " +
+                             (version ? std::to_string(*version) : std::string("missing")) +
+                             ", this hcr reads version " + std::to_string(kFormatVersion));
+  if (!arch) throw std::runtime_error(file.string() + ": no arch");
+  auto* cells = root["cell"].as_array();
+  if (cells == nullptr) return;
+  // Validate everything before touching the model: a bad file changes nothing.
+  struct Parsed {
+    std::string kernel;
+    uint64_t footprint;
+    double size;
+    uint32_t count;
+    std::vector<double> samples;
+  };
+  std::vector<Parsed> parsed;
+  for (auto&& node : *cells) {
+    auto* t = node.as_table();
+    auto where = [&] { return file.string() + ":" + std::to_string(node.source().begin.line); };
+    if (t == nullptr) throw std::runtime_error(where() + ": a cell is not a table");
+    auto kernel = (*t)["kernel"].value<std::string>();
+    auto fp = (*t)["footprint"].value<std::string>();
+    auto size = (*t)["size"].value<double>();
+    auto count = (*t)["count"].value<int64_t>();
+    auto* samples = (*t)["samples"].as_array();
+    if (!kernel || !fp || !size || !count || samples == nullptr)
+      throw std::runtime_error(where() + ": a cell needs kernel, footprint, size, count, samples");
+    Parsed p{*kernel, 0, *size, static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
+    try {
+      size_t used = 0;
+      p.footprint = std::stoull(*fp, &used, 16);
+      if (used != fp->size()) throw std::invalid_argument("");
+    } catch (...) {
+      throw std::runtime_error(where() + ": footprint '" + *fp + "' is not hexadecimal");
+    }
+    for (auto&& s : *samples) {
+      auto v = s.value<double>();
+      if (!v || !(*v >= 0) || !std::isfinite(*v))
+        throw std::runtime_error(where() + ": samples must be non-negative numbers");
+      p.samples.push_back(*v);
+    }
+    if (!(p.size >= 0) || !std::isfinite(p.size))
+      throw std::runtime_error(where() + ": size must be a non-negative number");
+    parsed.push_back(std::move(p));
+  }
+  for (auto& p : parsed) {
+    Pair& pr = *find_or_add(p.kernel, *arch);
+    std::lock_guard<detail::SpinLock> lock(pr.lock);
+    Cell& cell = pr.cells[p.footprint];
+    cell.size = p.size;
+    cell.history.restore(p.samples, p.count);
+    pr.total.fetch_add(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, p] : pairs_) {
+    std::lock_guard<detail::SpinLock> pl(p->lock);
+    if (p->cells.size() >= 2) refit(*p);
+  }
+}
+
+void CostModel::load(const std::filesystem::path& dir, std::vector<std::string>& warnings) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return;
+  std::vector<std::filesystem::path> files;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const auto& p = it->path();
+    if (p.string().size() > 11 && p.string().rfind(".model.toml") == p.string().size() - 11)
+      files.push_back(p);
+  }
+  std::sort(files.begin(), files.end());
+  for (auto& f : files) {
+    try {
+      load_file(f);
+    } catch (const std::exception& e) {
+      warnings.push_back(std::string("ignoring cost model file ") + e.what());
+    }
+  }
+}
+
+// ---- LinkModel --------------------------------------------------------------------------------
+
+void LinkModel::resize(uint32_t nodes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Fit> grown(static_cast<size_t>(nodes) * nodes);
+  for (uint32_t f = 0; f < std::min(nodes, nodes_); ++f)
+    for (uint32_t t = 0; t < std::min(nodes, nodes_); ++t)
+      grown[f * nodes + t] = fits_[f * nodes_ + t];
+  fits_ = std::move(grown);
+  nodes_ = nodes;
+}
+
+void LinkModel::declare(uint32_t from, uint32_t to, double latency, double bandwidth) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from >= nodes_ || to >= nodes_) return;
+  Fit& f = fits_[from * nodes_ + to];
+  if (f.link.samples != 0) return;  // measured beats declared
+  f.link.latency = std::max(0.0, latency);
+  f.link.bandwidth = std::max(0.0, bandwidth);
+}
+
+void LinkModel::record(uint32_t from, uint32_t to, uint64_t bytes, double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from >= nodes_ || to >= nodes_) return;
+  Fit& f = fits_[from * nodes_ + to];
+  // Exponentially decayed least squares of seconds = latency + bytes / bandwidth.
+  const double keep = 0.95, x = static_cast<double>(bytes), y = seconds;
+  f.sw = keep * f.sw + 1;
+  f.sx = keep * f.sx + x;
+  f.sy = keep * f.sy + y;
+  f.sxx = keep * f.sxx + x * x;
+  f.sxy = keep * f.sxy + x * y;
+  ++f.link.samples;
+  double den = f.sw * f.sxx - f.sx * f.sx;
+  double slope = den > 1e-9 * f.sxx * f.sw ? (f.sw * f.sxy - f.sx * f.sy) / den : 0;
+  if (slope > 0) {
+    f.link.bandwidth = 1.0 / slope;
+    f.link.latency = std::max(0.0, (f.sy - slope * f.sx) / f.sw);
+  } else if (x > 0) {  // one size so far: all of it is bandwidth
+    f.link.bandwidth = f.sx / std::max(f.sy, 1e-12);
+    f.link.latency = 0;
+  }
+}
+
+double LinkModel::predict(uint32_t from, uint32_t to, uint64_t bytes) const {
+  if (bytes == 0 || from == to) return 0;
+  Link l = link(from, to);
+  double bw = l.bandwidth > 0 ? l.bandwidth : fallback_bandwidth;
+  return l.latency + static_cast<double>(bytes) / bw;
+}
+
+LinkModel::Link LinkModel::link(uint32_t from, uint32_t to) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (from >= nodes_ || to >= nodes_) return {};
+  return fits_[from * nodes_ + to].link;
+}
+
+}  // namespace hcr::sched

@@ -1,0 +1,170 @@
+// The learned cost model: what each kernel costs on each device architecture, per size footprint,
+// and what each copy costs between memory nodes.
+//
+// Execution (per kernel, architecture, footprint): a window of the most recent samples; the
+// estimate is their median and the spread their MAD (scaled to a standard deviation), so one
+// timing spike moves nothing. Old samples leave the window (decay), and a run of samples that all
+// disagree with the estimate in the same direction is taken as a change of regime: the window
+// restarts from them, so the model follows a device that became slower or faster within a few
+// tasks. Across footprints of one (kernel, architecture), a power law t = a * n^b + c in the
+// footprint's size n is fitted to the cells' estimates, and predicts sizes never measured.
+//
+// Thread safety: every member may be called concurrently.
+#pragma once
+
+#include <hcr/detail/spin_lock.hpp>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hcr::sched {
+
+/// A prediction with what it rests on.
+struct Prediction {
+  enum class Source { none, estimate, regression, history };
+  double seconds = 0;
+  double spread = 0;     ///< standard deviation, seconds
+  uint32_t samples = 0;  ///< measurements behind it
+  Source source = Source::none;
+  bool known() const noexcept { return source != Source::none; }
+};
+
+/// Robust statistics of the recent samples of one cell.
+class History {
+ public:
+  static constexpr size_t kWindow = 16;
+  /// Consecutive samples beyond kOutlier spreads on the same side that mean a new regime.
+  static constexpr int kShift = 3;
+  static constexpr double kOutlier = 4.0;
+
+  void add(double seconds);
+  double estimate() const noexcept { return median_; }
+  double spread() const noexcept { return spread_; }
+  uint32_t count() const noexcept { return count_; }  ///< every sample ever, for reports
+  size_t size() const noexcept { return n_; }
+  std::vector<double> samples() const;  ///< the window, oldest first
+  void restore(const std::vector<double>& samples, uint32_t count);
+
+ private:
+  void recompute();
+  std::array<double, kWindow> ring_{};
+  size_t n_ = 0, head_ = 0;
+  uint32_t count_ = 0;
+  int streak_ = 0;  // + above, - below the estimate
+  std::vector<double> pending_;  // the streak's samples
+  double median_ = 0, spread_ = 0;
+};
+
+/// t = a * n^b + c.
+struct PowerLaw {
+  double a = 0, b = 1, c = 0;
+  double rel_error = 0;  ///< typical relative residual of the fit
+  bool valid = false;
+  double operator()(double n) const;
+};
+
+/// Weighted fit of (size, seconds, weight) points; needs two distinct sizes (then c = 0), three
+/// for the offset c.
+PowerLaw fit_power_law(const std::vector<std::array<double, 3>>& points);
+
+class CostModel {
+ public:
+  CostModel() = default;
+  CostModel(const CostModel&) = delete;
+  CostModel& operator=(const CostModel&) = delete;
+
+  /// Records a measured duration.
+  void record(const std::string& kernel, const std::string& arch, uint64_t footprint,
+              double size, double seconds);
+  /// What the model knows for that cell: its history, else the size regression.
+  Prediction predict(const std::string& kernel, const std::string& arch, uint64_t footprint,
+                     double size) const;
+  /// Samples recorded for a (kernel, architecture), all footprints together.
+  uint32_t samples(const std::string& kernel, const std::string& arch) const;
+
+  /// The hot path: a handle to one (kernel, architecture) pair, stable for the model's lifetime.
+  struct Pair;
+  Pair* pair(const std::string& kernel, const std::string& arch);
+  Prediction predict(Pair& p, uint64_t footprint, double size) const;
+  void record(Pair& p, uint64_t footprint, double size, double seconds);
+  uint32_t samples(const Pair& p) const noexcept;
+
+  /// One row per cell, for reports and plots.
+  struct Row {
+    std::string kernel, arch;
+    uint64_t footprint = 0;
+    double size = 0;
+    double estimate = 0, spread = 0;
+    uint32_t samples = 0;
+    PowerLaw fit;  ///< of the row's (kernel, arch)
+  };
+  std::vector<Row> rows() const;
+
+  /// Writes one file per architecture under `dir` (created). Returns the files written.
+  std::vector<std::filesystem::path> save(const std::filesystem::path& dir) const;
+  /// Reads every model file under `dir`; a file that is not a model of this version is skipped
+  /// with a message in `warnings` naming it.
+  void load(const std::filesystem::path& dir, std::vector<std::string>& warnings);
+  /// Loads one file (throws std::runtime_error naming the file and what is wrong).
+  void load_file(const std::filesystem::path& file);
+
+  static constexpr int kFormatVersion = 1;
+  static constexpr const char* kFormat = "hcr-cost-model";
+
+ private:
+  struct Cell {
+    double size = 0;
+    History history;
+  };
+  Pair* find_or_add(const std::string& kernel, const std::string& arch);
+  static void refit(Pair& p);
+
+  mutable std::mutex mutex_;  // guards the map (pairs are added rarely)
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<Pair>> pairs_;
+
+ public:
+  struct Pair {
+    std::string kernel, arch;
+    mutable detail::SpinLock lock;  // guards cells and fit
+    std::map<uint64_t, Cell> cells;
+    PowerLaw fit;
+    std::atomic<uint32_t> total{0};
+    std::atomic<uint32_t> exploring{0};  // calibration tasks in flight (policies' bookkeeping)
+  };
+};
+
+/// Copy costs between memory nodes: latency + bytes / bandwidth, fitted to what copies took.
+class LinkModel {
+ public:
+  /// Declared figures (a device's link to host memory); measurements replace them.
+  void declare(uint32_t from, uint32_t to, double latency, double bandwidth);
+  void record(uint32_t from, uint32_t to, uint64_t bytes, double seconds);
+  /// Seconds to copy `bytes` (0 bytes: 0). Unknown link: `fallback_bandwidth`, no latency.
+  double predict(uint32_t from, uint32_t to, uint64_t bytes) const;
+  struct Link {
+    double latency = 0, bandwidth = 0;  // bytes/s; 0: unknown
+    uint32_t samples = 0;
+  };
+  Link link(uint32_t from, uint32_t to) const;
+  void resize(uint32_t nodes);
+  double fallback_bandwidth = 10e9;
+
+ private:
+  struct Fit {
+    Link link;
+    // Decayed least-squares sums of (bytes, seconds).
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  };
+  mutable std::mutex mutex_;
+  uint32_t nodes_ = 0;
+  std::vector<Fit> fits_;  // [from * nodes + to]
+};
+
+}  // namespace hcr::sched

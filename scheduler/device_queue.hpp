@@ -1,0 +1,80 @@
+// A ready queue for one device, shared by the policies that place tasks on devices at push time.
+#pragma once
+
+#include <hcr/detail/spin_lock.hpp>
+#include <hcr/sched.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <mutex>
+
+namespace hcr::sched {
+
+class DeviceQueue {
+ public:
+  /// by_priority: higher priority first, first in first out among equals; else plain FIFO.
+  explicit DeviceQueue(bool by_priority = false) : by_priority_(by_priority) {}
+
+  void push(TaskRef t) {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    if (by_priority_ && !q_.empty() && q_.back().priority() < t.priority()) {
+      auto at = std::upper_bound(q_.begin(), q_.end(), t, [](TaskRef a, TaskRef b) {
+        return a.priority() > b.priority();
+      });
+      q_.insert(at, t);
+    } else {
+      q_.push_back(t);
+    }
+    size_.store(q_.size(), std::memory_order_relaxed);
+  }
+  /// The first task device d can run.
+  TaskRef pop_front(DeviceId d) { return take(d, false); }
+  /// The last task device d can run (owners of a work-stealing deque).
+  TaskRef pop_back(DeviceId d) { return take(d, true); }
+  size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
+  /// The first of the oldest `window` tasks that `take` accepts (called under the queue's lock).
+  template <class F>
+  TaskRef pop_first(size_t window, F&& take) {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    size_t seen = 0;
+    for (auto it = q_.begin(); it != q_.end() && seen < window; ++it, ++seen)
+      if (take(*it)) {
+        TaskRef t = *it;
+        q_.erase(it);
+        size_.store(q_.size(), std::memory_order_relaxed);
+        return t;
+      }
+    return {};
+  }
+
+ private:
+  TaskRef take(DeviceId d, bool back) {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    TaskRef found;
+    if (back) {
+      for (auto it = q_.rbegin(); it != q_.rend(); ++it)
+        if (it->can_run(d)) {
+          found = *it;
+          q_.erase(std::next(it).base());
+          break;
+        }
+    } else {
+      for (auto it = q_.begin(); it != q_.end(); ++it)
+        if (it->can_run(d)) {
+          found = *it;
+          q_.erase(it);
+          break;
+        }
+    }
+    size_.store(q_.size(), std::memory_order_relaxed);
+    return found;
+  }
+
+  bool by_priority_;
+  detail::SpinLock lock_;
+  std::deque<TaskRef> q_;
+  std::atomic<size_t> size_{0};
+};
+
+}  // namespace hcr::sched

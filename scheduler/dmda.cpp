@@ -1,0 +1,421 @@
+// dmda ("deque model data aware", as StarPU calls it): each ready task goes to the device where it
+// is predicted to finish first — the device's predicted ready time, or the arrival of the task's
+// inputs there if later (copies start at once: the runtime prefetches), plus the learned execution
+// time. The online form of HEFT. dmdas keeps each device's queue sorted by priority.
+//
+// Calibration: while a (kernel, architecture) pair has fewer than calibrate_samples measurements,
+// one task at a time is sent there on purpose, so that a slow device is measured but never fed a
+// share of the work it cannot finish in time.
+#include "cost_model.hpp"
+#include "device_queue.hpp"
+
+#include <hcr/log.hpp>
+
+#include <unistd.h>
+
+#include <toml++/toml.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace hcr::sched {
+
+std::string model_directory(const Config& config) {
+  std::string dir = config.model_dir;
+  if (dir == "off") return {};
+  if (dir.empty()) {
+    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg && xdg[0] == '/')
+      dir = std::string(xdg) + "/hcr/models";
+    else if (const char* home = std::getenv("HOME"); home && *home)
+      dir = std::string(home) + "/.cache/hcr/models";
+    else
+      return {};
+  }
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  return (std::filesystem::path(dir) / host).string();
+}
+
+std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings) {
+  CostModel model;
+  model.load(dir, warnings);
+  std::vector<ModelRow> rows;
+  for (auto& r : model.rows())
+    rows.push_back({r.kernel, r.arch, r.footprint, r.size, r.estimate, r.spread, r.samples,
+                    r.fit.valid, r.fit.a, r.fit.b, r.fit.c});
+  return rows;
+}
+
+namespace {
+
+constexpr uint64_t kExploreBit = uint64_t{1} << 63;
+constexpr size_t kFastKernels = 4096;  // kernel ids with a lock-free lookup
+
+class Dmda final : public Policy {
+ public:
+  Dmda(const Config& c, bool by_priority)
+      : by_priority_(by_priority),
+        unknown_(by_priority),
+        calibrate_(c.calibrate),
+        min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
+        dir_(model_directory(c)),
+        by_kernel_(kFastKernels) {}
+
+  ~Dmda() override {
+    save();
+    for (auto& slot : by_kernel_) delete slot.load(std::memory_order_relaxed);
+    for (auto& [id, v] : slow_kernels_) delete v;
+  }
+
+  std::string_view name() const noexcept override { return by_priority_ ? "dmdas" : "dmda"; }
+  bool wants_timing() const noexcept override { return true; }
+
+  void attach(Context& ctx) override {
+    ctx_ = &ctx;
+    const auto& devices = ctx.devices();
+    devs_.clear();
+    uint32_t nodes = 1;
+    for (const Device& d : devices) {
+      auto dev = std::make_unique<Dev>(by_priority_);
+      dev->node = d.memory_node;
+      dev->slots = std::max<uint32_t>(1, d.concurrency);
+      dev->arch = d.arch;
+      nodes = std::max(nodes, d.memory_node + 1);
+      devs_.push_back(std::move(dev));
+    }
+    links_.resize(nodes);
+    node_names_.assign(nodes, "host");
+    for (const Device& d : devices) {
+      if (d.memory_node == 0) continue;
+      node_names_[d.memory_node] = d.arch;
+      if (d.link_bandwidth > 0) {  // the plugin's declared figures until copies are measured
+        links_.declare(0, d.memory_node, d.link_latency, d.link_bandwidth);
+        links_.declare(d.memory_node, 0, d.link_latency, d.link_bandwidth);
+      }
+    }
+    load();
+  }
+
+  DeviceId push(TaskRef t) override {
+    const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
+    const uint64_t fp = t.footprint();
+    const double size = t.size();
+    const double now = ctx_->now();
+
+    DeviceId best = kAnyDevice;
+    double best_exec = 0;
+    bool explore = false;
+
+    if (calibrate_ != "off") {  // a pair not measured enough, with no calibration task out?
+      uint32_t fewest = min_samples_;
+      for (DeviceId d = 0; d < devs_.size(); ++d) {
+        if (!t.can_run(d)) continue;
+        CostModel::Pair& p = *pairs[d];
+        uint32_t n = model_.samples(p);
+        if (calibrate_ == "force") {  // every footprint, not just the pair
+          Prediction pr = model_.predict(p, fp, size);
+          n = pr.source == Prediction::Source::history ? pr.samples : 0;
+        }
+        if (n < fewest && p.exploring.load(std::memory_order_relaxed) == 0) {
+          fewest = n;
+          best = d;
+        }
+      }
+      if (best != kAnyDevice) {
+        CostModel::Pair& p = *pairs[best];
+        uint32_t expected = 0;
+        explore = p.exploring.compare_exchange_strong(expected, 1);
+        if (!explore) best = kAnyDevice;  // another thread took that calibration slot
+      }
+    }
+
+    if (explore) {
+      Prediction pr = model_.predict(*pairs[best], fp, size);
+      best_exec = pr.known() ? pr.seconds : std::max(0.0, ctx_->plugin_estimate(t, best));
+    } else {
+      Choice c = choose(t, pairs, now, /*estimates=*/true);
+      if (c.device == kAnyDevice) {
+        // Nothing is known yet (calibration still running): placing now would be a guess. The
+        // task waits where a device with a free slot takes it once the model says it should.
+        t.set_policy_data(0);
+        unknown_.push(t);
+        return kAnyDevice;
+      }
+      best = c.device;
+      best_exec = c.exec;
+    }
+
+    const auto exec_ns = static_cast<uint64_t>(std::min(best_exec, 1e9) * 1e9);
+    t.set_policy_data(exec_ns | (explore ? kExploreBit : 0));
+    devs_[best]->pending_ns.fetch_add(static_cast<int64_t>(exec_ns), std::memory_order_relaxed);
+    devs_[best]->queue.push(t);
+    return best;
+  }
+
+  TaskRef pop(DeviceId d) override {
+    if (TaskRef t = devs_[d]->queue.pop_front(d)) return t;
+    if (unknown_.size() > 0) {
+      // A task parked before its costs were known. d takes it to calibrate itself (one at a
+      // time, until it has its samples), or when the model now sends it to d; with calibration
+      // off and nothing known anywhere, first come first served.
+      const double now = ctx_->now();
+      bool explored = false;
+      TaskRef t = unknown_.pop_first(16, [&](TaskRef u) {
+        if (!u.can_run(d)) return false;
+        const auto& pairs = pairs_for(u);
+        CostModel::Pair& p = *pairs[d];
+        if (calibrate_ != "off" && model_.samples(p) < min_samples_) {
+          uint32_t expected = 0;
+          explored = p.exploring.compare_exchange_strong(expected, 1);
+          return explored;
+        }
+        Choice c = choose(u, pairs, now, /*estimates=*/false);
+        return c.device == d || (c.device == kAnyDevice && calibrate_ == "off");
+      });
+      if (t) {
+        t.set_policy_data(explored ? kExploreBit : 0);
+        account(t, d);
+        return t;
+      }
+    }
+    return steal(d);
+  }
+
+  struct Choice {
+    DeviceId device = kAnyDevice;
+    double exec = 0;
+  };
+  // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
+  // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
+  Choice choose(TaskRef t, const std::vector<CostModel::Pair*>& pairs, double now,
+                bool estimates) {
+    const uint64_t fp = t.footprint();
+    const double size = t.size();
+    Choice best;
+    double best_finish = INFINITY;
+    // Predictions are per architecture: devices of one kind share them.
+    std::array<std::pair<const CostModel::Pair*, double>, 8> seen{};
+    size_t n_seen = 0;
+    for (DeviceId d = 0; d < devs_.size(); ++d) {
+      if (!t.can_run(d)) continue;
+      Dev& dev = *devs_[d];
+      const CostModel::Pair* p = pairs[d];
+      double exec = -1;
+      bool cached = false;
+      for (size_t i = 0; i < n_seen && !cached; ++i)
+        if (seen[i].first == p) {
+          exec = seen[i].second;
+          cached = true;
+        }
+      if (!cached) {
+        Prediction pr = model_.predict(*pairs[d], fp, size);
+        exec = pr.known() ? pr.seconds : estimates ? ctx_->plugin_estimate(t, d) : -1;
+        if (n_seen < seen.size()) seen[n_seen++] = {p, exec};
+      }
+      if (exec < 0) continue;
+      uint64_t bytes = ctx_->bytes_to_fetch(t, d);
+      double arrival = now + (bytes ? links_.predict(0, dev.node, bytes) : 0);
+      double ready = now + static_cast<double>(dev.pending_ns.load(std::memory_order_relaxed)) *
+                               1e-9 / dev.slots;
+      double finish = std::max(ready, arrival) + exec;
+      if (finish < best_finish) {
+        best_finish = finish;
+        best = {d, exec};
+      }
+    }
+    return best;
+  }
+
+  // An idle device takes a task queued elsewhere when it is predicted to finish it before the
+  // device it waits for would even start it: queues placed on old predictions (a device that
+  // slowed down since) drain to where the work now goes faster.
+  TaskRef steal(DeviceId d) {
+    std::vector<std::pair<int64_t, DeviceId>> victims;
+    for (DeviceId v = 0; v < devs_.size(); ++v)
+      if (v != d && devs_[v]->queue.size() > 0)
+        victims.push_back({devs_[v]->pending_ns.load(std::memory_order_relaxed) / devs_[v]->slots, v});
+    std::sort(victims.rbegin(), victims.rend());
+    for (auto& [pending, v] : victims) {
+      TaskRef t = devs_[v]->queue.pop_back(d);
+      if (!t) continue;
+      const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
+      Prediction here = model_.predict(*pairs[d], t.footprint(), t.size());
+      Prediction there = model_.predict(*pairs[v], t.footprint(), t.size());
+      double start_there = static_cast<double>(pending) * 1e-9;  // behind everything queued
+      double finish_there = start_there + (there.known() ? there.seconds : 0);
+      double bytes_here = static_cast<double>(ctx_->bytes_to_fetch(t, d));
+      double finish_here = (here.known() ? here.seconds : INFINITY) +
+                           (bytes_here > 0 ? links_.predict(0, devs_[d]->node, bytes_here) : 0);
+      if (here.known() && finish_here < finish_there) {
+        devs_[v]->pending_ns.fetch_sub(static_cast<int64_t>(t.policy_data() & ~kExploreBit),
+                                       std::memory_order_relaxed);
+        t.set_policy_data(t.policy_data() & kExploreBit);
+        account(t, d, here.seconds);
+        return t;
+      }
+      devs_[v]->queue.push(t);  // better where it is: put it back
+    }
+    return {};
+  }
+
+  // Charges a task taken from a shared queue or another device to d's predicted work.
+  void account(TaskRef t, DeviceId d, double exec = -1) {
+    if (exec < 0) {
+      Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
+      exec = pr.known() ? pr.seconds : 0;
+    }
+    const auto ns = static_cast<uint64_t>(std::min(exec, 1e9) * 1e9);
+    t.set_policy_data((t.policy_data() & kExploreBit) | ns);
+    devs_[d]->pending_ns.fetch_add(static_cast<int64_t>(ns), std::memory_order_relaxed);
+  }
+
+  void completed(TaskRef t, DeviceId d, double seconds) override {
+    const uint64_t data = t.policy_data();
+    devs_[d]->pending_ns.fetch_sub(static_cast<int64_t>(data & ~kExploreBit),
+                                   std::memory_order_relaxed);
+    CostModel::Pair& p = *pairs_for(t)[d];
+    if (data & kExploreBit) p.exploring.fetch_sub(1, std::memory_order_relaxed);
+    if (seconds >= 0) model_.record(p, t.footprint(), t.size(), seconds);
+    maybe_save();
+  }
+
+  void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) override {
+    links_.record(from, to, bytes, seconds);
+  }
+
+ private:
+  struct Dev {
+    explicit Dev(bool by_priority) : queue(by_priority) {}
+    DeviceQueue queue;
+    alignas(64) std::atomic<int64_t> pending_ns{0};  // predicted work placed here, not finished
+    uint32_t node = 0, slots = 1;
+    std::string arch;
+  };
+
+  // The model pair of each device for the task's kernel; built once per kernel.
+  const std::vector<CostModel::Pair*>& pairs_for(TaskRef t) {
+    const uint32_t id = t.kernel_id();
+    if (id < kFastKernels)
+      if (auto* v = by_kernel_[id].load(std::memory_order_acquire)) return *v;
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    if (id < kFastKernels)
+      if (auto* v = by_kernel_[id].load(std::memory_order_relaxed)) return *v;
+    auto* v = new std::vector<CostModel::Pair*>();
+    std::string kernel(t.kernel_name());
+    for (auto& dev : devs_) v->push_back(model_.pair(kernel, dev->arch));
+    if (id < kFastKernels) {
+      by_kernel_[id].store(v, std::memory_order_release);
+    } else {
+      auto& slot = slow_kernels_[id];
+      delete slot;
+      slot = v;
+    }
+    return *v;
+  }
+
+  void load() {
+    if (dir_.empty()) return;
+    std::vector<std::string> warnings;
+    model_.load(dir_, warnings);
+    for (auto& w : warnings) log::write(LogLevel::warn, w);
+    auto file = std::filesystem::path(dir_) / "links.toml";
+    std::error_code ec;
+    if (!std::filesystem::exists(file, ec)) return;
+    try {
+      toml::table root = toml::parse_file(file.string());
+      if (root["format"].value<std::string>() != std::string("hcr-link-model") ||
+          root["version"].value<int64_t>() != int64_t{1})
+        throw std::runtime_error("not an hcr link model of version 1");
+      if (auto* links = root["link"].as_array())
+        for (auto&& l : *links) {
+          auto from = l.at_path("from").value<std::string>();
+          auto to = l.at_path("to").value<std::string>();
+          auto latency = l.at_path("latency").value<double>();
+          auto bandwidth = l.at_path("bandwidth").value<double>();
+          if (!from || !to || !latency || !bandwidth) throw std::runtime_error("incomplete link");
+          for (uint32_t f = 0; f < node_names_.size(); ++f)
+            for (uint32_t g = 0; g < node_names_.size(); ++g)
+              if (f != g && node_names_[f] == *from && node_names_[g] == *to)
+                links_.declare(f, g, *latency, *bandwidth);
+        }
+    } catch (const std::exception& e) {
+      log::write(LogLevel::warn,
+                 "ignoring link model file " + file.string() + ": " + e.what());
+    }
+  }
+
+  void maybe_save() {
+    if (dir_.empty()) return;
+    const double now = ctx_->now();
+    double last = last_save_.load(std::memory_order_relaxed);
+    if (last == 0) {
+      last_save_.compare_exchange_strong(last, now);
+      return;
+    }
+    if (now - last < 30 || !last_save_.compare_exchange_strong(last, now)) return;
+    save();
+  }
+
+  void save() noexcept {
+    if (dir_.empty() || ctx_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(save_mutex_);
+    try {
+      model_.save(dir_);
+      toml::array links;
+      for (uint32_t f = 0; f < node_names_.size(); ++f)
+        for (uint32_t g = 0; g < node_names_.size(); ++g) {
+          auto l = links_.link(f, g);
+          if (f == g || l.samples == 0 || l.bandwidth <= 0) continue;
+          links.push_back(toml::table{{"from", node_names_[f]},
+                                      {"to", node_names_[g]},
+                                      {"latency", l.latency},
+                                      {"bandwidth", l.bandwidth}});
+        }
+      if (links.empty()) return;
+      auto path = std::filesystem::path(dir_) / "links.toml";
+      auto tmp = path;
+      tmp += ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
+            << toml::table{{"format", "hcr-link-model"}, {"version", 1}, {"link", links}}
+            << "\n";
+      }
+      std::filesystem::rename(tmp, path);
+    } catch (const std::exception& e) {
+      log::write(LogLevel::warn, "cannot save the cost model under " + dir_ + ": " + e.what());
+    }
+  }
+
+  const bool by_priority_;
+  DeviceQueue unknown_;  // tasks no device has a prediction for yet
+  const std::string calibrate_;
+  const uint32_t min_samples_;
+  const std::string dir_;
+  Context* ctx_ = nullptr;
+  std::vector<std::unique_ptr<Dev>> devs_;
+  CostModel model_;
+  LinkModel links_;
+  std::vector<std::string> node_names_;
+  std::vector<std::atomic<std::vector<CostModel::Pair*>*>> by_kernel_;
+  std::mutex kernels_mutex_;
+  std::map<uint32_t, std::vector<CostModel::Pair*>*> slow_kernels_;
+  std::atomic<double> last_save_{0};
+  std::mutex save_mutex_;
+};
+
+const bool registered = [] {
+  register_policy("dmda", [](const Config& c) { return std::make_unique<Dmda>(c, false); });
+  register_policy("dmdas", [](const Config& c) { return std::make_unique<Dmda>(c, true); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace hcr::sched

@@ -1,0 +1,163 @@
+// The cost model on its own: convergence, outlier rejection, following a change, extrapolation to
+// an unseen size, persistence, and files it must refuse.
+#include "../../scheduler/cost_model.hpp"
+#include "../test_support.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+namespace hcr::sched {
+namespace {
+
+TEST(History, ConvergesToTheTypicalDuration) {
+  History h;
+  std::mt19937 gen(1);
+  std::normal_distribution<double> noise(1.0, 0.03);
+  for (int i = 0; i < 12; ++i) h.add(0.010 * noise(gen));
+  EXPECT_NEAR(h.estimate(), 0.010, 0.0003);
+  EXPECT_GT(h.spread(), 0.0);
+  EXPECT_LT(h.spread(), 0.001);
+  EXPECT_EQ(h.count(), 12u);
+}
+
+TEST(History, OneSpikeMovesNothing) {
+  History h;
+  for (int i = 0; i < 10; ++i) h.add(1.0);
+  h.add(500.0);  // a page fault storm, a preempted thread
+  EXPECT_DOUBLE_EQ(h.estimate(), 1.0);
+  h.add(1.0);
+  h.add(0.001);  // and one absurdly fast
+  EXPECT_DOUBLE_EQ(h.estimate(), 1.0);
+}
+
+TEST(History, FollowsADeviceThatBecameSlower) {
+  History h;
+  for (int i = 0; i < 16; ++i) h.add(1.0);
+  h.add(10.0);
+  h.add(10.0);
+  EXPECT_DOUBLE_EQ(h.estimate(), 1.0) << "two samples are not yet a trend";
+  h.add(10.0);
+  EXPECT_DOUBLE_EQ(h.estimate(), 10.0) << "three in a row are";
+  // And back: a device that became faster again.
+  for (int i = 0; i < 3; ++i) h.add(2.0);
+  EXPECT_DOUBLE_EQ(h.estimate(), 2.0);
+}
+
+TEST(History, DecaysThroughItsWindow) {
+  History h;
+  for (int i = 0; i < 16; ++i) h.add(1.0);
+  for (int i = 0; i < 16; ++i) h.add(1.2);  // a drift within the outlier tolerance
+  EXPECT_DOUBLE_EQ(h.estimate(), 1.2);
+}
+
+TEST(PowerLaw, ExtrapolatesToAnUnseenSizeWithinFivePercent) {
+  // Tiled gemm on a device: t = 3e-12 * bytes^1.5 + 20 us launch cost.
+  auto truth = [](double n) { return 3e-12 * std::pow(n, 1.5) + 2e-5; };
+  std::vector<std::array<double, 3>> pts;
+  for (double n : {1e4, 5e4, 2e5, 8e5}) pts.push_back({n, truth(n), 4});
+  PowerLaw f = fit_power_law(pts);
+  ASSERT_TRUE(f.valid);
+  for (double unseen : {3e6, 1e7, 3e3})
+    EXPECT_NEAR(f(unseen), truth(unseen), 0.05 * truth(unseen)) << "size " << unseen;
+  EXPECT_NEAR(f.b, 1.5, 0.05);
+}
+
+TEST(CostModel, PredictsFromHistoryThenFromTheRegression) {
+  CostModel m;
+  EXPECT_FALSE(m.predict("gemm_f32", "gpu", 1, 100).known());
+  m.record("gemm_f32", "gpu", 1, 1e4, 1e-3);
+  Prediction p = m.predict("gemm_f32", "gpu", 1, 1e4);
+  EXPECT_EQ(p.source, Prediction::Source::history);
+  EXPECT_DOUBLE_EQ(p.seconds, 1e-3);
+  EXPECT_EQ(p.samples, 1u);
+  m.record("gemm_f32", "gpu", 2, 4e4, 8e-3);  // t ~ n^1.5
+  Prediction q = m.predict("gemm_f32", "gpu", 3, 1.6e5);
+  EXPECT_EQ(q.source, Prediction::Source::regression);
+  EXPECT_NEAR(q.seconds, 64e-3, 64e-3 * 0.05);
+  EXPECT_EQ(m.samples("gemm_f32", "gpu"), 2u);
+  EXPECT_FALSE(m.predict("gemm_f32", "cpu", 1, 1e4).known()) << "architectures are separate";
+}
+
+TEST(CostModel, SavesAndLoadsEveryCell) {
+  test::TempDir dir;
+  CostModel a;
+  for (int i = 0; i < 5; ++i) {
+    a.record("k1", "arch one", 0xabc, 1000, 0.5 + 0.01 * i);
+    a.record("k2", "arch/two", 7, 2000, 2.0);
+  }
+  auto files = a.save(dir.path());
+  ASSERT_EQ(files.size(), 2u);
+  CostModel b;
+  std::vector<std::string> warnings;
+  b.load(dir.path(), warnings);
+  EXPECT_TRUE(warnings.empty());
+  for (auto [k, arch, fp, size] : {std::tuple{"k1", "arch one", 0xabcull, 1000.0},
+                                   std::tuple{"k2", "arch/two", 7ull, 2000.0}}) {
+    Prediction pa = a.predict(k, arch, fp, size), pb = b.predict(k, arch, fp, size);
+    EXPECT_EQ(pb.source, Prediction::Source::history);
+    EXPECT_DOUBLE_EQ(pa.seconds, pb.seconds);
+    EXPECT_EQ(pa.samples, pb.samples);
+  }
+  // Human-readable: the file says what it is.
+  std::ifstream in(files[0]);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("format = 'hcr-cost-model'"), std::string::npos) << text;
+  EXPECT_NE(text.find("version = 1"), std::string::npos);
+}
+
+TEST(CostModel, CorruptAndForeignFilesAreIgnoredNamingThem) {
+  test::TempDir dir;
+  auto write = [&](const char* name, const char* text) {
+    std::ofstream(dir.path() / name) << text;
+  };
+  write("a.model.toml", "format = \"hcr-cost-model\"\nversion = 1\narch = \"x\"\n[[cell]]\n"
+                        "kernel = \"k\"\nfootprint = \"0x1\"\nsize = 1.0\ncount = 3\n"
+                        "samples = [0.5, 0.5]\n");
+  write("b.model.toml", "format = \"hcr-cost-model\"\nversion = 99\narch = \"x\"\n");
+  write("c.model.toml", "this is [not toml");
+  write("d.model.toml", "format = \"something-else\"\n");
+  write("e.model.toml", "format = \"hcr-cost-model\"\nversion = 1\narch = \"y\"\n[[cell]]\n"
+                        "kernel = \"k\"\nfootprint = \"zz\"\nsize = 1.0\ncount = 1\nsamples = [1.0]\n");
+  write("f.model.toml", "format = \"hcr-cost-model\"\nversion = 1\narch = \"z\"\n[[cell]]\n"
+                        "kernel = \"k\"\nfootprint = \"0x2\"\nsize = 1.0\ncount = 1\n"
+                        "samples = [-4.0]\n");
+  CostModel m;
+  std::vector<std::string> warnings;
+  m.load(dir.path(), warnings);
+  ASSERT_EQ(warnings.size(), 5u);
+  auto said = [&](const std::string& file, const std::string& what) {
+    for (auto& w : warnings)
+      if (w.find(file) != std::string::npos && w.find(what) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(said("b.model.toml", "version 99")) << warnings[0];
+  EXPECT_TRUE(said("c.model.toml", "c.model.toml:1"));
+  EXPECT_TRUE(said("d.model.toml", "not an hcr cost model"));
+  EXPECT_TRUE(said("e.model.toml", "'zz' is not hexadecimal"));
+  EXPECT_TRUE(said("f.model.toml", "non-negative"));
+  // The good file still counts; the bad ones changed nothing.
+  EXPECT_EQ(m.predict("k", "x", 1, 1).source, Prediction::Source::history);
+  EXPECT_FALSE(m.predict("k", "y", 1, 1).known());
+  EXPECT_FALSE(m.predict("k", "z", 2, 1).known());
+}
+
+TEST(LinkModel, DeclaredThenMeasured) {
+  LinkModel l;
+  l.resize(2);
+  l.declare(0, 1, 1e-5, 1e9);
+  EXPECT_NEAR(l.predict(0, 1, 1000000), 1e-5 + 1e-3, 1e-9);
+  EXPECT_EQ(l.predict(0, 1, 0), 0.0);
+  // The real link: 20 us and 5 GB/s.
+  for (uint64_t bytes : {4096ull, 65536ull, 1048576ull, 16777216ull, 4096ull, 1048576ull})
+    l.record(0, 1, bytes, 2e-5 + static_cast<double>(bytes) / 5e9);
+  auto link = l.link(0, 1);
+  EXPECT_NEAR(link.bandwidth, 5e9, 5e9 * 0.02);
+  EXPECT_NEAR(link.latency, 2e-5, 2e-6);
+  EXPECT_EQ(link.samples, 6u);
+  l.declare(0, 1, 1, 1);  // declared figures no longer override measurements
+  EXPECT_NEAR(l.link(0, 1).bandwidth, 5e9, 5e9 * 0.02);
+}
+
+}  // namespace
+}  // namespace hcr::sched

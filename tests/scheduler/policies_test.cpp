@@ -1,0 +1,208 @@
+// Placement policies on simulated devices, with outcomes that follow from the model: a faster
+// device gets most of the work, a device without the kernel gets none, a device that slows down
+// loses work, calibration is bounded, a saved model places well from the first task, priorities
+// order a device's queue, and every policy computes correct results.
+#include "../test_support.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+namespace hcr {
+namespace {
+
+using Options = std::vector<std::pair<std::string, std::string>>;
+
+// Simulated devices (timing only unless `compute`), no model persistence.
+Config sim_machine(Options options, std::string policy = "dmda", bool compute = false) {
+  Config c;
+  c.use_environment = false;
+  c.policy = std::move(policy);
+  c.model_dir = "off";
+  options.emplace_back("compute", compute ? "true" : "false");
+  c.backends.push_back({"sim", true, std::move(options), "test"});
+  return c;
+}
+
+Options two_devices(const char* fast_gflops, const char* slow_gflops) {
+  return {{"device.0.name", "fast"}, {"device.0.gflops", fast_gflops},
+          {"device.0.host_memory", "true"}, {"device.1.name", "slow"},
+          {"device.1.gflops", slow_gflops}, {"device.1.host_memory", "true"}};
+}
+
+std::vector<uint64_t> tasks_per_device(const Runtime& rt) {
+  std::vector<uint64_t> n;
+  for (auto& d : rt.stats().devices) n.push_back(d.tasks);
+  return n;
+}
+
+// Independent tasks of one modelled cost (flops from the sim's kernel table).
+void run_bag(Runtime& rt, Kernel& k, int tasks) {
+  for (int i = 0; i < tasks; ++i) rt.submit(Task(k));
+  rt.wait_all();
+}
+
+Kernel work_kernel(Runtime& rt) { return rt.kernel("work").cpu([](TaskContext&) {}); }
+
+TEST(Dmda, TenTimesFasterDeviceReceivesMostGemmTiles) {
+  Runtime rt(sim_machine(two_devices("1000", "100")));
+  auto a = rt.buffer<float>(2048, 2048), b = rt.buffer<float>(2048, 2048),
+       c = rt.buffer<float>(2048, 2048);
+  blas::gemm(rt, a, b, c, 512).get();
+  auto n = tasks_per_device(rt);
+  ASSERT_EQ(n[0] + n[1], 64u);
+  EXPECT_GE(n[0], 48u) << "fast " << n[0] << ", slow " << n[1];
+}
+
+TEST(Policies, DeviceWithoutTheKernelReceivesNone) {
+  for (const char* policy : {"eager", "random", "ws", "dmda", "dmdas"}) {
+    Options o = two_devices("100", "100");
+    o.push_back({"device.2.name", "other"});
+    o.push_back({"device.2.host_memory", "true"});
+    o.push_back({"device.2.kernels", "something_else"});
+    o.push_back({"kernel.work.flops", "1e6"});
+    Runtime rt(sim_machine(o, policy));
+    Kernel k = work_kernel(rt);
+    run_bag(rt, k, 100);
+    auto n = tasks_per_device(rt);
+    EXPECT_EQ(n[2], 0u) << policy;
+    EXPECT_EQ(n[0] + n[1], 100u) << policy;
+  }
+}
+
+TEST(Dmda, DeviceThatSlowsMidRunLosesWork) {
+  Options o = two_devices("100", "100");
+  o.push_back({"device.1.slowdown_at", "0.3s"});
+  o.push_back({"device.1.slowdown_factor", "10"});
+  o.push_back({"kernel.work.flops", "1e8"});  // 1 ms each, 10 ms once slowed
+  auto t0 = std::chrono::steady_clock::now();
+  Runtime rt(sim_machine(o));
+  Kernel k = work_kernel(rt);
+  run_bag(rt, k, 100);
+  auto before = tasks_per_device(rt);
+  EXPECT_GE(before[1], 30u) << "equal devices share the work before the slowdown";
+  // Let modelled time pass the slowdown (the sim's clock is the runtime's), then run again.
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(350));
+  run_bag(rt, k, 200);
+  auto after = tasks_per_device(rt);
+  uint64_t slow_share = after[1] - before[1];
+  EXPECT_LE(slow_share, 40u) << "the slowed device kept " << slow_share << " of 200";
+}
+
+TEST(Dmda, CalibrationOfASlowDeviceIsBounded) {
+  // 100x slower: 0.1 ms against 10 ms, long enough that runtime overhead is not the cost. The
+  // best split of 300 tasks gives the slow device about 3; calibration measures it 3 times.
+  Options o = two_devices("1000", "10");
+  o.push_back({"kernel.work.flops", "1e8"});
+  Runtime rt(sim_machine(o));
+  Kernel k = work_kernel(rt);
+  run_bag(rt, k, 300);
+  auto n = tasks_per_device(rt);
+  EXPECT_GE(n[1], 3u) << "the slow device is measured (calibrate_samples = 3)";
+  EXPECT_LE(n[1], 9u) << "but not fed work it cannot finish in time";
+}
+
+TEST(Dmda, SavedModelPlacesWellFromTheFirstTask) {
+  test::TempDir dir;
+  Options o = two_devices("1000", "10");
+  o.push_back({"kernel.work.flops", "1e6"});
+  Config c = sim_machine(o);
+  c.model_dir = dir.path().string();
+  {  // an earlier run, long enough to calibrate both devices
+    Runtime rt(c);
+    Kernel k = work_kernel(rt);
+    for (int i = 0; i < 50; ++i) rt.submit(Task(k)).get();
+  }  // saved at the end
+  std::vector<std::string> warnings;
+  auto rows = sched::read_models(sched::model_directory(c), warnings);
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(rows.size(), 2u) << "one cell per architecture";
+  EXPECT_EQ(rows[0].kernel, "work");
+  EXPECT_GE(rows[0].samples + rows[1].samples, 50u);
+
+  Runtime rt(c);
+  Kernel k = work_kernel(rt);
+  for (int i = 0; i < 10; ++i) {
+    Event e = rt.submit(Task(k));
+    e.get();
+    EXPECT_EQ(rt.devices()[static_cast<size_t>(e.device())].name, "fast")
+        << "task " << i << ": no calibration needed, the model is warm";
+  }
+}
+
+TEST(Dmda, CorruptModelFileIsIgnoredWithAWarning) {
+  test::TempDir dir;
+  Config c = sim_machine(two_devices("100", "100"));
+  c.model_dir = dir.path().string();
+  std::filesystem::create_directories(sched::model_directory(c));
+  auto bad = std::filesystem::path(sched::model_directory(c)) / "broken.model.toml";
+  std::ofstream(bad) << "format = \"hcr-cost-model\"\nversion = 1\narch = \n";
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(c);
+  EXPECT_TRUE(log.contains("broken.model.toml")) << "no warning names the file";
+  Kernel k = work_kernel(rt);
+  run_bag(rt, k, 10);
+  EXPECT_EQ(rt.stats().completed, 10u);
+}
+
+TEST(Dmdas, HigherPriorityRunsFirstOnADevice) {
+  Options o = {{"device.0.name", "only"}, {"device.0.host_memory", "true"},
+               {"kernel.work.flops", "1e9"}};  // 10 ms at the default 100 GFLOP/s
+  for (const char* policy : {"dmda", "dmdas"}) {
+    Config c = sim_machine(o, policy, /*compute=*/true);
+    c.lookahead = 0;  // the device holds one task; the rest wait in the policy's queue
+    Runtime rt(c);
+    std::vector<int> order;
+    std::mutex m;
+    Kernel k = rt.kernel("work").cpu([&](TaskContext& ctx) {
+      std::lock_guard<std::mutex> lock(m);
+      order.push_back(ctx.param<int>(0));
+    });
+    rt.submit(Task(k).param(0));  // occupies the device
+    for (int i = 1; i <= 4; ++i) rt.submit(Task(k).param(i).priority(0));
+    rt.submit(Task(k).param(99).priority(10));
+    rt.wait_all();
+    ASSERT_EQ(order.size(), 6u);
+    if (std::string(policy) == "dmdas")
+      EXPECT_EQ(order[1], 99) << "the urgent task goes next";
+    else
+      EXPECT_EQ(order[5], 99) << "dmda keeps submission order";
+  }
+}
+
+TEST(Policies, EveryPolicyComputesCorrectResults) {
+  Options o = two_devices("1000", "100");
+  o.push_back({"device.2.name", "gpu"});
+  o.push_back({"device.2.gflops", "500"});  // own memory: data moves
+  for (const char* policy : {"eager", "random", "ws", "dmda", "dmdas"}) {
+    Config c = sim_machine(o, policy, /*compute=*/true);
+    c.backends.push_back({"cpu", true, {{"threads", "1"}}, "test"});
+    Runtime rt(c);
+    const size_t n = 96;
+    auto a = rt.buffer<double>(n, n), b = rt.buffer<double>(n, n), cc = rt.buffer<double>(n, n);
+    {
+      auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
+      for (size_t i = 0; i < n * n; ++i) {
+        va.data()[i] = double(i % 11) - 5;
+        vb.data()[i] = double(i % 7) - 3;
+      }
+    }
+    blas::gemm<double>(rt, a, b, cc, 32).get();
+    blas::gemm<double>(rt, a, b, cc, 24, 1.0, 1.0).get();  // C += A B, other tiling
+    auto va = a.to_vector(), vb = b.to_vector(), vc = cc.to_vector();
+    for (size_t i = 0; i < n; i += 5)
+      for (size_t j = 0; j < n; j += 3) {
+        double s = 0;
+        for (size_t k = 0; k < n; ++k) s += va[i * n + k] * vb[k * n + j];
+        ASSERT_DOUBLE_EQ(vc[i * n + j], 2 * s) << policy << " at " << i << "," << j;
+      }
+    auto counts = tasks_per_device(rt);
+    uint64_t used = 0;
+    for (uint64_t x : counts) used += x > 0;
+    EXPECT_GE(used, 2u) << policy << " used one device only";
+  }
+}
+
+}  // namespace
+}  // namespace hcr
