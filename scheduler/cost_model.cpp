@@ -436,12 +436,23 @@ void CostModel::load(const std::filesystem::path& dir, std::vector<std::string>&
 
 void LinkModel::resize(uint32_t nodes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Fit> grown(static_cast<size_t>(nodes) * nodes);
+  auto grown = std::make_unique<Fit[]>(static_cast<size_t>(nodes) * nodes);
   for (uint32_t f = 0; f < std::min(nodes, nodes_); ++f)
-    for (uint32_t t = 0; t < std::min(nodes, nodes_); ++t)
-      grown[f * nodes + t] = fits_[f * nodes_ + t];
+    for (uint32_t t = 0; t < std::min(nodes, nodes_); ++t) {
+      Fit& g = grown[f * nodes + t];
+      const Fit& o = fits_[f * nodes_ + t];
+      g.link = o.link;
+      g.sw = o.sw, g.sx = o.sx, g.sy = o.sy, g.sxx = o.sxx, g.sxy = o.sxy;
+      publish(g);
+    }
   fits_ = std::move(grown);
   nodes_ = nodes;
+}
+
+void LinkModel::publish(Fit& f) {
+  f.latency.store(f.link.latency, std::memory_order_relaxed);
+  f.seconds_per_byte.store(f.link.bandwidth > 0 ? 1.0 / f.link.bandwidth : 0,
+                           std::memory_order_relaxed);
 }
 
 void LinkModel::declare(uint32_t from, uint32_t to, double latency, double bandwidth) {
@@ -451,6 +462,7 @@ void LinkModel::declare(uint32_t from, uint32_t to, double latency, double bandw
   if (f.link.samples != 0) return;  // measured beats declared
   f.link.latency = std::max(0.0, latency);
   f.link.bandwidth = std::max(0.0, bandwidth);
+  publish(f);
 }
 
 void LinkModel::record(uint32_t from, uint32_t to, uint64_t bytes, double seconds) {
@@ -475,13 +487,15 @@ void LinkModel::record(uint32_t from, uint32_t to, uint64_t bytes, double second
     f.link.bandwidth = f.sx / std::max(f.sy, 1e-12);
     f.link.latency = 0;
   }
+  publish(f);
 }
 
 double LinkModel::predict(uint32_t from, uint32_t to, uint64_t bytes) const {
-  if (bytes == 0 || from == to) return 0;
-  Link l = link(from, to);
-  double bw = l.bandwidth > 0 ? l.bandwidth : fallback_bandwidth;
-  return l.latency + static_cast<double>(bytes) / bw;
+  if (bytes == 0 || from == to || from >= nodes_ || to >= nodes_) return 0;
+  const Fit& f = fits_[from * nodes_ + to];
+  double spb = f.seconds_per_byte.load(std::memory_order_relaxed);
+  if (spb <= 0) spb = 1.0 / fallback_bandwidth;
+  return f.latency.load(std::memory_order_relaxed) + static_cast<double>(bytes) * spb;
 }
 
 LinkModel::Link LinkModel::link(uint32_t from, uint32_t to) const {

@@ -161,10 +161,13 @@ class LinkModel {
     Link link;
     // Decayed least-squares sums of (bytes, seconds).
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    // What predict() reads without the lock (it runs for every device on every decision).
+    std::atomic<double> latency{0}, seconds_per_byte{0};
   };
+  void publish(Fit& f);
   mutable std::mutex mutex_;
   uint32_t nodes_ = 0;
-  std::vector<Fit> fits_;  // [from * nodes + to]
+  std::unique_ptr<Fit[]> fits_;  // [from * nodes + to]; resize() only before use
 };
 
 }  // namespace hcr::sched

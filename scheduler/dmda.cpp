@@ -55,7 +55,16 @@ std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::strin
 
 namespace {
 
+// What a placed task keeps in its policy word: predicted execution and copy-in time (in
+// microseconds, 31 bits each), and whether it is a calibration task.
 constexpr uint64_t kExploreBit = uint64_t{1} << 63;
+constexpr uint64_t kField = (uint64_t{1} << 31) - 1;
+uint64_t pack(double exec, double xfer, bool explore) {
+  auto us = [](double s) { return std::min<uint64_t>(kField, static_cast<uint64_t>(std::max(0.0, s) * 1e6)); };
+  return us(exec) | (us(xfer) << 31) | (explore ? kExploreBit : 0);
+}
+int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
+int64_t xfer_ns(uint64_t w) { return static_cast<int64_t>((w >> 31) & kField) * 1000; }
 constexpr size_t kFastKernels = 4096;  // kernel ids with a lock-free lookup
 
 class Dmda final : public Policy {
@@ -91,6 +100,7 @@ class Dmda final : public Policy {
       devs_.push_back(std::move(dev));
     }
     links_.resize(nodes);
+    links_in_ = std::make_unique<std::atomic<int64_t>[]>(nodes);
     node_names_.assign(nodes, "host");
     for (const Device& d : devices) {
       if (d.memory_node == 0) continue;
@@ -110,7 +120,7 @@ class Dmda final : public Policy {
     const double now = ctx_->now();
 
     DeviceId best = kAnyDevice;
-    double best_exec = 0;
+    double best_exec = 0, best_xfer = 0;
     bool explore = false;
 
     if (calibrate_ != "off") {  // a pair not measured enough, with no calibration task out?
@@ -139,6 +149,7 @@ class Dmda final : public Policy {
     if (explore) {
       Prediction pr = model_.predict(*pairs[best], fp, size);
       best_exec = pr.known() ? pr.seconds : std::max(0.0, ctx_->plugin_estimate(t, best));
+      best_xfer = copy_in(t, best);
     } else {
       Choice c = choose(t, pairs, now, /*estimates=*/true);
       if (c.device == kAnyDevice) {
@@ -150,11 +161,11 @@ class Dmda final : public Policy {
       }
       best = c.device;
       best_exec = c.exec;
+      best_xfer = c.xfer;
     }
 
-    const auto exec_ns = static_cast<uint64_t>(std::min(best_exec, 1e9) * 1e9);
-    t.set_policy_data(exec_ns | (explore ? kExploreBit : 0));
-    devs_[best]->pending_ns.fetch_add(static_cast<int64_t>(exec_ns), std::memory_order_relaxed);
+    t.set_policy_data(pack(best_exec, best_xfer, explore));
+    charge(t, best);
     devs_[best]->queue.push(t);
     return best;
   }
@@ -190,8 +201,27 @@ class Dmda final : public Policy {
 
   struct Choice {
     DeviceId device = kAnyDevice;
-    double exec = 0;
+    double exec = 0, xfer = 0;
   };
+
+  // Predicted seconds to copy `t`'s missing inputs into d's memory.
+  double copy_in(TaskRef t, DeviceId d) {
+    uint64_t bytes = ctx_->bytes_to_fetch(t, d);
+    return bytes ? links_.predict(0, devs_[d]->node, bytes) : 0;
+  }
+  // Adds a placed task's predicted work to its device and its copies to the device's link.
+  void charge(TaskRef t, DeviceId d) {
+    Dev& dev = *devs_[d];
+    dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
+    if (dev.node != 0)
+      links_in_[dev.node].fetch_add(xfer_ns(t.policy_data()), std::memory_order_relaxed);
+  }
+  void discharge(TaskRef t, DeviceId d) {
+    Dev& dev = *devs_[d];
+    dev.pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
+    if (dev.node != 0)
+      links_in_[dev.node].fetch_sub(xfer_ns(t.policy_data()), std::memory_order_relaxed);
+  }
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
   Choice choose(TaskRef t, const std::vector<CostModel::Pair*>& pairs, double now,
@@ -220,14 +250,18 @@ class Dmda final : public Policy {
         if (n_seen < seen.size()) seen[n_seen++] = {p, exec};
       }
       if (exec < 0) continue;
-      uint64_t bytes = ctx_->bytes_to_fetch(t, d);
-      double arrival = now + (bytes ? links_.predict(0, dev.node, bytes) : 0);
+      // Inputs arrive after the copies already queued on the device's link, then this one's.
+      double xfer = copy_in(t, d);
+      double queued = dev.node != 0 ? static_cast<double>(links_in_[dev.node].load(
+                                          std::memory_order_relaxed)) * 1e-9
+                                    : 0;
+      double arrival = now + (xfer > 0 ? queued + xfer : 0);
       double ready = now + static_cast<double>(dev.pending_ns.load(std::memory_order_relaxed)) *
                                1e-9 / dev.slots;
       double finish = std::max(ready, arrival) + exec;
       if (finish < best_finish) {
         best_finish = finish;
-        best = {d, exec};
+        best = {d, exec, xfer};
       }
     }
     return best;
@@ -254,10 +288,9 @@ class Dmda final : public Policy {
       double finish_here = (here.known() ? here.seconds : INFINITY) +
                            (bytes_here > 0 ? links_.predict(0, devs_[d]->node, bytes_here) : 0);
       if (here.known() && finish_here < finish_there) {
-        devs_[v]->pending_ns.fetch_sub(static_cast<int64_t>(t.policy_data() & ~kExploreBit),
-                                       std::memory_order_relaxed);
-        t.set_policy_data(t.policy_data() & kExploreBit);
-        account(t, d, here.seconds);
+        discharge(t, v);
+        t.set_policy_data(pack(here.seconds, copy_in(t, d), t.policy_data() & kExploreBit));
+        charge(t, d);
         return t;
       }
       devs_[v]->queue.push(t);  // better where it is: put it back
@@ -265,21 +298,17 @@ class Dmda final : public Policy {
     return {};
   }
 
-  // Charges a task taken from a shared queue or another device to d's predicted work.
-  void account(TaskRef t, DeviceId d, double exec = -1) {
-    if (exec < 0) {
-      Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
-      exec = pr.known() ? pr.seconds : 0;
-    }
-    const auto ns = static_cast<uint64_t>(std::min(exec, 1e9) * 1e9);
-    t.set_policy_data((t.policy_data() & kExploreBit) | ns);
-    devs_[d]->pending_ns.fetch_add(static_cast<int64_t>(ns), std::memory_order_relaxed);
+  // Charges a task taken from the shared queue to d.
+  void account(TaskRef t, DeviceId d) {
+    Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
+    t.set_policy_data(pack(pr.known() ? pr.seconds : 0, copy_in(t, d),
+                           (t.policy_data() & kExploreBit) != 0));
+    charge(t, d);
   }
 
   void completed(TaskRef t, DeviceId d, double seconds) override {
     const uint64_t data = t.policy_data();
-    devs_[d]->pending_ns.fetch_sub(static_cast<int64_t>(data & ~kExploreBit),
-                                   std::memory_order_relaxed);
+    discharge(t, d);
     CostModel::Pair& p = *pairs_for(t)[d];
     if (data & kExploreBit) p.exploring.fetch_sub(1, std::memory_order_relaxed);
     if (seconds >= 0) model_.record(p, t.footprint(), t.size(), seconds);
@@ -403,6 +432,7 @@ class Dmda final : public Policy {
   std::vector<std::unique_ptr<Dev>> devs_;
   CostModel model_;
   LinkModel links_;
+  std::unique_ptr<std::atomic<int64_t>[]> links_in_;  // predicted copy time queued per node
   std::vector<std::string> node_names_;
   std::vector<std::atomic<std::vector<CostModel::Pair*>*>> by_kernel_;
   std::mutex kernels_mutex_;

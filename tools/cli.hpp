@@ -36,5 +36,6 @@ std::string human_bytes(uint64_t bytes);
 
 int cmd_devices(Args& args);
 int cmd_run(Args& args);
+int cmd_models(Args& args);
 
 }  // namespace hcr::cli

@@ -42,6 +42,17 @@ int run_gemm(Runtime& rt, size_t n, size_t tile, uint64_t repeat, bool check) {
                 static_cast<unsigned long long>(t),
                 f ? (" (" + std::to_string(f) + " failed)").c_str() : "");
   }
+  const DataCounters& dc = after.data;
+  if (dc.nodes.size() > 1) {
+    std::printf("\ndata: %llu replica hits, %llu misses, %llu evictions (%llu written back)\n",
+                static_cast<unsigned long long>(dc.hits), static_cast<unsigned long long>(dc.misses),
+                static_cast<unsigned long long>(dc.evictions),
+                static_cast<unsigned long long>(dc.writebacks));
+    for (const LinkCounters& l : dc.links)
+      std::printf("  %-20s -> %-20s %10s in %llu copies\n", dc.nodes[l.from].name.c_str(),
+                  dc.nodes[l.to].name.c_str(), human_bytes(l.bytes).c_str(),
+                  static_cast<unsigned long long>(l.transfers));
+  }
   const double flops = 2.0 * static_cast<double>(n) * n * n;
   std::printf("\ntime: best %.4f s, mean %.4f s   rate: %.1f GFLOP/s (best), %.1f GFLOP/s (mean)\n",
               best, total / repeat, flops / best / 1e9, flops / (total / repeat) / 1e9);

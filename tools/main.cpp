@@ -93,9 +93,12 @@ const char* kUsage =
     "  run       the main job: a tiled matmul across every device, checked, with GFLOP/s\n"
     "            --size N (2048)  --tile T (512)  --dtype f32|f64 (f32)  --repeat R (1)\n"
     "            --config FILE  --no-check\n"
+    "  models    the learned cost tables; --plot FILE.svg draws time against size\n"
+    "            --config FILE  --dir DIR  --kernel NAME\n"
     "  help      this text\n"
     "\n"
-    "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy),\n"
+    "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"
+    "             ws, dmda, dmdas),\n"
     "             HCR_LOG (trace|debug|info|warn|error|off)\n";
 }  // namespace
 
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
     hcr::cli::Args args(argc, argv, 2);
     if (cmd == "devices") return hcr::cli::cmd_devices(args);
     if (cmd == "run") return hcr::cli::cmd_run(args);
+    if (cmd == "models") return hcr::cli::cmd_models(args);
     std::fprintf(stderr, "hcr: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
     return 2;
   } catch (const hcr::Error& e) {

@@ -462,8 +462,10 @@ void DataManager::commit(TaskNode* t, bool success) {
           set_valid(b, n, false);  // keep the inputs' valid copies for a retry elsewhere
         }
       }
-      // A tile whose buffer was unpartitioned is home now: its device copies are dead weight.
-      if (n == 0 && b.detached.load(std::memory_order_acquire) && r.valid)
+      // The unpartition join brought a dead tile home: its device copies are dead weight. (Tasks
+      // submitted before the unpartition still use them until then.)
+      if (n == 0 && t->kind == TaskKind::join && b.detached.load(std::memory_order_acquire) &&
+          r.valid)
         for (uint32_t m = 1; m < d.replicas.size(); ++m)
           if (d.replicas[m].pins == 0 && !d.replicas[m].fetching) free_replica(b, m);
     }

@@ -208,27 +208,37 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     pump(*dev_[d]);
     return;
   }
-  for (auto& ds : dev_)
-    if (sched::TaskRef(t).can_run(ds->info.id) &&
-        ds->in_flight.load(std::memory_order_relaxed) < ds->window)
-      pump(*ds);
+  // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
+  // from a rotating device spreads the offers; stopping at the first taker keeps this O(1) for
+  // many devices (a device finishing a task pumps itself anyway).
+  const size_t n = dev_.size();
+  const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
+  for (size_t i = 0; i < n; ++i) {
+    DeviceState& ds = *dev_[(first + i) % n];
+    if (ds.in_flight.load(std::memory_order_relaxed) < ds.window &&
+        sched::TaskRef(t).can_run(ds.info.id) && pump(ds) > 0)
+      return;
+  }
 }
 
 // One pumper per device at a time; a caller that finds another pumping leaves a request, which
 // the pumper notices before it stops. So no ready task is left behind with a free slot.
-void RuntimeCore::pump(DeviceState& d) noexcept {
+uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
   d.pump_requests.fetch_add(1, std::memory_order_acq_rel);
+  uint32_t launched = 0;
   for (;;) {
-    if (d.pumping.exchange(true, std::memory_order_acquire)) return;
+    // Another thread pumping counts as taking the work: it sees our request before it stops.
+    if (d.pumping.exchange(true, std::memory_order_acquire)) return launched + 1;
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
     while (d.in_flight.load(std::memory_order_acquire) < d.window) {
       sched::TaskRef t = policy_->pop(d.info.id);
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
+      ++launched;
       launch(t.node(), d);
     }
     d.pumping.store(false, std::memory_order_release);
-    if (d.pump_requests.load(std::memory_order_acquire) == seen) return;
+    if (d.pump_requests.load(std::memory_order_acquire) == seen) return launched;
   }
 }
 

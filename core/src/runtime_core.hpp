@@ -87,7 +87,8 @@ class RuntimeCore final : public sched::Context {
  private:
   void ready(TaskNode* t) noexcept;
   void dispatch(TaskNode* t) noexcept;
-  void pump(DeviceState& d) noexcept;
+  // Hands device d tasks from the policy while it has free slots; returns how many it launched.
+  uint32_t pump(DeviceState& d) noexcept;
   void launch(TaskNode* t, DeviceState& d) noexcept;
   // Data in place: hands the kernel to the plugin.
   void start_kernel(TaskNode* t, DeviceState& d) noexcept;
@@ -113,6 +114,7 @@ class RuntimeCore final : public sched::Context {
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
   std::atomic<bool> alive_{true};
+  std::atomic<size_t> next_offer_{0};
   alignas(64) std::atomic<int64_t> outstanding_{0};
   alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};

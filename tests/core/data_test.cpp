@@ -268,7 +268,18 @@ TEST(Data, TiledGemmMovesExactlyWhatItsPlacementNeeds) {
       }
     expected += inputs.size() * tile;
     DataCounters dc = rt.stats().data;
-    EXPECT_EQ(dc.bytes_moved(), expected) << "async=" << async;
+    std::string links;
+    for (auto& l : dc.links)
+      links += " " + std::to_string(l.from) + "->" + std::to_string(l.to) + ":" +
+               std::to_string(l.transfers);
+    std::string placement;
+    for (size_t i = 0; i < g; ++i)
+      for (size_t j = 0; j < g; ++j) {
+        placement += " C" + std::to_string(i) + std::to_string(j) + "=";
+        for (size_t k = 0; k < g; ++k) placement += std::to_string(node_of(ran[{i, j, k}]));
+      }
+    EXPECT_EQ(dc.bytes_moved(), expected) << "async=" << async << " links" << links << "\n"
+                                          << placement;
     EXPECT_EQ(dc.evictions, 0u);
 
     auto c = C.to_vector();
