@@ -3,6 +3,7 @@
 find_package(TBB 2021 REQUIRED)                       # libtbb-dev: TBB::tbb
 find_package(Boost 1.74 REQUIRED)                     # libboost-dev: Boost::headers (Boost.DLL)
 find_package(tomlplusplus 3 REQUIRED)                 # libtomlplusplus-dev
+find_package(nlohmann_json 3 REQUIRED)                # nlohmann-json3-dev: trace files
 find_package(Threads REQUIRED)
 
 # libopenblas-dev ships an OpenBLASConfig.cmake with variables but no imported target: make one.

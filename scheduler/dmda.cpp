@@ -170,6 +170,12 @@ class Dmda final : public Policy {
     return best;
   }
 
+  double predicted(TaskRef t) const noexcept override {
+    const uint64_t w = t.policy_data();
+    if ((w & kExploreBit) || exec_ns(w) == 0) return -1;  // calibration runs predict nothing
+    return static_cast<double>(exec_ns(w)) * 1e-9;
+  }
+
   TaskRef pop(DeviceId d) override {
     if (TaskRef t = devs_[d]->queue.pop_front(d)) return t;
     if (unknown_.size() > 0) {

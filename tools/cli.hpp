@@ -37,5 +37,6 @@ std::string human_bytes(uint64_t bytes);
 int cmd_devices(Args& args);
 int cmd_run(Args& args);
 int cmd_models(Args& args);
+int cmd_trace_summary(const std::string& file);
 
 }  // namespace hcr::cli

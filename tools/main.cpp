@@ -92,13 +92,15 @@ const char* kUsage =
     "            --config FILE\n"
     "  run       the main job: a tiled matmul across every device, checked, with GFLOP/s\n"
     "            --size N (2048)  --tile T (512)  --dtype f32|f64 (f32)  --repeat R (1)\n"
-    "            --config FILE  --no-check\n"
+    "            --config FILE  --no-check  --no-progress\n"
+    "            --trace FILE.json (Chrome/Perfetto)  --gantt FILE.svg\n"
+    "  trace summary FILE.json   per-device utilisation, busiest kernels, bytes per link\n"
     "  models    the learned cost tables; --plot FILE.svg draws time against size\n"
     "            --config FILE  --dir DIR  --kernel NAME\n"
     "  help      this text\n"
     "\n"
     "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"
-    "             ws, dmda, dmdas),\n"
+    "             ws, dmda, dmdas), HCR_TRACE (write a trace there at the end),\n"
     "             HCR_LOG (trace|debug|info|warn|error|off)\n";
 }  // namespace
 
@@ -109,6 +111,11 @@ int main(int argc, char** argv) {
   }
   std::string cmd = argv[1];
   try {
+    if (cmd == "trace") {  // hcr trace summary FILE
+      if (argc != 4 || std::strcmp(argv[2], "summary") != 0)
+        throw hcr::Error(hcr::ErrorCode::invalid_argument, "usage: hcr trace summary FILE.json");
+      return hcr::cli::cmd_trace_summary(argv[3]);
+    }
     hcr::cli::Args args(argc, argv, 2);
     if (cmd == "devices") return hcr::cli::cmd_devices(args);
     if (cmd == "run") return hcr::cli::cmd_run(args);

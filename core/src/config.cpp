@@ -110,8 +110,9 @@ class Parser {
       if (key == "runtime") runtime(table(v, key), c);
       else if (key == "scheduler") scheduler(table(v, key), c);
       else if (key == "data") data(table(v, key), c);
+      else if (key == "trace") trace(table(v, key), c);
       else if (key == "backend") backends(v, c);
-      else fail(&v, key, "unknown key (expected runtime, scheduler, data or backend)");
+      else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace or backend)");
     }
     return c;
   }
@@ -190,6 +191,19 @@ class Parser {
         c.lookahead = static_cast<int>(n);
       } else {
         fail(&v, key, "unknown key (expected prefetch or lookahead)");
+      }
+    }
+  }
+
+  void trace(const toml::table& t, Config& c) const {
+    for (auto&& [k, v] : t) {
+      std::string key = "trace." + std::string(k.str());
+      if (k.str() == "file" || k.str() == "gantt") {
+        std::string path = string(v, key);
+        if (path.empty()) fail(&v, key, "an empty path");
+        (k.str() == "file" ? c.trace_file : c.gantt_file) = path;
+      } else {
+        fail(&v, key, "unknown key (expected file or gantt)");
       }
     }
   }

@@ -350,6 +350,19 @@ void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_complet
                                                          tr->start)
                                .count();
     tr->dm->rt_.transferred(tr->copy.src, tr->copy.dst, tr->bytes, seconds);
+    if (tr->dm->rt_.trace().on()) {
+      RawEvent ev{};
+      ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
+      ev.a = tr->copy.src;
+      ev.b = tr->copy.dst;
+      ev.bytes = tr->bytes;
+      ev.end_ns = TraceRecorder::now_ns();
+      ev.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        tr->start.time_since_epoch()).count();
+      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(seconds * 1e9));
+      ev.predicted = ev.measured = static_cast<float>(seconds);
+      tr->dm->rt_.trace().add(ev);
+    }
   }
   tr->dm->copy_done(tr, error);
 }

@@ -94,6 +94,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   policy_ = sched::make_policy(config_.policy, config_);
   policy_->attach(*this);
   timing_ = policy_->wants_timing();
+  if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   HCR_LOG(info, "runtime started: " << devices_.size() << " device(s), policy '"
                                     << policy_->name() << "'");
 }
@@ -104,6 +105,16 @@ void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
   wait_all();
   data_.shutdown();  // every buffer's data home, device memory freed
+  for (auto [file, write] : {std::pair{config_.trace_file, &RuntimeCore::write_trace},
+                             std::pair{config_.gantt_file, &RuntimeCore::write_gantt}}) {
+    if (file.empty()) continue;
+    try {
+      (this->*write)(file);
+      HCR_LOG(info, "wrote " << file);
+    } catch (const std::exception& e) {
+      HCR_LOG(error, e.what());
+    }
+  }
   for (auto& d : dev_) {
     if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
@@ -372,6 +383,7 @@ Config with_environment(Config c) {
     else log::write(LogLevel::warn, std::string("HCR_LOG='") + v + "' is not a log level; ignored");
   }
   if (const char* v = std::getenv("HCR_SCHED"); v && *v) c.policy = v;
+  if (const char* v = std::getenv("HCR_TRACE"); v && *v) c.trace_file = v;
   return c;
 }
 }  // namespace
@@ -423,5 +435,11 @@ Event Runtime::submit(Task& task) {
 void Runtime::wait_all() { core_->wait_all(); }
 
 RuntimeStats Runtime::stats() const { return core_->stats(); }
+
+void Runtime::start_trace() { core_->start_trace(); }
+void Runtime::stop_trace() { core_->trace().stop(); }
+std::vector<TraceEvent> Runtime::trace_events() const { return core_->trace_events(); }
+void Runtime::write_trace(const std::string& path) const { core_->write_trace(path); }
+void Runtime::write_gantt(const std::string& path) const { core_->write_gantt(path); }
 
 }  // namespace hcr

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <cmath>
 #include <deque>
+#include <fstream>
 
 namespace hcr::detail {
 
@@ -324,7 +326,8 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params = t->params.data();
   la.params_size = t->params.size();
   la.host_token = t;
-  la.flags = timing_ ? HCR_LAUNCH_MEASURE : 0u;
+  // Plugins report execution times always: the busy-time counters are made of them.
+  la.flags = HCR_LAUNCH_MEASURE;
   la.done = &RuntimeCore::on_launch_done;
   la.done_user_data = t;
   la.param_offsets = t->param_offsets.data();
@@ -333,7 +336,7 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.global_size[i] = t->global_size[i];
     la.local_size[i] = t->local_size[i];
   }
-  if (timing_) t->start = std::chrono::steady_clock::now();
+  if (timing_ || trace_.on()) t->start = std::chrono::steady_clock::now();
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la)) launch_done(t, err, nullptr);
 }
 
@@ -346,12 +349,16 @@ void RuntimeCore::on_launch_done(void* user, hcr_error_t* error,
 void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
                               const hcr_completion_info_t* info) noexcept {
   DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-  double seconds = -1;
+  double measured = -1, seconds = -1;
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
       info->device_seconds >= 0)
-    seconds = info->device_seconds;
-  else if (timing_)
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t->start).count();
+    seconds = measured = info->device_seconds;
+  const bool tracing = trace_.on();
+  std::chrono::steady_clock::time_point end;
+  if (timing_ || tracing) end = std::chrono::steady_clock::now();
+  if (seconds < 0 && timing_) seconds = std::chrono::duration<double>(end - t->start).count();
+  if (measured > 0)
+    d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
 
   std::exception_ptr e;
   if (error != nullptr) {
@@ -366,6 +373,28 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
                                                   d.info.name + "': " + msg));
     }
     d.failed.fetch_add(1, std::memory_order_relaxed);
+  }
+  const double predicted = timing_ ? policy_->predicted(sched::TaskRef(t)) : -1;
+  if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
+  if (tracing) {
+    RawEvent ev{};
+    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::task);
+    ev.failed = static_cast<bool>(e);
+    ev.a = d.info.id;
+    ev.kernel = t->kernel->id;
+    if (!t->footprint_valid) compute_footprint(t);
+    ev.footprint = t->footprint;
+    ev.bytes = t->bytes;
+    ev.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+    ev.start_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t->start.time_since_epoch()).count();
+    // The bar starts when the device began it, if it said how long it took (a launch may wait
+    // in the plugin behind earlier ones).
+    if (measured >= 0)
+      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
+    ev.predicted = static_cast<float>(predicted);
+    ev.measured = static_cast<float>(measured);
+    trace_.add(ev);
   }
   policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
@@ -479,17 +508,120 @@ void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double
   if (policy_) policy_->transferred(from, to, bytes, seconds);
 }
 
+void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
+                                  double measured) {
+  const float err = static_cast<float>(std::abs(predicted - measured) / measured * 100.0);
+  std::lock_guard<SpinLock> g(accuracy_lock_);
+  Accuracy& a = accuracy_[{t->kernel->id, device}];
+  if (a.errors.size() < 1024) {
+    a.errors.push_back(err);
+  } else {
+    a.errors[a.next] = err;
+    a.next = (a.next + 1) % a.errors.size();
+  }
+}
+
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
+  s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
   s.submitted = submitted_.load(std::memory_order_relaxed);
   int64_t out = outstanding_.load(std::memory_order_relaxed);
   s.completed = s.submitted - static_cast<uint64_t>(out < 0 ? 0 : out);
   s.failed = failed_.load(std::memory_order_relaxed);
-  for (auto& d : dev_)
-    s.devices.push_back({d->tasks.load(std::memory_order_relaxed),
-                         d->failed.load(std::memory_order_relaxed)});
   s.data = data_.counters();
+  for (auto& d : dev_) {
+    DeviceCounters c;
+    c.tasks = d->tasks.load(std::memory_order_relaxed);
+    c.failed = d->failed.load(std::memory_order_relaxed);
+    c.busy_seconds = static_cast<double>(d->busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    c.idle_seconds = std::max(0.0, s.wall_seconds * std::max<uint32_t>(1, d->info.concurrency) -
+                                       c.busy_seconds);
+    const uint32_t node = d->info.memory_node;
+    if (node != 0)
+      for (const LinkCounters& l : s.data.links) {
+        if (l.to == node) c.bytes_in += l.bytes;
+        if (l.from == node) c.bytes_out += l.bytes;
+      }
+    s.devices.push_back(c);
+  }
+  {
+    std::map<uint32_t, std::string> names;
+    {
+      std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
+      for (auto& [name, k] : kernels_) names[k->id] = name;
+    }
+    std::lock_guard<SpinLock> g(accuracy_lock_);
+    for (auto& [key, a] : accuracy_) {
+      std::vector<float> e = a.errors;
+      std::nth_element(e.begin(), e.begin() + static_cast<long>(e.size() / 2), e.end());
+      s.accuracy.push_back({names[key.first], key.second, e[e.size() / 2],
+                            static_cast<uint32_t>(e.size())});
+    }
+  }
   return s;
+}
+
+void RuntimeCore::start_trace() { trace_.start(); }
+
+std::vector<TraceEvent> RuntimeCore::trace_events() const {
+  std::map<uint32_t, std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
+    for (auto& [name, k] : kernels_) names[k->id] = name;
+  }
+  std::vector<TraceEvent> out;
+  for (const RawEvent& r : trace_.snapshot()) {
+    TraceEvent e;
+    e.kind = static_cast<TraceEvent::Kind>(r.kind);
+    e.failed = r.failed;
+    if (e.kind == TraceEvent::Kind::task) {
+      e.device = r.a;
+      e.kernel = names[r.kernel];
+      e.footprint = r.footprint;
+    } else {
+      e.from = r.a;
+      e.to = r.b;
+    }
+    e.bytes = r.bytes;
+    e.start = static_cast<double>(r.start_ns - origin_ns_) * 1e-9;
+    e.end = static_cast<double>(r.end_ns - origin_ns_) * 1e-9;
+    e.predicted = r.predicted;
+    e.measured = r.measured;
+    out.push_back(std::move(e));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
+  return out;
+}
+
+namespace {
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << text;
+  if (!out) throw Error(ErrorCode::invalid_argument, "cannot write '" + path + "'");
+}
+}  // namespace
+
+void RuntimeCore::write_trace(const std::string& path) const {
+  std::vector<std::string> names, nodes;
+  std::vector<uint32_t> slots;
+  for (const Device& d : devices_) {
+    names.push_back(d.name);
+    slots.push_back(d.concurrency);
+  }
+  for (const MemoryNode& n : data_.counters().nodes) nodes.push_back(n.name);
+  write_file(path, trace_json(trace_events(), names, slots, nodes));
+}
+
+void RuntimeCore::write_gantt(const std::string& path) const {
+  std::vector<std::string> names, nodes;
+  std::vector<uint32_t> slots;
+  for (const Device& d : devices_) {
+    names.push_back(d.name);
+    slots.push_back(d.concurrency);
+  }
+  for (const MemoryNode& n : data_.counters().nodes) nodes.push_back(n.name);
+  write_file(path, gantt_svg(trace_events(), names, slots, nodes));
 }
 
 }  // namespace hcr::detail

@@ -4,6 +4,7 @@
 #include "data_manager.hpp"
 #include "kernel_state.hpp"
 #include "plugin_loader.hpp"
+#include "trace_recorder.hpp"
 #include "task_node.hpp"
 
 #include <hcr/runtime.hpp>
@@ -32,6 +33,7 @@ struct DeviceState {
   std::atomic<bool> pumping{false};
   alignas(64) std::atomic<uint64_t> tasks{0};
   std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
 };
 
 class RuntimeCore final : public sched::Context {
@@ -82,6 +84,12 @@ class RuntimeCore final : public sched::Context {
   /// Whether device d's memory limit can hold `t`'s buffers at all.
   bool fits(const TaskNode* t, size_t d) const noexcept;
 
+  TraceRecorder& trace() noexcept { return trace_; }
+  void start_trace();
+  std::vector<TraceEvent> trace_events() const;
+  void write_trace(const std::string& path) const;
+  void write_gantt(const std::string& path) const;
+
   std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
 
  private:
@@ -108,6 +116,16 @@ class RuntimeCore final : public sched::Context {
   std::unique_ptr<sched::Policy> policy_;
   bool timing_ = false;
   DataManager data_{*this};
+  TraceRecorder trace_;
+  int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
+  // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
+  struct Accuracy {
+    std::vector<float> errors;
+    size_t next = 0;
+  };
+  mutable SpinLock accuracy_lock_;
+  std::map<std::pair<uint32_t, uint32_t>, Accuracy> accuracy_;
+  void record_accuracy(const TaskNode* t, uint32_t device, double predicted, double measured);
   std::weak_ptr<RuntimeCore> self_;
 
   std::mutex kernels_mutex_;

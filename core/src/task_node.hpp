@@ -81,7 +81,7 @@ struct TaskNode {
   uint64_t footprint = 0;  // computed lazily for the scheduler
   double size = 0;
   bool footprint_valid = false;
-  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point start;  // handed to the plugin (timing or tracing)
 
   ~TaskNode();
 

@@ -12,6 +12,10 @@
 /// calibrate = "auto"                    # auto | force | off
 /// calibrate_samples = 3
 ///
+/// [trace]
+/// file = "/tmp/run.json"                # Chrome/Perfetto trace, written at the end
+/// gantt = "/tmp/run.svg"                # and a Gantt chart
+///
 /// [data]
 /// prefetch = true                       # copy inputs as soon as a task is placed
 /// lookahead = -1                        # queued tasks per device beyond its slots (-1: slots)
@@ -72,7 +76,12 @@ struct HCR_API Config {
   int lookahead = -1;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
   std::string origin = "<defaults>";      ///< the file it came from
-  /// When true (the default), HCR_LOG, HCR_SCHED and HCR_PLUGIN_PATH override the values above.
+  /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the
+  /// runtime ends; HCR_TRACE overrides. [trace] gantt: also write a Gantt chart (SVG) there.
+  std::string trace_file;
+  std::string gantt_file;
+  /// When true (the default), HCR_LOG, HCR_SCHED, HCR_TRACE and HCR_PLUGIN_PATH override the
+  /// values above.
   bool use_environment = true;
 
   /// Parses a TOML file. Throws Error(ErrorCode::config) naming file, line and key.

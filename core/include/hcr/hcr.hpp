@@ -14,4 +14,5 @@
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
 #include <hcr/task.hpp>
+#include <hcr/trace.hpp>
 #include <hcr/types.hpp>

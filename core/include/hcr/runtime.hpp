@@ -22,6 +22,7 @@
 #include <hcr/device.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/task.hpp>
+#include <hcr/trace.hpp>
 
 #include <memory>
 #include <span>
@@ -56,16 +57,23 @@ struct LoadReport {
 
 /// Per-device counters since the runtime started.
 struct DeviceCounters {
-  uint64_t tasks = 0;   ///< tasks run to completion (successful or not)
-  uint64_t failed = 0;  ///< of which failed
+  uint64_t tasks = 0;         ///< tasks run to completion (successful or not)
+  uint64_t failed = 0;        ///< of which failed
+  double busy_seconds = 0;    ///< summed execution time its plugin reported (all slots)
+  double idle_seconds = 0;    ///< wall time x slots - busy time
+  uint64_t bytes_in = 0;      ///< copied into its memory node (devices with their own memory)
+  uint64_t bytes_out = 0;     ///< copied out of it
 };
 
 struct RuntimeStats {
   uint64_t submitted = 0;
   uint64_t completed = 0;
   uint64_t failed = 0;
+  double wall_seconds = 0;              ///< since the runtime started
   std::vector<DeviceCounters> devices;  ///< indexed by Device::id
   DataCounters data;                    ///< transfers, hits, misses, evictions per memory node
+  /// The scheduler's predictions against measurements (policies that predict: dmda, dmdas).
+  std::vector<ModelAccuracy> accuracy;
 };
 
 class HCR_API Runtime {
@@ -110,6 +118,18 @@ class HCR_API Runtime {
   void wait_all();
 
   RuntimeStats stats() const;
+
+  /// Starts recording task and copy events (see trace.hpp); clears earlier ones.
+  void start_trace();
+  /// Stops recording; the events stay until the next start_trace().
+  void stop_trace();
+  /// The events recorded so far, ordered by start time.
+  std::vector<TraceEvent> trace_events() const;
+  /// Writes the events as Chrome/Perfetto trace JSON (one track per device and per link).
+  void write_trace(const std::string& path) const;
+  /// Writes a Gantt chart of the events as SVG: a row per device slot, tasks coloured by
+  /// kernel, copies on rows per link.
+  void write_gantt(const std::string& path) const;
 
   detail::RuntimeCore& core() const noexcept { return *core_; }
 

@@ -96,6 +96,9 @@ class Policy {
                            double /*seconds*/) {}
   /// Whether completed() needs measured durations (costs two clock reads per task).
   virtual bool wants_timing() const noexcept { return false; }
+  /// The execution time the policy predicted for a task it placed (seconds), or < 0; asked
+  /// before completed(), for traces and accuracy counters.
+  virtual double predicted(TaskRef /*task*/) const noexcept { return -1; }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>(const Config&)>;
