@@ -131,12 +131,18 @@ class CudaBackend final : public sdk::Backend {
   explicit CudaBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     const std::string devices = ctx.options.get("devices", "");
     const long long streams = ctx.options.get_int("streams", 2);
+    const long long copy_threads = ctx.options.get_int("copy_threads", 0);
     std::string cache_dir = ctx.options.get("cache_dir", default_cache_dir());
     ctx.options.check_all_used();
     if (streams < 1 || streams > 64)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   "option 'streams' = " + std::to_string(streams) + ": must be 1 to 64");
     streams_ = static_cast<uint32_t>(streams);
+    if (copy_threads < 0 || copy_threads > 64)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  "option 'copy_threads' = " + std::to_string(copy_threads) +
+                      ": must be 0 (automatic) or 1 to 64");
+    copy_threads_ = static_cast<uint32_t>(copy_threads);
     const std::vector<int> wanted = parse_devices(devices);
     if (cache_dir.rfind("~/", 0) == 0)
       if (const char* h = std::getenv("HOME"); h && *h) cache_dir = h + cache_dir.substr(1);
@@ -184,7 +190,8 @@ class CudaBackend final : public sdk::Backend {
       host().info("device " + std::to_string(gpus_.size()) + ": " + g.arch + ", " +
                   std::to_string(g.memory_bytes >> 20) + " MiB, " +
                   std::to_string(g.multiprocessors) + " SMs");
-      gpus_.push_back(std::make_unique<Gpu>(std::move(g), gpus_.size(), streams_, host()));
+      gpus_.push_back(
+          std::make_unique<Gpu>(std::move(g), gpus_.size(), streams_, copy_threads_, host()));
     }
   }
 
@@ -676,8 +683,10 @@ class CudaBackend final : public sdk::Backend {
       if (e != cudaSuccess) {
         (void)cudaGetLastError();
         // Past the last parameter is "invalid value"; anything else (a driver without this
-        // query) leaves the layout unknown and the launches unchecked.
-        m->params_known = e == cudaErrorInvalidValue;
+        // query) leaves the layout unknown and the launches unchecked. So does an error at the
+        // first parameter: a kernel without parameters gains nothing from the check, and a
+        // driver that cannot answer must not make every launch look wrong.
+        m->params_known = e == cudaErrorInvalidValue && i > 0;
         break;
       }
       m->param_sizes.push_back(size);
@@ -812,6 +821,7 @@ class CudaBackend final : public sdk::Backend {
   }
 
   uint32_t streams_ = 2;
+  uint32_t copy_threads_ = 0;  // 0: automatic
   std::unique_ptr<NvrtcCache> cache_;          // destroyed after the devices
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::mutex alloc_mutex_;

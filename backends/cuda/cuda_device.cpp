@@ -46,6 +46,14 @@ int fp32_cores_per_sm(int major, int minor) {
 }
 
 constexpr size_t kStagingChunk = size_t{8} << 20;  // per buffer; two per direction per device
+constexpr size_t kMinCopyPart = size_t{256} << 10;  // smaller host copies are not worth splitting
+
+// Threads sharing one stager's host copies by default (the stager's own included): about a
+// quarter of the cores, at most 4 — enough for a PCIe 5 x16 link without crowding the application.
+size_t default_copy_threads() {
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<size_t>(hw / 4, 1, 4);
+}
 
 }  // namespace
 
@@ -130,7 +138,7 @@ void Lane::run() noexcept {
 
 // ---- Stager ------------------------------------------------------------------------------------
 
-Stager::Stager(Gpu& gpu, Lane& lane, bool to_device, size_t chunk_bytes)
+Stager::Stager(Gpu& gpu, Lane& lane, bool to_device, size_t chunk_bytes, size_t threads)
     : gpu_(gpu), lane_(lane), to_device_(to_device), chunk_(chunk_bytes) {
   DeviceGuard guard(gpu.ordinal());
   try {
@@ -139,8 +147,10 @@ Stager::Stager(Gpu& gpu, Lane& lane, bool to_device, size_t chunk_bytes)
       HCR_CUDA_CHECK(
           cudaEventCreateWithFlags(&ev_[b], cudaEventBlockingSync | cudaEventDisableTiming));
     }
+    for (size_t i = 1; i < threads; ++i) helpers_.emplace_back([this] { helper(); });
     thread_ = std::thread([this] { run(); });
   } catch (...) {
+    stop();
     for (int b = 0; b < 2; ++b) {
       if (buf_[b] != nullptr) cudaFreeHost(buf_[b]);
       if (ev_[b] != nullptr) cudaEventDestroy(ev_[b]);
@@ -172,6 +182,80 @@ void Stager::stop() noexcept {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    pool_stop_ = true;
+  }
+  pool_cv_.notify_all();
+  for (auto& t : helpers_)
+    if (t.joinable()) t.join();
+  helpers_.clear();
+}
+
+void Stager::helper() noexcept {
+  uint64_t seen = 0;
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(pool_mutex_);
+      pool_cv_.wait(lock, [&] { return pool_stop_ || generation_ != seen; });
+      if (pool_stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    if (!job) continue;
+    // A job that is already finished has no parts left: a late helper takes none.
+    size_t mine = 0;
+    for (size_t i; (i = job->next.fetch_add(1)) < job->parts; ++mine) job->fn(i);
+    if (mine == 0) continue;
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    job->finished += mine;
+    if (job->finished == job->parts) done_cv_.notify_all();
+  }
+}
+
+void Stager::parallel(size_t parts, std::function<void(size_t)> fn) {
+  if (helpers_.empty() || parts <= 1) {
+    for (size_t i = 0; i < parts; ++i) fn(i);
+    return;
+  }
+  auto job = std::make_shared<Job>();
+  job->fn = std::move(fn);
+  job->parts = parts;
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    job_ = job;
+    ++generation_;
+  }
+  pool_cv_.notify_all();
+  size_t mine = 0;
+  for (size_t i; (i = job->next.fetch_add(1)) < parts; ++mine) job->fn(i);
+  std::unique_lock<std::mutex> lock(pool_mutex_);
+  job->finished += mine;
+  done_cv_.wait(lock, [&] { return job->finished == parts; });
+  job_.reset();
+}
+
+void Stager::host_copy(const StagedCopy& c, const Piece& p, char* buf, bool into_buffer) {
+  // Between the user's rows (pitch host_pitch, from column p.col) and the packed buffer (pitch
+  // p.width). Split by rows, or by bytes when the piece is a single row.
+  const uint64_t bytes = p.rows * p.width;
+  const size_t parts = std::min<size_t>(helpers_.size() + 1, std::max<uint64_t>(1, bytes / kMinCopyPart));
+  auto rows = [&, into_buffer](uint64_t r0, uint64_t r1, uint64_t b0, uint64_t b1) {
+    for (uint64_t r = r0; r < r1; ++r) {
+      char* packed = buf + r * p.width + b0;
+      char* user = c.host + (p.row + r) * c.host_pitch + p.col + b0;
+      if (into_buffer) std::memcpy(packed, user, b1 - b0);
+      else std::memcpy(user, packed, b1 - b0);
+    }
+  };
+  if (parts <= 1) {
+    rows(0, p.rows, 0, p.width);
+  } else if (p.rows >= parts) {
+    parallel(parts, [&](size_t i) { rows(p.rows * i / parts, p.rows * (i + 1) / parts, 0, p.width); });
+  } else {
+    parallel(parts, [&](size_t i) { rows(0, p.rows, p.width * i / parts, p.width * (i + 1) / parts); });
+  }
 }
 
 std::vector<Stager::Piece> Stager::pieces(const StagedCopy& c) const {
@@ -221,9 +305,7 @@ cudaError_t Stager::to_device(const StagedCopy& c, bool& queued_done) {
       busy_[b] = false;
       if (cudaError_t e = cudaEventSynchronize(ev_[b]); e != cudaSuccess) return e;
     }
-    char* buf = static_cast<char*>(buf_[b]);
-    for (uint64_t r = 0; r < p.rows; ++r)
-      std::memcpy(buf + r * p.width, c.host + (p.row + r) * c.host_pitch + p.col, p.width);
+    host_copy(c, p, static_cast<char*>(buf_[b]), true);
     if (cudaError_t e = enqueue_dma(c, p, b); e != cudaSuccess) return e;
   }
   // The source is consumed; the copy is done when the lane's stream passes its last DMA.
@@ -251,9 +333,7 @@ cudaError_t Stager::to_host(const StagedCopy& c) {
     const int b = static_cast<int>(i & 1);
     busy_[b] = false;
     if (cudaError_t e = cudaEventSynchronize(ev_[b]); e != cudaSuccess) return e;
-    const char* buf = static_cast<const char*>(buf_[b]);
-    for (uint64_t r = 0; r < p.rows; ++r)
-      std::memcpy(c.host + (p.row + r) * c.host_pitch + p.col, buf + r * p.width, p.width);
+    host_copy(c, p, static_cast<char*>(buf_[b]), false);
     if (i + 2 < ps.size())
       if (cudaError_t e = enqueue_dma(c, ps[i + 2], b); e != cudaSuccess) return e;
   }
@@ -297,8 +377,13 @@ void Stager::run() noexcept {
 
 // ---- Gpu ---------------------------------------------------------------------------------------
 
-Gpu::Gpu(GpuInfo info, size_t index, uint32_t compute_streams, const sdk::Host& host)
-    : info_(std::move(info)), index_(index), compute_streams_(compute_streams), host_(host) {}
+Gpu::Gpu(GpuInfo info, size_t index, uint32_t compute_streams, uint32_t copy_threads,
+         const sdk::Host& host)
+    : info_(std::move(info)),
+      index_(index),
+      compute_streams_(compute_streams),
+      copy_threads_(copy_threads == 0 ? static_cast<uint32_t>(default_copy_threads()) : copy_threads),
+      host_(host) {}
 
 Gpu::~Gpu() {
   if (!started()) return;
@@ -382,7 +467,9 @@ Lane& Gpu::compute_lane() noexcept {
 Stager& Gpu::stager(bool to_device) {
   std::lock_guard<std::mutex> lock(stager_mutex_);
   auto& s = to_device ? stage_in_ : stage_out_;
-  if (!s) s = std::make_unique<Stager>(*this, to_device ? *h2d_ : *d2h_, to_device, kStagingChunk);
+  if (!s)
+    s = std::make_unique<Stager>(*this, to_device ? *h2d_ : *d2h_, to_device, kStagingChunk,
+                                 copy_threads_);
   return *s;
 }
 

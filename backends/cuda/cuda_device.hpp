@@ -117,11 +117,13 @@ struct StagedCopy {
 };
 
 /// Moves pageable data in chunks through two pinned buffers on its own thread: while the DMA
-/// engine moves one chunk, the thread copies the next one on the host (double buffering). One per
-/// direction per device, created on first use.
+/// engine moves one chunk, the thread copies the next one on the host (double buffering). One
+/// core's memcpy falls short of a PCIe 5 link, so a few helper threads share each chunk's host
+/// copy. One per direction per device, created on first use; idle threads sleep.
 class Stager {
  public:
-  Stager(Gpu& gpu, Lane& lane, bool to_device, size_t chunk_bytes);
+  /// `threads`: how many threads share the host copies (this stager's own included).
+  Stager(Gpu& gpu, Lane& lane, bool to_device, size_t chunk_bytes, size_t threads);
   ~Stager();
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
@@ -132,7 +134,17 @@ class Stager {
   struct Piece {
     uint64_t row, col, rows, width;
   };
+  /// One host copy split over the stager's thread and its helpers.
+  struct Job {
+    std::function<void(size_t)> fn;
+    size_t parts = 0;
+    std::atomic<size_t> next{0};
+    size_t finished = 0;  // guarded by pool_mutex_
+  };
   void run() noexcept;
+  void helper() noexcept;
+  void parallel(size_t parts, std::function<void(size_t)> fn);
+  void host_copy(const StagedCopy& c, const Piece& p, char* buf, bool into_buffer);
   std::vector<Piece> pieces(const StagedCopy& c) const;
   cudaError_t to_device(const StagedCopy& c, bool& queued_done);
   cudaError_t to_host(const StagedCopy& c);
@@ -151,13 +163,22 @@ class Stager {
   std::deque<StagedCopy> queue_;
   bool stop_ = false;
   std::thread thread_;
+
+  std::mutex pool_mutex_;
+  std::condition_variable pool_cv_, done_cv_;
+  std::shared_ptr<Job> job_;  // the current job; helpers take a reference
+  uint64_t generation_ = 0;
+  bool pool_stop_ = false;
+  std::vector<std::thread> helpers_;
 };
 
 /// One device. Created for every selected GPU; its context, streams and threads start on first use
 /// (ensure_started), so listing devices creates no context.
 class Gpu {
  public:
-  Gpu(GpuInfo info, size_t index, uint32_t compute_streams, const sdk::Host& host);
+  /// `copy_threads`: threads per staging direction (0: about a quarter of the cores, at most 4).
+  Gpu(GpuInfo info, size_t index, uint32_t compute_streams, uint32_t copy_threads,
+      const sdk::Host& host);
   ~Gpu();  // waits for outstanding operations, then stops its threads and frees its resources
   Gpu(const Gpu&) = delete;
   Gpu& operator=(const Gpu&) = delete;
@@ -208,6 +229,7 @@ class Gpu {
   GpuInfo info_;
   size_t index_;
   uint32_t compute_streams_;
+  uint32_t copy_threads_;
   const sdk::Host& host_;
 
   std::mutex start_mutex_;

@@ -418,6 +418,21 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 
 cudaError_t cudaFreeHost(void* p) { return fail(unmap_block(p, false)); }
 
+// Synchronous calls an application (or bench/cuda_bench.cpp) uses on its own side.
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (!range_ok(dst, n) || !range_ok(src, n)) return fail(cudaErrorInvalidValue);
+  std::memmove(dst, src, n);
+  return sticky();
+}
+
+cudaError_t cudaMemset(void* p, int value, size_t n) {
+  if (classify(p, n) != 0) return fail(cudaErrorInvalidValue);
+  std::memset(p, value, n);
+  return sticky();
+}
+
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* at, const void* p) {
   std::memset(at, 0, sizeof *at);
   int device = -1;
@@ -509,8 +524,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if ((start->flags | end->flags) & cudaEventDisableTiming)
     return fail(cudaErrorInvalidResourceHandle);
-  std::lock_guard<std::mutex> l1(start->mutex);
-  std::lock_guard<std::mutex> l2(end->mutex);
+  std::scoped_lock lock(start->mutex, end->mutex);  // an event may be a start here, an end there
   if (start->completed < start->recorded || end->completed < end->recorded || start->recorded == 0)
     return fail(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
