@@ -6,15 +6,19 @@
 //   bf16 with f32 accumulation) and then the same product through the plugin's built-in kernel,
 //   launch to done callback, on the same sizes. Read hcr_over_cublas (1.0 = no overhead) and the
 //   two GFLOP/s counters. type 0 = f32, 1 = bf16.
+// - BM_GemmRuntime/<n>/<type>: the same, the hcr side being one task submitted to hcr::Runtime
+//   (scheduler, data manager, plugin) and waited for; its buffers stay on the GPU after the
+//   warm-up, as in a pipeline, so no transfer is timed.
 // - BM_Copy/<MiB>/<dir>/<host>: the plugin's copy (launch to done) against cudaMemcpy from pinned
 //   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
 //   (the plugin's host_alloc), 1 = pageable (through the plugin's staging buffers). Read
 //   hcr_over_cuda and the GB/s counters; cudaMemcpy from pageable memory is shown too.
 //
-// Drives the plugin through its C table (dlopen of libhcr-cuda.so from the build tree, or from
-// $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does, so it measures the backend alone. Other sizes:
+// BM_Gemm and BM_Copy drive the plugin through its C table (dlopen of libhcr-cuda.so from the
+// build tree, or from $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does: the backend alone. Sizes:
 // HCR_CUDA_BENCH_GEMM_N="4096,8192" and HCR_CUDA_BENCH_COPY_MIB="64,1024". Without a GPU every
 // benchmark reports an error and the program exits 0.
+#include <hcr/hcr.hpp>
 #include <hcr/plugin.h>
 
 #include <benchmark/benchmark.h>
@@ -314,6 +318,120 @@ void BM_Gemm(benchmark::State& state) {
   cudaFree(c);
 }
 
+// ---- gemm through the runtime -----------------------------------------------------------------
+
+hcr::Runtime& runtime() {
+  static hcr::Runtime* rt = [] {
+    hcr::Config c;
+    c.use_environment = false;
+    if (const char* dir = std::getenv("HCR_CUDA_BENCH_PLUGIN_DIR"); dir && *dir)
+      c.plugin_paths = {dir};
+    c.backends.push_back({"cuda", true, {}, "cuda_bench"});
+    return new hcr::Runtime(c);  // lives to the end of the process
+  }();
+  return *rt;
+}
+
+template <class T>
+void gemm_runtime(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const bool bf16 = sizeof(T) == 2;
+  const size_t bytes = n * n * sizeof(T);
+  hcr::Runtime& rt = runtime();
+  if (rt.devices().empty()) {
+    state.SkipWithError("the runtime found no CUDA device");
+    return;
+  }
+
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMalloc(&c, bytes));
+  CHECK_CUDA(cudaMemset(a, 0x3c, bytes));
+  CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError("cublasCreate failed");
+    return;
+  }
+  cublasSetStream(handle, stream);
+  const float alpha = 1, beta = 0;
+  const int ni = static_cast<int>(n);
+  auto direct = [&] {
+    cublasStatus_t s =
+        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF, ni,
+                            a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT)
+             : cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
+                           static_cast<const float*>(b), ni, static_cast<const float*>(a), ni,
+                           &beta, static_cast<float*>(c), ni);
+    cudaStreamSynchronize(stream);
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+
+  std::string failure;
+  {
+    auto A = rt.buffer<T>(n, n), B = rt.buffer<T>(n, n), C = rt.buffer<T>(n, n);
+    for (auto* buf : {&A, &B}) {
+      auto v = buf->acquire(hcr::Access::write);
+      std::memset(static_cast<void*>(v.data()), 0x3c, bytes);  // the same values as the direct side
+    }
+    hcr::Kernel kernel = rt.kernel(bf16 ? "gemm_bf16" : "gemm_f32");
+    hcr_gemm_params_t params{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
+    auto through_hcr = [&] {
+      try {
+        rt.submit(hcr::Task(kernel).read(A).read(B).write(C).param(params).on(0)).get();
+        return true;
+      } catch (const std::exception& e) {
+        failure = e.what();
+        return false;
+      }
+    };
+    // Warm-up: cuBLAS's first call, and the data manager copying A and B to the GPU.
+    if (!direct() || !through_hcr()) {
+      state.SkipWithError(("warm-up failed: " + failure).c_str());
+      return;
+    }
+    double t_direct = 0, t_hcr = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      bool ok = direct();
+      const double d = seconds_since(t0);
+      t0 = Clock::now();
+      ok = through_hcr() && ok;
+      const double h = seconds_since(t0);
+      if (!ok) {
+        state.SkipWithError(("gemm failed: " + failure).c_str());
+        break;
+      }
+      t_direct += d;
+      t_hcr += h;
+      state.SetIterationTime(d + h);
+    }
+    const double flops = 2.0 * n * n * n * static_cast<double>(state.iterations());
+    if (t_hcr > 0 && t_direct > 0) {
+      state.counters["cublas_GFLOPs"] = flops / t_direct * 1e-9;
+      state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
+      state.counters["hcr_over_cublas"] = t_direct / t_hcr;
+    }
+    state.SetLabel(std::string(bf16 ? "bf16" : "f32") + " n=" + std::to_string(n) + ", runtime");
+  }  // the buffers go, and their GPU replicas with them
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+
+void BM_GemmRuntime(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  if (state.range(1) == 1) gemm_runtime<hcr::bfloat16>(state);
+  else gemm_runtime<float>(state);
+}
+
 // ---- host <-> device bandwidth -------------------------------------------------------------------
 
 void BM_Copy(benchmark::State& state) {
@@ -409,6 +527,12 @@ std::vector<int64_t> sizes(const char* env, std::vector<int64_t> fallback) {
 
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Gemm", BM_Gemm)
+      ->ArgsProduct({sizes("HCR_CUDA_BENCH_GEMM_N", {8192, 16384}), {0, 1}})
+      ->ArgNames({"n", "bf16"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(5);
+  benchmark::RegisterBenchmark("BM_GemmRuntime", BM_GemmRuntime)
       ->ArgsProduct({sizes("HCR_CUDA_BENCH_GEMM_N", {8192, 16384}), {0, 1}})
       ->ArgNames({"n", "bf16"})
       ->UseManualTime()

@@ -203,11 +203,7 @@ class CudaBackend final : public sdk::Backend {
       host().debug("freeing " + std::to_string(memory_.size()) + " device allocation(s) and " +
                    std::to_string(pinned_.size()) + " pinned block(s) left at destruction");
     for (DeviceMemory* m : memory_) {
-      try {
-        DeviceGuard guard(gpus_[m->device]->ordinal());
-        cudaFree(m->ptr);
-      } catch (...) {  // the device is gone, and its memory with it
-      }
+      gpus_[m->device]->release(m->ptr);
       m->magic = 0;
       delete m;
     }
@@ -237,17 +233,7 @@ class CudaBackend final : public sdk::Backend {
 
   hcr_memory_t* mem_alloc(size_t device, uint64_t bytes) override {
     Gpu& g = started(device);
-    DeviceGuard guard(g.ordinal());
-    void* p = nullptr;
-    if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
-      if (e == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        throw Error(HCR_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) +
-                                                 " bytes on device " + std::to_string(device) +
-                                                 " (" + g.info().name + "): out of memory");
-      }
-      throw_cuda(e, "cudaMalloc");
-    }
+    void* p = g.allocate(bytes);
     try {
       auto m = std::make_unique<DeviceMemory>();
       m->owner = this;
@@ -258,7 +244,7 @@ class CudaBackend final : public sdk::Backend {
       memory_.insert(m.get());
       return reinterpret_cast<hcr_memory_t*>(m.release());
     } catch (...) {
-      cudaFree(p);
+      g.release(p);
       throw;
     }
   }
@@ -272,11 +258,7 @@ class CudaBackend final : public sdk::Backend {
         return;
       }
     }
-    try {
-      DeviceGuard guard(gpus_[m->device]->ordinal());
-      if (cudaFree(m->ptr) != cudaSuccess) (void)cudaGetLastError();
-    } catch (...) {  // the device is gone: nothing left to free
-    }
+    gpus_[m->device]->release(m->ptr);
     m->magic = 0;
     delete m;
   }
@@ -642,6 +624,19 @@ class CudaBackend final : public sdk::Backend {
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
         how = "enabling peer access failed (" + error_text(e) + "): copies go through host memory";
       (void)cudaGetLastError();
+      // Memory from a stream-ordered pool is reachable by a peer only once the pool says so.
+      if (to->pools()) {
+        cudaMemPool_t pool = nullptr;
+        cudaMemAccessDesc access{};
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = from->ordinal();
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        if (cudaDeviceGetDefaultMemPool(&pool, to->ordinal()) != cudaSuccess ||
+            cudaMemPoolSetAccess(pool, &access, 1) != cudaSuccess) {
+          how = "no peer access to pool memory: copies go through host memory";
+          (void)cudaGetLastError();
+        }
+      }
     }
     host().debug("devices " + std::to_string(a.index()) + " and " +
                  std::to_string(b.index()) + ": " + (how.empty() ? "peer access enabled" : how));

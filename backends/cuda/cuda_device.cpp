@@ -399,6 +399,10 @@ Gpu::~Gpu() {
   h2d_.reset();
   d2h_.reset();
   d2d_.reset();
+  if (alloc_stream_ != nullptr) {
+    cudaStreamSynchronize(alloc_stream_);
+    cudaStreamDestroy(alloc_stream_);
+  }
   for (auto& pool : events_) {
     for (cudaEvent_t e : pool) cudaEventDestroy(e);
     pool.clear();
@@ -443,6 +447,15 @@ void Gpu::start() {
   auto h2d = std::make_unique<Lane>(*this, compute_streams_);
   auto d2h = std::make_unique<Lane>(*this, compute_streams_ + 1);
   auto d2d = std::make_unique<Lane>(*this, compute_streams_ + 2);
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, info_.ordinal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    pools = 0;
+  }
+  cudaStream_t alloc_stream = nullptr;
+  if (pools) HCR_CUDA_CHECK(cudaStreamCreateWithFlags(&alloc_stream, cudaStreamNonBlocking));
+  alloc_stream_ = alloc_stream;
+  pools_ = pools != 0;
   compute_ = std::move(compute);
   h2d_ = std::move(h2d);
   d2h_ = std::move(d2h);
@@ -502,6 +515,32 @@ void Gpu::give_event(cudaEvent_t e, bool timing) noexcept {
     }
   }
   cudaEventDestroy(e);
+}
+
+void* Gpu::allocate(uint64_t bytes) {
+  DeviceGuard guard(info_.ordinal);
+  void* p = nullptr;
+  cudaError_t e = pools_ ? cudaMallocAsync(&p, bytes, alloc_stream_) : cudaMalloc(&p, bytes);
+  // The allocation is complete, and usable from every stream, once its stream has passed it.
+  if (e == cudaSuccess && pools_) e = cudaStreamSynchronize(alloc_stream_);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw sdk::Error(HCR_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) +
+                                                  " bytes on device " + std::to_string(index_) +
+                                                  " (" + info_.name + "): out of memory");
+  }
+  if (e != cudaSuccess) throw_cuda(e, pools_ ? "cudaMallocAsync" : "cudaMalloc");
+  return p;
+}
+
+void Gpu::release(void* p) noexcept {
+  if (p == nullptr) return;
+  try {
+    DeviceGuard guard(info_.ordinal);
+    if ((pools_ ? cudaFreeAsync(p, alloc_stream_) : cudaFree(p)) != cudaSuccess)
+      (void)cudaGetLastError();
+  } catch (...) {  // the device is gone, and its memory with it
+  }
 }
 
 void Gpu::end_op() noexcept {

@@ -205,6 +205,17 @@ class Gpu {
   cudaEvent_t take_event(bool timing);
   void give_event(cudaEvent_t e, bool timing) noexcept;
 
+  /// Device memory from the device's stream-ordered pool (cudaMallocAsync), or cudaMalloc where
+  /// pools are not supported. Throws OUT_OF_MEMORY naming the size.
+  void* allocate(uint64_t bytes);
+  /// Frees memory from allocate() without waiting for the device: cudaFree would synchronize the
+  /// whole device, and the runtime frees (evicts) while other work runs. The caller guarantees
+  /// that nothing uses the memory any more (every operation on it has reported done).
+  void release(void* p) noexcept;
+  /// Whether allocate() uses the stream-ordered pool (whose memory peers reach only after
+  /// cudaMemPoolSetAccess).
+  bool pools() const noexcept { return pools_; }
+
   /// Counts an operation from acceptance to the return of its done; synchronize() waits for zero.
   void begin_op() noexcept { outstanding_.fetch_add(1, std::memory_order_acq_rel); }
   void end_op() noexcept;
@@ -239,6 +250,8 @@ class Gpu {
 
   std::vector<std::unique_ptr<Lane>> compute_;
   std::unique_ptr<Lane> h2d_, d2h_, d2d_;
+  cudaStream_t alloc_stream_ = nullptr;  // orders cudaMallocAsync/cudaFreeAsync; nothing else
+  bool pools_ = false;
   std::atomic<uint32_t> round_robin_{0};
 
   std::mutex stager_mutex_;

@@ -2,13 +2,13 @@
 // rejects bad options, and its ABI entries fail cleanly. With a GPU, the tests named CudaGpu*
 // run (select them with `ctest -R CudaGpu` or `--gtest_filter='CudaGpu*'`): copies, gemm in every
 // precision, native and NVRTC kernels, completion bookkeeping. The CudaAbi suite drives the plugin
-// through its C table directly (dlopen), so it does not depend on the runtime's data manager;
-// CudaGpuRuntime goes through hcr::Runtime. Where there is no GPU the CudaGpu* tests skip — unless
-// HCR_CUDA_TESTS_REQUIRE_GPU=1, which makes them fail instead (bench/gpu_run.sh sets it, so a GPU
-// machine that silently found no GPU cannot pass).
+// through its C table directly (dlopen); CudaRuntime goes through hcr::Runtime and its data
+// manager. Where there is no GPU the CudaGpu* tests skip — unless HCR_CUDA_TESTS_REQUIRE_GPU=1,
+// which makes them fail instead (bench/gpu_run.sh sets it, so a GPU machine that silently found no
+// GPU cannot pass).
 //
-// The CudaAbi suite runs twice: CudaGpu/... against the real plugin on a GPU, and FakeCuda/...
-// against the same plugin code linked with a fake CUDA runtime and cuBLAS (fake/), on any machine.
+// Both suites run twice: CudaGpu/... against the real plugin on a GPU, and FakeCuda/... against
+// the same plugin code linked with a fake CUDA runtime and cuBLAS (fake/), on any machine.
 #include "../../test_support.hpp"
 #include "test_kernels.hpp"
 
@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <string>
@@ -1258,22 +1259,31 @@ TEST_P(CudaAbi, DestroyWaitsForOutstandingWork) {
 }
 
 // =================================================================================================
-// With a GPU: through hcr::Runtime
+// Through hcr::Runtime and its data manager (the same two targets)
 // =================================================================================================
 
-class CudaGpuRuntime : public ::testing::Test {
+class CudaRuntime : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
-    HCR_NEED_GPU();
-    rt_ = std::make_unique<Runtime>(cuda_config({{"cache_dir", cache_.path().string()}}));
-    ASSERT_EQ(rt_->devices().size(), static_cast<size_t>(gpus()));
+    if (!fake()) HCR_NEED_GPU();
+    Config c = cuda_config({{"cache_dir", cache_.path().string()}});
+    if (fake()) c.plugin_paths = {HCR_TEST_FAKE_CUDA_DIR};  // found before the real one
+    rt_ = std::make_unique<Runtime>(c);
+    ASSERT_EQ(rt_->devices().size(), static_cast<size_t>(GetParam().devices()));
   }
+  bool fake() const { return GetParam().fake; }
+  Runtime& rt() { return *rt_; }
   test::TempDir cache_;
   std::unique_ptr<Runtime> rt_;
 };
 
-TEST_F(CudaGpuRuntime, DevicesAppear) {
-  for (const Device& d : rt_->devices()) {
+INSTANTIATE_TEST_SUITE_P(CudaGpu, CudaRuntime, ::testing::Values(Target{false}),
+                         [](const auto&) { return std::string("gpu"); });
+INSTANTIATE_TEST_SUITE_P(FakeCuda, CudaRuntime, ::testing::Values(Target{true}),
+                         [](const auto&) { return std::string("fake"); });
+
+TEST_P(CudaRuntime, DevicesAppearWithTheirOwnMemory) {
+  for (const Device& d : rt().devices()) {
     EXPECT_EQ(d.backend, "cuda");
     EXPECT_EQ(d.kind, DeviceKind::gpu);
     EXPECT_EQ(d.arch.rfind("sm_", 0), 0u) << d.arch;
@@ -1282,56 +1292,152 @@ TEST_F(CudaGpuRuntime, DevicesAppear) {
   }
 }
 
-TEST_F(CudaGpuRuntime, NativeTaskRunsOnTheStream) {
-  const size_t bytes = 1 << 20;
-  MemsetTarget target{test_device_alloc(0, bytes), bytes};
-  ASSERT_NE(target.ptr, nullptr);
-  Kernel k = rt_->kernel("memset").native("cuda", &hcr_test_memset, &target);
-  rt_->submit(Task(k).param(int{0x5a}).on(0)).get();
-  std::vector<unsigned char> out(bytes);
-  ASSERT_TRUE(test_copy_to_host(out.data(), target.ptr, bytes));
-  EXPECT_EQ(std::count(out.begin(), out.end(), 0x5a), static_cast<long>(bytes));
-  test_device_free(target.ptr);
+template <class T>
+std::vector<T> random_matrix(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(-1, 1);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(gen));
+  return v;
 }
 
-TEST_F(CudaGpuRuntime, SourceTaskWithParametersAndGrid) {
-  // Buffers need the runtime's data manager; a device pointer passed as a parameter does not.
+template <class T>
+void fill(Buffer<T>& b, const std::vector<T>& values) {
+  auto v = b.acquire(Access::write);
+  std::copy(values.begin(), values.end(), v.data());
+}
+
+// C = A B through hcr::blas::gemm (tiles spread over every GPU, inputs and tiles copied by the
+// data manager), checked against a double reference.
+template <class T>
+void tiled_gemm(Runtime& rt, size_t m, size_t k, size_t n, size_t tile) {
+  SCOPED_TRACE(std::string(blas::gemm_kernel_name<T>()) + " " + std::to_string(m) + "x" +
+               std::to_string(k) + "x" + std::to_string(n) + " tile " + std::to_string(tile));
+  auto A = rt.buffer<T>(m, k), B = rt.buffer<T>(k, n), C = rt.buffer<T>(m, n);
+  auto a = random_matrix<T>(m * k, 1), b = random_matrix<T>(k * n, 2);
+  fill(A, a);
+  fill(B, b);
+  blas::gemm(rt, A, B, C, tile).get();
+  auto c = C.to_vector();
+  size_t bad = 0;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double want = 0, scale = 0;
+      for (size_t q = 0; q < k; ++q) {
+        want += static_cast<double>(a[i * k + q]) * b[q * n + j];
+        scale += std::abs(static_cast<double>(a[i * k + q]) * b[q * n + j]);
+      }
+      const double tol = 2.0 * (k + 2) * std::numeric_limits<T>::epsilon() * scale + 1e-30;
+      if (!(std::abs(c[i * n + j] - want) <= tol) && bad++ < 5)
+        ADD_FAILURE() << "C(" << i << "," << j << ") = " << c[i * n + j] << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST_P(CudaRuntime, TiledGemmMovesItsDataThroughTheDataManager) {
+  const size_t n = fake() ? 96 : 1000;
+  tiled_gemm<float>(rt(), n, n + 7, n - 5, fake() ? 32 : 256);
+  tiled_gemm<double>(rt(), n - 3, n / 2, n, fake() ? 40 : 300);
+  RuntimeStats s = rt().stats();
+  EXPECT_EQ(s.failed, 0u);
+  EXPECT_GT(s.data.bytes_moved(), 0u) << "the inputs went to the GPU and C came back";
+}
+
+TEST_P(CudaRuntime, Bf16GemmTask) {
+  const size_t m = 33, k = 70, n = 45;
+  auto A = rt().buffer<bfloat16>(m, k), B = rt().buffer<bfloat16>(k, n),
+       C = rt().buffer<bfloat16>(m, n);
+  auto a = random_matrix<double>(m * k, 3), b = random_matrix<double>(k * n, 4);
+  {
+    auto va = A.acquire(Access::write), vb = B.acquire(Access::write);
+    for (size_t i = 0; i < a.size(); ++i) {
+      va.data()[i].bits = test_f32_to_bf16(static_cast<float>(a[i]));
+      a[i] = test_bf16_to_f32(va.data()[i].bits);
+    }
+    for (size_t i = 0; i < b.size(); ++i) {
+      vb.data()[i].bits = test_f32_to_bf16(static_cast<float>(b[i]));
+      b[i] = test_bf16_to_f32(vb.data()[i].bits);
+    }
+  }
+  hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0};
+  rt().submit(Task(rt().kernel("gemm_bf16")).read(A).read(B).write(C).param(p).on(0)).get();
+  auto c = C.to_vector();
+  size_t bad = 0;
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double want = 0, scale = 0;
+      for (size_t q = 0; q < k; ++q) {
+        want += a[i * k + q] * b[q * n + j];
+        scale += std::abs(a[i * k + q] * b[q * n + j]);
+      }
+      const double got = test_bf16_to_f32(c[i * n + j].bits);
+      bad += !(std::abs(got - want) <= std::ldexp(2.0, -8) * std::abs(want) +
+                                          (k + 2) * std::ldexp(1.0, -18) * scale);
+    }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST_P(CudaRuntime, NativeKernelGetsDevicePointersToTheTaskBuffers) {
+  const size_t rows = 40, cols = 75;
+  auto x = rt().buffer<float>(rows, cols);
+  std::vector<float> v(rows * cols);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1000);
+  fill(x, v);
+  NativeSeen seen;
+  Kernel k = rt().kernel("scale").native("cuda", fake() ? &host_scale : &hcr_test_scale, &seen);
+  rt().submit(Task(k).read_write(x).param(2.5f).on(0)).get();
+  auto out = x.to_vector();
+  size_t wrong = 0;
+  for (size_t i = 0; i < v.size(); ++i) wrong += out[i] != 2.5f * v[i];
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(seen.calls, 1);
+}
+
+const char* const kAxpyKernel = R"(
+extern "C" __global__ void axpy(float* y, const float* x, float a, unsigned long long n) {
+  unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+)";
+
+TEST_P(CudaRuntime, SourceKernelTasksChainAcrossDevices) {
+  if (std::string why = nvrtc_missing(GetParam().file()); !why.empty()) GTEST_SKIP() << why;
+  // y += x, 60 times, the tasks pinned to the GPUs in turn: each one waits for the last and the
+  // data manager moves y between devices (or keeps it where it is, with one GPU).
+  const size_t n = 100003;
+  auto x = rt().vector<float>(n), y = rt().vector<float>(n);
+  std::vector<float> xs(n), ys(n, 1.0f);
+  for (size_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i % 97);
+  fill(x, xs);
+  fill(y, ys);
+  Kernel axpy = rt().kernel("axpy").source("cuda", kAxpyKernel);
+  const size_t ndev = rt().devices().size();
+  const int kSteps = 60;
+  for (int s = 0; s < kSteps; ++s)
+    rt().submit(Task(axpy).read_write(y).read(x).param(1.0f).param(
+        static_cast<unsigned long long>(n)).on(static_cast<uint32_t>(s % ndev)));
+  auto out = y.to_vector();
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += out[i] != 1.0f + kSteps * xs[i];
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(rt().stats().failed, 0u);
+}
+
+TEST_P(CudaRuntime, SourceTaskWithParametersAndAGrid) {
+  if (std::string why = nvrtc_missing(GetParam().file()); !why.empty()) GTEST_SKIP() << why;
+  // The kernel writes its first buffer; the grid is given rather than derived from it.
   const size_t n = 1000;
-  void* d = test_device_alloc(0, n * 8);
-  ASSERT_NE(d, nullptr);
-  Kernel k = rt_->kernel("iota").source("cuda", R"(
+  auto out = rt().vector<int64_t>(n);
+  Kernel iota = rt().kernel("iota").source("cuda", R"(
 extern "C" __global__ void iota(unsigned long long* out, unsigned long long n, int mul) {
   unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x;
   if (i < n) out[i] = i * mul;
 })");
-  auto ptr = reinterpret_cast<unsigned long long>(d);
-  rt_->submit(Task(k).param(ptr).param(static_cast<unsigned long long>(n)).param(int{3}).grid(n).on(0))
+  rt().submit(Task(iota).write(out).param(static_cast<unsigned long long>(n)).param(int{3})
+                  .grid(n).block(128).on(0))
       .get();
-  std::vector<unsigned long long> out(n);
-  ASSERT_TRUE(test_copy_to_host(out.data(), d, n * 8));
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3 * i);
-  test_device_free(d);
-}
-
-TEST_F(CudaGpuRuntime, GemmThroughTheRuntime) {
-  const size_t n = 257;
-  auto a = rt_->buffer<float>(n, n), b = rt_->buffer<float>(n, n), c = rt_->buffer<float>(n, n);
-  {
-    auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
-    for (size_t i = 0; i < n * n; ++i) va.data()[i] = 1.0f, vb.data()[i] = 2.0f;
-  }
-  hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0};
-  Event e = rt_->submit(Task(rt_->kernel("gemm_f32")).read(a).read(b).read_write(c).param(p).on(0));
-  e.wait();
-  try {
-    e.get();
-  } catch (const Error& err) {
-    if (std::string(err.what()).find("cannot stage buffers") != std::string::npos)
-      GTEST_SKIP() << "the runtime's data manager is not on this branch yet: " << err.what();
-    throw;
-  }
-  auto out = c.to_vector();
-  for (size_t i = 0; i < n * n; ++i) ASSERT_EQ(out[i], 2.0f * n) << i;
+  auto v = out.to_vector();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<int64_t>(3 * i)) << i;
 }
 
 }  // namespace

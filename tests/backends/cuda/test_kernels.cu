@@ -62,19 +62,6 @@ extern "C" int hcr_test_fail(void*, const hcr_exec_context_t*, char* message, si
   return fail(message, message_size, "native failure on purpose");
 }
 
-extern "C" int hcr_test_memset(void* user_data, const hcr_exec_context_t* ctx, char* message,
-                               size_t message_size) {
-  auto* t = static_cast<MemsetTarget*>(user_data);
-  int value = 0;
-  if (ctx->num_params >= 1)
-    std::memcpy(&value, static_cast<const char*>(ctx->params) + ctx->param_offsets[0], sizeof value);
-  if (cudaError_t e = cudaMemsetAsync(t->ptr, value, t->bytes,
-                                      static_cast<cudaStream_t>(ctx->native_queue));
-      e != cudaSuccess)
-    return fail(message, message_size, cudaGetErrorString(e));
-  return 0;
-}
-
 int test_gpu_count(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -93,18 +80,6 @@ bool test_is_pinned(const void* p) {
     return false;
   }
   return at.type == cudaMemoryTypeHost;
-}
-
-void* test_device_alloc(int ordinal, size_t bytes) {
-  void* p = nullptr;
-  if (cudaSetDevice(ordinal) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-  return p;
-}
-
-void test_device_free(void* p) { cudaFree(p); }
-
-bool test_copy_to_host(void* dst, const void* src, size_t bytes) {
-  return cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) == cudaSuccess;
 }
 
 uint16_t test_f32_to_f16(float x) {

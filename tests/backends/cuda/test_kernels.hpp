@@ -17,28 +17,16 @@ struct NativeSeen {
   void* stream = nullptr;
 };
 
-/// hcr_test_memset's user data: a device range the test owns.
-struct MemsetTarget {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-};
-
 /// args[0] (f32 matrix, device pointer in `host`) *= param 0 (float), on ctx->native_queue.
 extern "C" int hcr_test_scale(void* user_data, const hcr_exec_context_t* ctx, char* message,
                               size_t message_size);
 /// Always fails with "native failure on purpose".
 extern "C" int hcr_test_fail(void* user_data, const hcr_exec_context_t* ctx, char* message,
                              size_t message_size);
-/// cudaMemsetAsync(target->ptr, param 0 (int), target->bytes) on ctx->native_queue.
-extern "C" int hcr_test_memset(void* user_data, const hcr_exec_context_t* ctx, char* message,
-                               size_t message_size);
 
 /// cudaGetDeviceCount through the tests' own CUDA runtime; 0 and the error text when it fails.
 int test_gpu_count(std::string* why = nullptr);
 bool test_is_pinned(const void* p);
-void* test_device_alloc(int ordinal, size_t bytes);
-void test_device_free(void* p);
-bool test_copy_to_host(void* dst, const void* src, size_t bytes);
 
 uint16_t test_f32_to_f16(float x);
 float test_f16_to_f32(uint16_t bits);

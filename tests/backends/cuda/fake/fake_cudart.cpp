@@ -10,6 +10,8 @@
 // the image must be one NVRTC produced (an ELF cubin or PTX) that names the kernel.
 //
 // The number of devices: HCR_FAKE_CUDA_DEVICES (default 2), 1 GiB each, compute capability 9.0.
+// Even-numbered devices have stream-ordered memory pools (cudaMallocAsync), odd ones do not, so
+// that both allocation paths of the plugin run.
 #include <cuda_runtime_api.h>
 #include <sys/mman.h>
 #include <algorithm>
@@ -327,7 +329,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
-  *value = attr == cudaDevAttrClockRate ? 1000000 : 0;
+  *value = attr == cudaDevAttrClockRate              ? 1000000
+           : attr == cudaDevAttrMemoryPoolsSupported ? (device % 2 == 0)
+                                                     : 0;
   return cudaSuccess;
 }
 
@@ -409,6 +413,39 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   }
   *p = map_block(bytes, t_device);
   return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+  const int device = s ? s->device : t_device;
+  if (device % 2 != 0) return fail(cudaErrorNotSupported);  // this fake device has no pools
+  const int saved = t_device;
+  t_device = device;
+  cudaError_t e = cudaMalloc(p, bytes);
+  t_device = saved;
+  return e;
+}
+
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (p == nullptr) return cudaSuccess;
+  int device = -1;
+  if (classify(p, 1, &device) != 0 || device < 0) return fail(cudaErrorInvalidValue);
+  enqueue(s, [p] {
+    if (unmap_block(p, true) != cudaSuccess) set_sticky(cudaErrorIllegalAddress);
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device < 0 || device >= device_count() || device % 2 != 0) return fail(cudaErrorNotSupported);
+  *pool = reinterpret_cast<cudaMemPool_t>(static_cast<uintptr_t>(device + 1));
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* desc, size_t n) {
+  if (pool == nullptr || n == 0 || desc->location.type != cudaMemLocationTypeDevice ||
+      desc->location.id < 0 || desc->location.id >= device_count())
+    return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
