@@ -506,7 +506,7 @@ class CudaBackend final : public sdk::Backend {
   std::optional<double> estimate(const hcr_launch_args_t& a) override {
     auto* k = reinterpret_cast<CudaKernel*>(a.kernel);
     if (k == nullptr || k->magic != kKernelMagic || k->kind != KernelKind::gemm ||
-        a.device >= gpus_.size())
+        a.device >= gpus_.size() || a.num_args != 3 || a.args == nullptr)
       return std::nullopt;
     void* none[3] = {nullptr, nullptr, nullptr};
     return gemm_estimate_seconds(make_gemm(k->dtype, a, none), gpus_[a.device]->info());

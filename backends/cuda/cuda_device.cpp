@@ -102,11 +102,11 @@ Lane::~Lane() {
 }
 
 void Lane::push(Pending p) {
+  load_.fetch_add(1, std::memory_order_relaxed);  // before the thread can take it and count down
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(p));
   }
-  load_.fetch_add(1, std::memory_order_relaxed);
   cv_.notify_one();
 }
 

@@ -380,6 +380,16 @@ TEST(CudaPlugin, BadOptionsAreRefusedNamingThem) {
   }
 }
 
+TEST(CudaPlugin, MemoryLimitIsTheRuntimesKeyNotThePlugins) {
+  Config c = Config::parse("[[backend]]\nname = \"cuda\"\nmemory_limit = \"50%\"\nstreams = 3\n",
+                           "t.toml");
+  c.use_environment = false;
+  Runtime rt(c);
+  const PluginRecord* r = record(rt, "cuda");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->status, PluginRecord::Status::loaded) << r->reason;
+}
+
 TEST(CudaPlugin, GoodOptionsAreAccepted) {
   test::TempDir dir;
   Runtime rt(cuda_config({{"streams", "3"},

@@ -541,11 +541,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     gen = ++e->recorded;
   }
   enqueue(s, [e, gen] {
-    {
-      std::lock_guard<std::mutex> lock(e->mutex);
-      e->completed = std::max(e->completed, gen);
-      e->when = Clock::now();
-    }
+    // Notified under the lock: a waiter that wakes may destroy the event right away.
+    std::lock_guard<std::mutex> lock(e->mutex);
+    e->completed = std::max(e->completed, gen);
+    e->when = Clock::now();
     e->cv.notify_all();
   });
   return cudaSuccess;
