@@ -1,0 +1,552 @@
+// The CUDA backend against the libraries it wraps, in one process, on GPU 0:
+//
+//   build/bin/cuda_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only
+//
+// - BM_Gemm/<n>/<type>: each iteration runs one direct cuBLAS gemm (cublasSgemm, or cublasGemmEx
+//   bf16 with f32 accumulation) and then the same product through the plugin's built-in kernel,
+//   launch to done callback, on the same sizes. Read hcr_over_cublas (1.0 = no overhead) and the
+//   two GFLOP/s counters. type 0 = f32, 1 = bf16.
+// - BM_GemmRuntime/<n>/<type>: the same, the hcr side being one task submitted to hcr::Runtime
+//   (scheduler, data manager, plugin) and waited for; its buffers stay on the GPU after the
+//   warm-up, as in a pipeline, so no transfer is timed.
+// - BM_Copy/<MiB>/<dir>/<host>: the plugin's copy (launch to done) against cudaMemcpy from pinned
+//   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
+//   (the plugin's host_alloc), 1 = pageable (through the plugin's staging buffers). Read
+//   hcr_over_cuda and the GB/s counters; cudaMemcpy from pageable memory is shown too.
+//
+// BM_Gemm and BM_Copy drive the plugin through its C table (dlopen of libhcr-cuda.so from the
+// build tree, or from $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does: the backend alone. Sizes:
+// HCR_CUDA_BENCH_GEMM_N="4096,8192" and HCR_CUDA_BENCH_COPY_MIB="64,1024". Without a GPU every
+// benchmark reports an error and the program exits 0.
+#include <hcr/hcr.hpp>
+#include <hcr/plugin.h>
+
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Waits for one done callback.
+struct Done {
+  std::mutex m;
+  std::condition_variable cv;
+  bool fired = false;
+  std::string error;
+  const hcr_plugin_api_t* api = nullptr;
+  static void cb(void* user, hcr_error_t* e, const hcr_completion_info_t*) {
+    auto* d = static_cast<Done*>(user);
+    std::lock_guard<std::mutex> lock(d->m);
+    if (e != nullptr) {
+      d->error = d->api->error_message(e);
+      d->api->error_destroy(e);
+    }
+    d->fired = true;
+    d->cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return fired; });
+  }
+};
+
+/// The plugin, created once with default options; `why` says why not.
+struct Plugin {
+  void* lib = nullptr;
+  const hcr_plugin_api_t* api = nullptr;
+  hcr_plugin_t* p = nullptr;
+  hcr_host_services_t services{};
+  std::string why;
+
+  Plugin() {
+    const char* dir = std::getenv("HCR_CUDA_BENCH_PLUGIN_DIR");
+    const std::string file =
+        std::string(dir && *dir ? dir : HCR_BENCH_PLUGIN_DIR) + "/libhcr-cuda.so";
+    lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      why = dlerror();
+      return;
+    }
+    auto get = reinterpret_cast<hcr_plugin_get_api_fn>(dlsym(lib, HCR_PLUGIN_ENTRY_SYMBOL));
+    api = get ? get() : nullptr;
+    if (api == nullptr) {
+      why = "no plugin table in " + file;
+      return;
+    }
+    services.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
+    services.abi_major = HCR_ABI_MAJOR;
+    services.abi_minor = HCR_ABI_MINOR;
+    services.host_context = this;
+    services.log = [](void* ctx, hcr_log_level_t, const char* msg) {
+      static_cast<Plugin*>(ctx)->why = msg;  // the last message: why there is no device
+    };
+    services.log_level = HCR_LOG_INFO;
+    hcr_plugin_create_args_t a{};
+    a.struct_size = HCR_PLUGIN_CREATE_ARGS_STRUCT_SIZE;
+    a.services = &services;
+    a.library_path = file.c_str();
+    if (hcr_error_t* e = api->plugin_create(&a)) {
+      why = take(e);
+      return;
+    }
+    p = a.plugin;
+    size_t n = 0;
+    if (hcr_error_t* e = api->device_count(p, &n)) why = take(e);
+    else if (n == 0) why = "the cuda plugin found no device: " + why;
+    else why.clear();
+  }
+  ~Plugin() {
+    if (p != nullptr) api->plugin_destroy(p);
+  }
+  bool ok() const { return p != nullptr && why.empty(); }
+  std::string take(hcr_error_t* e) const {
+    std::string s = api->error_message(e);
+    api->error_destroy(e);
+    return s;
+  }
+  hcr_memory_t* alloc(uint64_t bytes) {
+    hcr_mem_alloc_args_t a{};
+    a.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
+    a.bytes = bytes;
+    if (hcr_error_t* e = api->mem_alloc(p, &a)) {
+      why = take(e);
+      return nullptr;
+    }
+    return a.memory;
+  }
+  /// One 1-D copy between host memory and `m`, waited for. Empty string on success.
+  std::string copy(hcr_memory_t* m, void* host, uint64_t bytes, bool to_device) {
+    Done d;
+    d.api = api;
+    hcr_copy_args_t c{};
+    c.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
+    if (to_device) {
+      c.src_host = host;
+      c.dst_memory = m;
+    } else {
+      c.src_memory = m;
+      c.dst_host = host;
+    }
+    c.width = bytes;
+    c.rows = 1;
+    c.done = &Done::cb;
+    c.done_user_data = &d;
+    if (hcr_error_t* e = api->copy(p, &c)) return take(e);
+    d.wait();
+    return d.error;
+  }
+};
+
+Plugin& plugin() {
+  static Plugin p;
+  return p;
+}
+
+bool have_gpu(benchmark::State& state) {
+  int n = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
+    state.SkipWithError(("no CUDA GPU: " + std::string(e ? cudaGetErrorString(e) : "0 devices")).c_str());
+    return false;
+  }
+  if (!plugin().ok()) {
+    state.SkipWithError(("the cuda plugin is not usable: " + plugin().why).c_str());
+    return false;
+  }
+  return true;
+}
+
+#define CHECK_CUDA(expr)                                                        \
+  do {                                                                          \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                           \
+      state.SkipWithError((#expr ": " + std::string(cudaGetErrorString(e_))).c_str()); \
+      return;                                                                   \
+    }                                                                           \
+  } while (0)
+
+// ---- gemm --------------------------------------------------------------------------------------
+
+void BM_Gemm(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const size_t n = static_cast<size_t>(state.range(0));
+  const bool bf16 = state.range(1) == 1;
+  const size_t es = bf16 ? 2 : 4, bytes = n * n * es;
+  Plugin& pl = plugin();
+
+  // Direct side: the bench's own allocations, stream and handle.
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMalloc(&c, bytes));
+  // 0x3c bytes: 0.0115 in f32 and bf16, a normal number; the timing does not depend on values.
+  CHECK_CUDA(cudaMemset(a, 0x3c, bytes));
+  CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError("cublasCreate failed");
+    return;
+  }
+  cublasSetStream(handle, stream);
+  const float alpha = 1, beta = 0;
+  const int ni = static_cast<int>(n);
+  auto direct = [&] {
+    cublasStatus_t s =
+        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF, ni,
+                            a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT)
+             : cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
+                           static_cast<const float*>(b), ni, static_cast<const float*>(a), ni,
+                           &beta, static_cast<float*>(c), ni);
+    cudaStreamSynchronize(stream);
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+
+  // hcr side: the plugin's memory, filled the same way through its copy.
+  hcr_memory_t* ma = pl.alloc(bytes);
+  hcr_memory_t* mb = pl.alloc(bytes);
+  hcr_memory_t* mc = pl.alloc(bytes);
+  if (!ma || !mb || !mc) {
+    state.SkipWithError(("plugin mem_alloc: " + pl.why).c_str());
+    return;
+  }
+  {
+    std::vector<unsigned char> fill(bytes, 0x3c);
+    for (hcr_memory_t* m : {ma, mb})
+      if (std::string e = pl.copy(m, fill.data(), bytes, true); !e.empty()) {
+        state.SkipWithError(("plugin copy: " + e).c_str());
+        return;
+      }
+  }
+  hcr_kernel_desc_t desc{};
+  desc.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
+  desc.name = bf16 ? "gemm_bf16" : "gemm_f32";
+  desc.kind = HCR_IMPL_BUILTIN;
+  hcr_kernel_get_args_t kg{};
+  kg.struct_size = HCR_KERNEL_GET_ARGS_STRUCT_SIZE;
+  kg.desc = &desc;
+  if (hcr_error_t* e = pl.api->kernel_get(pl.p, &kg)) {
+    state.SkipWithError(("kernel_get: " + pl.take(e)).c_str());
+    return;
+  }
+  const hcr_dtype_t t = bf16 ? HCR_DTYPE_BF16 : HCR_DTYPE_F32;
+  hcr_arg_t args[3];
+  hcr_memory_t* mems[3] = {ma, mb, mc};
+  for (int i = 0; i < 3; ++i) {
+    args[i] = {};
+    args[i].struct_size = HCR_ARG_STRUCT_SIZE;
+    args[i].memory = mems[i];
+    args[i].dtype = t;
+    args[i].access = i == 2 ? HCR_ACCESS_READ_WRITE : HCR_ACCESS_READ;
+    args[i].rows = args[i].cols = args[i].ld = n;
+  }
+  hcr_gemm_params_t params{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
+  std::string failure;
+  auto through_hcr = [&] {
+    Done d;
+    d.api = pl.api;
+    hcr_launch_args_t la{};
+    la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+    la.kernel = kg.kernel;
+    la.args = args;
+    la.num_args = 3;
+    la.params = &params;
+    la.params_size = sizeof params;
+    la.done = &Done::cb;
+    la.done_user_data = &d;
+    if (hcr_error_t* e = pl.api->launch(pl.p, &la)) {
+      failure = pl.take(e);
+      return false;
+    }
+    d.wait();
+    failure = d.error;
+    return failure.empty();
+  };
+
+  // Warm-up: cuBLAS picks and loads its kernels on the first call of each shape.
+  if (!direct() || !through_hcr()) {
+    state.SkipWithError(("warm-up failed: " + failure).c_str());
+    return;
+  }
+  double t_direct = 0, t_hcr = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    bool ok = direct();
+    const double d = seconds_since(t0);
+    t0 = Clock::now();
+    ok = through_hcr() && ok;
+    const double h = seconds_since(t0);
+    if (!ok) {
+      state.SkipWithError(("gemm failed: " + failure).c_str());
+      break;
+    }
+    t_direct += d;
+    t_hcr += h;
+    state.SetIterationTime(d + h);
+  }
+  const double flops = 2.0 * n * n * n * static_cast<double>(state.iterations());
+  if (t_hcr > 0 && t_direct > 0) {
+    state.counters["cublas_GFLOPs"] = flops / t_direct * 1e-9;
+    state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
+    state.counters["hcr_over_cublas"] = t_direct / t_hcr;
+  }
+  state.SetLabel(std::string(bf16 ? "bf16" : "f32") + " n=" + std::to_string(n));
+
+  pl.api->kernel_release(pl.p, kg.kernel);
+  for (hcr_memory_t* m : mems) pl.api->mem_free(pl.p, 0, m);
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+
+// ---- gemm through the runtime -----------------------------------------------------------------
+
+hcr::Runtime& runtime() {
+  static hcr::Runtime* rt = [] {
+    hcr::Config c;
+    c.use_environment = false;
+    if (const char* dir = std::getenv("HCR_CUDA_BENCH_PLUGIN_DIR"); dir && *dir)
+      c.plugin_paths = {dir};
+    c.backends.push_back({"cuda", true, {}, "cuda_bench"});
+    return new hcr::Runtime(c);  // lives to the end of the process
+  }();
+  return *rt;
+}
+
+template <class T>
+void gemm_runtime(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  const bool bf16 = sizeof(T) == 2;
+  const size_t bytes = n * n * sizeof(T);
+  hcr::Runtime& rt = runtime();
+  if (rt.devices().empty()) {
+    state.SkipWithError("the runtime found no CUDA device");
+    return;
+  }
+
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&b, bytes));
+  CHECK_CUDA(cudaMalloc(&c, bytes));
+  CHECK_CUDA(cudaMemset(a, 0x3c, bytes));
+  CHECK_CUDA(cudaMemset(b, 0x3c, bytes));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError("cublasCreate failed");
+    return;
+  }
+  cublasSetStream(handle, stream);
+  const float alpha = 1, beta = 0;
+  const int ni = static_cast<int>(n);
+  auto direct = [&] {
+    cublasStatus_t s =
+        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF, ni,
+                            a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT)
+             : cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
+                           static_cast<const float*>(b), ni, static_cast<const float*>(a), ni,
+                           &beta, static_cast<float*>(c), ni);
+    cudaStreamSynchronize(stream);
+    return s == CUBLAS_STATUS_SUCCESS;
+  };
+
+  std::string failure;
+  {
+    auto A = rt.buffer<T>(n, n), B = rt.buffer<T>(n, n), C = rt.buffer<T>(n, n);
+    for (auto* buf : {&A, &B}) {
+      auto v = buf->acquire(hcr::Access::write);
+      std::memset(static_cast<void*>(v.data()), 0x3c, bytes);  // the same values as the direct side
+    }
+    hcr::Kernel kernel = rt.kernel(bf16 ? "gemm_bf16" : "gemm_f32");
+    hcr_gemm_params_t params{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
+    auto through_hcr = [&] {
+      try {
+        rt.submit(hcr::Task(kernel).read(A).read(B).write(C).param(params).on(0)).get();
+        return true;
+      } catch (const std::exception& e) {
+        failure = e.what();
+        return false;
+      }
+    };
+    // Warm-up: cuBLAS's first call, and the data manager copying A and B to the GPU.
+    if (!direct() || !through_hcr()) {
+      state.SkipWithError(("warm-up failed: " + failure).c_str());
+      return;
+    }
+    double t_direct = 0, t_hcr = 0;
+    for (auto _ : state) {
+      auto t0 = Clock::now();
+      bool ok = direct();
+      const double d = seconds_since(t0);
+      t0 = Clock::now();
+      ok = through_hcr() && ok;
+      const double h = seconds_since(t0);
+      if (!ok) {
+        state.SkipWithError(("gemm failed: " + failure).c_str());
+        break;
+      }
+      t_direct += d;
+      t_hcr += h;
+      state.SetIterationTime(d + h);
+    }
+    const double flops = 2.0 * n * n * n * static_cast<double>(state.iterations());
+    if (t_hcr > 0 && t_direct > 0) {
+      state.counters["cublas_GFLOPs"] = flops / t_direct * 1e-9;
+      state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
+      state.counters["hcr_over_cublas"] = t_direct / t_hcr;
+    }
+    state.SetLabel(std::string(bf16 ? "bf16" : "f32") + " n=" + std::to_string(n) + ", runtime");
+  }  // the buffers go, and their GPU replicas with them
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+
+void BM_GemmRuntime(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  if (state.range(1) == 1) gemm_runtime<hcr::bfloat16>(state);
+  else gemm_runtime<float>(state);
+}
+
+// ---- host <-> device bandwidth -------------------------------------------------------------------
+
+void BM_Copy(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 20;
+  const bool to_device = state.range(1) == 0;
+  const bool pageable = state.range(2) == 1;
+  Plugin& pl = plugin();
+
+  CHECK_CUDA(cudaSetDevice(0));
+  void *pinned = nullptr, *dev = nullptr;
+  CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+  CHECK_CUDA(cudaMalloc(&dev, bytes));
+  std::memset(pinned, 1, bytes);
+  auto direct = [&](void* host) {
+    return cudaMemcpy(to_device ? dev : host, to_device ? host : dev, bytes,
+                      to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) == cudaSuccess;
+  };
+
+  hcr_memory_t* m = pl.alloc(bytes);
+  void* host = nullptr;
+  std::vector<unsigned char> pageable_buf;
+  if (pageable) {
+    pageable_buf.assign(bytes, 1);  // touched: no page faults inside the timing
+    host = pageable_buf.data();
+  } else if (hcr_error_t* e = pl.api->host_alloc(pl.p, bytes, &host)) {
+    state.SkipWithError(("host_alloc: " + pl.take(e)).c_str());
+    return;
+  } else {
+    std::memset(host, 1, bytes);
+  }
+  if (m == nullptr) {
+    state.SkipWithError(("plugin mem_alloc: " + pl.why).c_str());
+    return;
+  }
+  // Warm-up, and the plugin's staging buffers allocated.
+  if (!direct(pinned) || !pl.copy(m, host, bytes, to_device).empty()) {
+    state.SkipWithError("warm-up copy failed");
+    return;
+  }
+  double t_direct = 0, t_hcr = 0, t_pageable = 0;
+  for (auto _ : state) {
+    auto t0 = Clock::now();
+    bool ok = direct(pinned);
+    const double d = seconds_since(t0);
+    t0 = Clock::now();
+    std::string err = pl.copy(m, host, bytes, to_device);
+    const double h = seconds_since(t0);
+    if (!ok || !err.empty()) {
+      state.SkipWithError(("copy failed: " + err).c_str());
+      break;
+    }
+    if (pageable) {  // the CUDA runtime's own pageable path, for reference
+      t0 = Clock::now();
+      direct(host);
+      t_pageable += seconds_since(t0);
+    }
+    t_direct += d;
+    t_hcr += h;
+    state.SetIterationTime(h);
+  }
+  const double moved = static_cast<double>(bytes) * static_cast<double>(state.iterations());
+  if (t_hcr > 0 && t_direct > 0) {
+    state.counters["cuda_pinned_GBps"] = moved / t_direct * 1e-9;
+    state.counters["hcr_GBps"] = moved / t_hcr * 1e-9;
+    state.counters["hcr_over_cuda"] = t_direct / t_hcr;
+    if (pageable) state.counters["cuda_pageable_GBps"] = moved / t_pageable * 1e-9;
+  }
+  state.SetLabel(std::string(to_device ? "H2D " : "D2H ") + (pageable ? "pageable" : "pinned"));
+  state.SetBytesProcessed(static_cast<int64_t>(moved));
+
+  pl.api->mem_free(pl.p, 0, m);
+  if (!pageable) pl.api->host_free(pl.p, host);
+  cudaFreeHost(pinned);
+  cudaFree(dev);
+}
+// "8192,16384" -> {8192, 16384}; the fallback when the variable is unset or unreadable.
+std::vector<int64_t> sizes(const char* env, std::vector<int64_t> fallback) {
+  const char* v = std::getenv(env);
+  if (v == nullptr || *v == '\0') return fallback;
+  std::vector<int64_t> out;
+  for (const char* p = v; *p;) {
+    char* end = nullptr;
+    long long x = std::strtoll(p, &end, 10);
+    if (end == p || x <= 0) return fallback;
+    out.push_back(x);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out.empty() ? fallback : out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::RegisterBenchmark("BM_Gemm", BM_Gemm)
+      ->ArgsProduct({sizes("HCR_CUDA_BENCH_GEMM_N", {8192, 16384}), {0, 1}})
+      ->ArgNames({"n", "bf16"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(5);
+  benchmark::RegisterBenchmark("BM_GemmRuntime", BM_GemmRuntime)
+      ->ArgsProduct({sizes("HCR_CUDA_BENCH_GEMM_N", {8192, 16384}), {0, 1}})
+      ->ArgNames({"n", "bf16"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(5);
+  benchmark::RegisterBenchmark("BM_Copy", BM_Copy)
+      ->ArgsProduct({sizes("HCR_CUDA_BENCH_COPY_MIB", {256}), {0, 1}, {0, 1}})
+      ->ArgNames({"MiB", "d2h", "pageable"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(10);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
