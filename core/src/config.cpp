@@ -94,7 +94,8 @@ class Parser {
         const toml::node& e = *a->get(i);
         if (e.is_table() || e.is_array())
           fail(&e, key, "arrays may hold values or tables, not a mix or nested arrays");
-        joined += (i ? "," : "") + scalar_text(e, key);
+        if (i) joined += ',';
+        joined += scalar_text(e, key);
       }
       out.emplace_back(key, joined);
       return;

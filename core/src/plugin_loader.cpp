@@ -31,6 +31,18 @@ bool world_writable(const fs::path& p, std::error_code& ec) {
   return !ec && (st.permissions() & fs::perms::others_write) != fs::perms::none;
 }
 
+// A library that was loaded has run code (static initialisers, its plugin) that may have started
+// threads or left thread-local state and exit handlers (oneTBB, CUDA do all three): unloading it
+// would leave those pointing into unmapped code, and a thread that ever called into it would
+// crash at exit. Loaded libraries stay loaded until the process ends; plugin instances still end
+// with their runtime.
+void keep_loaded(const std::shared_ptr<LoadedLibrary>& lib) {
+  static auto* kept = new std::vector<std::shared_ptr<LoadedLibrary>>();  // never destroyed
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::find(kept->begin(), kept->end(), lib) == kept->end()) kept->push_back(lib);
+}
+
 // Opens a library and checks its table. Null with record.reason set when it cannot be used.
 std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& record) {
   std::error_code ec;
@@ -50,6 +62,7 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
     record.reason = std::string("cannot load: ") + e.what();
     return nullptr;
   }
+  keep_loaded(lib);  // its static initialisers ran: see keep_loaded
   if (!lib->library.has(HCR_PLUGIN_ENTRY_SYMBOL)) {
     record.reason = "no entry symbol " HCR_PLUGIN_ENTRY_SYMBOL;
     return nullptr;
@@ -119,17 +132,6 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
   return lib;
 }
 
-// A library whose plugin was created has run code that may have started threads or left
-// thread-local state with destructors (oneTBB, CUDA do both): unloading it would leave those
-// pointing into unmapped code, and any thread that ever called into it would crash at exit. Such
-// libraries stay loaded until the process ends; their instances still end with their runtime.
-void keep_loaded(const std::shared_ptr<LoadedLibrary>& lib) {
-  static auto* kept = new std::vector<std::shared_ptr<LoadedLibrary>>();  // never destroyed
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (std::find(kept->begin(), kept->end(), lib) == kept->end()) kept->push_back(lib);
-}
-
 // Creates one instance of `lib` and reads its devices. Null with record.reason set on failure.
 std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>& lib,
                                             const BackendConfig& bc, PluginRecord& record) {
@@ -157,7 +159,6 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   a.num_options = options.size();
   a.library_path = lib->path.c_str();
   std::string where = bc.origin.empty() ? "" : " (backend table at " + bc.origin + ")";
-  keep_loaded(lib);
   if (hcr_error_t* err = lib->api->plugin_create(&a)) {
     record.reason = "init failed: " + take_error(lib->api, err) + where;
     return nullptr;

@@ -18,7 +18,10 @@
  *
  * Struct sizes: the caller of a function sets `struct_size` of every struct it passes in to the
  * HCR_*_STRUCT_SIZE constant it was compiled with (for out-structs too). The callee reads and
- * writes only the fields that fit in min(its size, caller's size).
+ * writes only the fields that fit in min(its size, caller's size). Arrays of structs (arguments,
+ * options) are laid out by the sender: element i starts i * array[0].struct_size bytes in, and
+ * every struct's size is a multiple of 8, so a receiver built with another minor version steps
+ * through them by that stride (hcr/sdk/backend.hpp's sdk::element does).
  *
  * Threads: every entry may be called from any host thread, concurrently, except plugin_create and
  * plugin_destroy, which the host never overlaps with other calls on the same instance. Completion
@@ -275,7 +278,7 @@ typedef struct hcr_exec_context {
   size_t params_size;
   void* host_token;      /* the launch's host_token, unchanged */
   void* native_queue;    /* backend's queue (cudaStream_t, cl_command_queue) or NULL */
-  void* native_device;   /* backend's device handle or NULL */
+  void* native_device;   /* backend's device handle (what it is, each backend documents) or NULL */
   size_t device;
   uint32_t worker;       /* which of the device's concurrent slots runs this (0..concurrency-1) */
   /* The scalar parameters one by one: the i-th starts at byte param_offsets[i] of `params` and
@@ -294,7 +297,10 @@ typedef enum hcr_impl_kind {
   HCR_IMPL_BUILTIN = 0,       /* the plugin's own kernel of that name (gemm_f32, ...) */
   HCR_IMPL_HOST_FUNCTION = 1, /* `fn` runs on a host thread with host pointers (CPU, simulated) */
   HCR_IMPL_NATIVE_FUNCTION = 2, /* `fn` runs on a host thread and enqueues native work on
-                                   context->native_queue; for the backend named by `api` */
+                                   context->native_queue; for the backend named by `api`. On a
+                                   device with its own memory each argument's `host` holds the
+                                   device address of its data (memory + offset), so `fn` needs no
+                                   knowledge of the backend's hcr_memory_t */
   HCR_IMPL_SOURCE = 3,        /* source text the backend named by `api` compiles */
   HCR_IMPL_BINARY = 4         /* a prebuilt binary file for the backend named by `api` */
 } hcr_impl_kind_t;
@@ -394,6 +400,10 @@ typedef struct hcr_plugin_api {
   hcr_error_t* (*device_info)(hcr_plugin_t* plugin, size_t device, hcr_device_info_t* info);
 
   /* --- memory (required for devices without HCR_DEVICE_HOST_MEMORY; may be NULL otherwise) --- */
+  /* mem_alloc and mem_free are synchronous and quick: the host may call them while it holds its
+   * own locks, so they must not wait for the device's outstanding work (free in stream order,
+   * as cudaFreeAsync does, rather than cudaFree). mem_free of memory an operation in flight
+   * still uses never happens: the host waits for those operations first. */
   hcr_error_t* (*mem_alloc)(hcr_plugin_t* plugin, hcr_mem_alloc_args_t* args);
   void (*mem_free)(hcr_plugin_t* plugin, size_t device, hcr_memory_t* memory);
   /* Asynchronous; args borrowed for the call, the memory it names until done. */

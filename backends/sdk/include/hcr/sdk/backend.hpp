@@ -99,6 +99,15 @@ T read_struct(const T* in) {
   return out;
 }
 
+/// Element i of an array of structs the host sent (hcr_arg_t, hcr_option_t): the stride is the
+/// sender's struct_size, which may differ from this build's sizeof in another minor version. Only
+/// the fields both sides know may be read (see read_struct).
+template <class T>
+const T& element(const T* array, size_t i) noexcept {
+  const size_t stride = array[0].struct_size;
+  return *reinterpret_cast<const T*>(reinterpret_cast<const char*>(array) + i * stride);
+}
+
 /// Writes `src` into a caller's out-struct, only the bytes the caller's struct_size covers.
 template <class T>
 void write_struct(T* dst, const T& src) {
@@ -391,6 +400,11 @@ struct Adapter {
     });
   }
   static void mem_free(hcr_plugin_t* p, size_t device, hcr_memory_t* m) noexcept {
+    if (m == nullptr) return;
+    if (hcr_error_t* e = guard([&] { self(p)->check_device(device); })) {
+      error_destroy(e);  // nothing to report to: the memory is not ours to free
+      return;
+    }
     self(p)->mem_free(device, m);
   }
   static hcr_error_t* copy(hcr_plugin_t* p, const hcr_copy_args_t* args) noexcept {
@@ -415,6 +429,7 @@ struct Adapter {
     return guard([&] {
       auto a = read_struct(args);
       if (a.done == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without done");
+      self(p)->check_device(a.device);
       self(p)->launch(a);
     });
   }
