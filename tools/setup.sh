@@ -19,7 +19,7 @@ build="${HCR_BUILD_DIR:-build}"
 packages=(
   build-essential cmake ninja-build                     # toolchain
   libtbb-dev libboost-dev libtomlplusplus-dev            # oneTBB, Boost.DLL, TOML++
-  nlohmann-json3-dev                                     # trace files (JSON)
+  nlohmann-json3-dev libexpat1-dev                       # trace files (JSON), SVG check (XML)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
 )

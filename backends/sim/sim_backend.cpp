@@ -179,10 +179,11 @@ class SimBackend final : public sdk::Backend {
     info.memory_bytes = c.memory;
     info.compute_units = c.compute_units;
     info.concurrency = c.concurrency;
-    info.peak_gflops = c.gflops;
+    // Real-time figures: time_scale makes the whole device that much slower.
+    info.peak_gflops = c.gflops / machine_.time_scale;
     // A host-memory device has no link: nothing is ever transferred to it.
-    info.link_bandwidth = c.host_memory ? 0 : c.bandwidth;
-    info.link_latency = c.host_memory ? 0 : c.latency;
+    info.link_bandwidth = c.host_memory ? 0 : c.bandwidth / machine_.time_scale;
+    info.link_latency = c.host_memory ? 0 : c.latency * machine_.time_scale;
   }
 
   // ---- memory -------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ class SimBackend final : public sdk::Backend {
     if (!machine_.estimates) return std::nullopt;
     const SimKernel& k = kernel_of(a);
     std::vector<hcr_arg_t> args(a.args, a.args + a.num_args);
-    return nominal_seconds(k, machine_.devices[a.device], args);
+    return nominal_seconds(k, machine_.devices[a.device], args) * machine_.time_scale;
   }
 
  private:

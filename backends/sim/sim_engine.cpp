@@ -208,7 +208,10 @@ void Simulator::fire(Op* op) noexcept {
     destroy_error(err);
     err = sdk::make_error(op->fault, op->fault_message);
   }
-  double seconds = op->ended_early ? op->end - op->start : op->duration;
+  // Reported in real seconds (modelled x time_scale), like every figure the plugin reports: a
+  // scaled machine is simply a slower one, so traces, busy counters and learned costs agree with
+  // the wall clock.
+  double seconds = (op->ended_early ? op->end - op->start : op->duration) * clock_.scale();
   sdk::complete(op->done, op->done_user_data, err, seconds);
 
   std::unique_ptr<Op> owned;

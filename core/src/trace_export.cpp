@@ -114,14 +114,17 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
                       const std::vector<std::string>& devices,
                       const std::vector<uint32_t>& slots, const std::vector<std::string>& nodes) {
   const double W = 1100, label = 190, right = 20, top = 50, row = 20, gap = 8;
-  double t1 = 0;
+  // The chart spans the events, from the first start (not the runtime's start) to the last end.
+  double t0 = INFINITY, t1 = 0;
+  for (const TraceEvent& e : events) t0 = std::min(t0, e.start);
+  if (!std::isfinite(t0)) t0 = 0;
   std::set<std::string> kernels;
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> link_rows;  // link -> lanes used
   auto task_lane = lanes(events, true), link_lane = lanes(events, false);
   std::vector<uint32_t> lanes_used(devices.size(), 0);
   for (size_t i = 0; i < events.size(); ++i) {
     const TraceEvent& e = events[i];
-    t1 = std::max(t1, e.end);
+    t1 = std::max(t1, e.end - t0);
     if (e.kind == TraceEvent::Kind::task) {
       kernels.insert(e.kernel);
       if (e.device < lanes_used.size()) lanes_used[e.device] = std::max(lanes_used[e.device], task_lane[i] + 1);
@@ -136,7 +139,7 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
   std::map<std::string, const char*> colour;
   size_t ci = 0;
   for (auto& k : kernels) colour[k] = palette[ci++ % 10];
-  auto x = [&](double t) { return label + t / t1 * (W - label - right); };
+  auto x = [&](double t) { return label + (t - t0) / t1 * (W - label - right); };
 
   // Row positions: each device gets max(slots, lanes used) lanes; then each link.
   std::vector<double> device_y(devices.size());
@@ -160,7 +163,8 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
     << "<title>hcr run: tasks per device, copies per link</title>\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << label << "\" y=\"20\" font-size=\"14\">hcr run: " << events.size()
-    << " events over " << t1 * 1e3 << " ms</text>\n";
+    << " events over " << t1 * 1e3 << " ms (from " << t0 * 1e3
+    << " ms after the runtime started)</text>\n";
   // Time axis: about eight ticks at round values.
   double step = std::pow(10, std::floor(std::log10(t1 / 8)));
   for (double m : {1.0, 2.0, 5.0})
@@ -169,9 +173,9 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
       break;
     }
   for (double t = 0; t <= t1 + 1e-12; t += step) {
-    s << "<line x1=\"" << x(t) << "\" y1=\"" << top - 6 << "\" x2=\"" << x(t) << "\" y2=\""
-      << y << "\" stroke=\"#e4e4e4\"/>"
-      << "<text x=\"" << x(t) << "\" y=\"" << top - 10 << "\" text-anchor=\"middle\">"
+    s << "<line x1=\"" << x(t0 + t) << "\" y1=\"" << top - 6 << "\" x2=\"" << x(t0 + t)
+      << "\" y2=\"" << y << "\" stroke=\"#e4e4e4\"/>"
+      << "<text x=\"" << x(t0 + t) << "\" y=\"" << top - 10 << "\" text-anchor=\"middle\">"
       << t * 1e3 << " ms</text>\n";
   }
   for (size_t d = 0; d < devices.size(); ++d) {
