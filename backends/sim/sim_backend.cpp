@@ -276,13 +276,14 @@ class SimBackend final : public sdk::Backend {
                           " (copy_fail_probability " + std::to_string(c.copy_fail_probability) +
                           ")";
     }
-    // Data always moves, even with compute = false: it is cheap, and the runtime's data path
-    // stays checkable.
-    op->work = [src, dst, a](uint32_t) -> hcr_error_t* {
-      for (uint64_t r = 0; r < a.rows; ++r)
-        std::memmove(dst + r * a.dst_pitch, src + r * a.src_pitch, a.width);
-      return nullptr;
-    };
+    // Timing only (compute = false) moves no bytes either: nothing computes on them, and real
+    // copies into fresh pages would cost the host more than the modelled link does.
+    if (machine_.compute)
+      op->work = [src, dst, a](uint32_t) -> hcr_error_t* {
+        for (uint64_t r = 0; r < a.rows; ++r)
+          std::memmove(dst + r * a.dst_pitch, src + r * a.src_pitch, a.width);
+        return nullptr;
+      };
     op->done = a.done;
     op->done_user_data = a.done_user_data;
     sim_->submit(std::move(op));

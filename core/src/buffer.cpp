@@ -6,6 +6,7 @@
 #include <hcr/runtime.hpp>
 
 #include <cstdlib>
+#include <sys/mman.h>
 #include <cstring>
 #include <new>
 
@@ -42,7 +43,8 @@ BufferState::~BufferState() {
       if (slot == this) slot = nullptr;
     parent->lock.unlock();
   }
-  std::free(owned);
+  if (owned_bytes > 0) munmap(owned, owned_bytes);
+  else std::free(owned);
 }
 
 BufferShape buffer_shape(const BufferState* b) { return {b->rows, b->cols, b->ld, b->dtype}; }
@@ -212,12 +214,23 @@ detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size
     b->host = static_cast<std::byte*>(data);
   } else {
     size_t bytes = rows * ld * elem;
-    size_t padded = (bytes + 63) / 64 * 64;
-    b->owned = std::aligned_alloc(64, padded);
-    if (b->owned == nullptr)
-      throw Error(ErrorCode::out_of_memory,
-                  "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
-    std::memset(b->owned, 0, padded);
+    if (bytes >= (size_t{1} << 20)) {
+      // Large: fresh pages from the kernel are zero already and appear where first touched, so
+      // creating the buffer costs nothing and the first writer (a task on some core) places it.
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED)
+        throw Error(ErrorCode::out_of_memory,
+                    "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
+      b->owned = p;
+      b->owned_bytes = bytes;
+    } else {
+      size_t padded = (bytes + 63) / 64 * 64;
+      b->owned = std::aligned_alloc(64, padded);
+      if (b->owned == nullptr)
+        throw Error(ErrorCode::out_of_memory,
+                    "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
+      std::memset(b->owned, 0, padded);
+    }
     b->host = static_cast<std::byte*>(b->owned);
   }
   return ref;

@@ -27,6 +27,7 @@ struct BufferState {
   size_t rows = 0, cols = 0, ld = 0;
   std::byte* host = nullptr;  // element (0, 0)
   void* owned = nullptr;      // freed with the buffer when hcr allocated it
+  size_t owned_bytes = 0;     // > 0: `owned` is an anonymous mapping of that many bytes
 
   // A tile of a partitioned buffer: `parent` and its position.
   Ref<BufferState> parent;
