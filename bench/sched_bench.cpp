@@ -2,7 +2,7 @@
 // against an offline HEFT that knows the true costs; warm-start runs from a saved model; and the
 // cost of one placement decision with 64 devices.
 //
-//   build/bin/sched_bench [--iterations N] [--quick]
+//   build/bin/sched_bench [--iterations N] [--quick] [--gantt DIR]
 //
 // The simulated devices compute nothing (timing only) and hold each task for its modelled
 // duration, stretched by the machine's time_scale so that runtime overhead stays small next to
@@ -69,6 +69,7 @@ struct WTask {
   std::string kernel;
   std::vector<std::pair<int, hcr::Access>> args;  // buffer index, access
   double flops;                                   // modelled work
+  int priority = 0;                               // what the application says (dmdas uses it)
 };
 struct Workload {
   std::string name;
@@ -126,19 +127,23 @@ Workload cholesky() {
   for (int i = 0; i < g * g; ++i) w.buffers.push_back({512, 512});
   auto T = [&](int i, int j) { return i * g + j; };
   using hcr::Access;
+  // Priorities as Cholesky codes set them (StarPU's example does the same): the panel of step k
+  // before its updates, earlier steps first, and the next panel's inputs (j == k + 1) early.
   for (int k = 0; k < g; ++k) {
-    w.tasks.push_back({"potrf", {{T(k, k), Access::read_write}}, w.kernel_flops["potrf"]});
+    w.tasks.push_back({"potrf", {{T(k, k), Access::read_write}}, w.kernel_flops["potrf"],
+                       3 * (g - k)});
     for (int i = k + 1; i < g; ++i)
       w.tasks.push_back({"trsm", {{T(k, k), Access::read}, {T(i, k), Access::read_write}},
-                         w.kernel_flops["trsm"]});
+                         w.kernel_flops["trsm"], 3 * (g - k) - 1});
     for (int i = k + 1; i < g; ++i) {
       w.tasks.push_back({"syrk", {{T(i, k), Access::read}, {T(i, i), Access::read_write}},
-                         w.kernel_flops["syrk"]});
+                         w.kernel_flops["syrk"], i == k + 1 ? 3 * (g - k) - 1 : 3 * (g - k) - 2});
       for (int j = k + 1; j < i; ++j)
         w.tasks.push_back({"gemm_tile",
                            {{T(i, k), Access::read}, {T(j, k), Access::read},
                             {T(i, j), Access::read_write}},
-                           w.kernel_flops["gemm_tile"]});
+                           w.kernel_flops["gemm_tile"],
+                           j == k + 1 ? 3 * (g - k) - 1 : 3 * (g - k) - 2});
     }
   }
   return w;
@@ -186,6 +191,7 @@ double run_once(hcr::Runtime& rt, const Workload& w) {
   auto t0 = std::chrono::steady_clock::now();
   for (auto& t : w.tasks) {
     hcr::Task task(kernels[t.kernel]);
+    task.priority(t.priority);
     for (auto& [b, mode] : t.args) task.arg(bufs[size_t(b)], mode);
     if (t.kernel == "gemm_f32") task.param(p);
     rt.submit(task);
@@ -364,9 +370,11 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int iterations = 5;
   bool quick = false;
+  std::string gantt_dir;  // --gantt DIR: a chart of one more dmda iteration per case
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--gantt") && i + 1 < argc) gantt_dir = argv[++i];
   }
   if (quick) iterations = 3;
   hcr::log::set_level(hcr::LogLevel::error);
@@ -391,6 +399,12 @@ int main(int argc, char** argv) {
         if (it >= std::min(3, iterations)) warm.push_back(s);
       }
       double med = median(warm);
+      if (!gantt_dir.empty() && policy == "dmda") {
+        rt.start_trace();
+        run_once(rt, work);
+        rt.write_gantt(gantt_dir + "/" + machine.name + "-" + work.name + ".svg");
+        rt.stop_trace();
+      }
       std::printf(" %7.3f (%4.2f)", med, med / ref);
       std::fflush(stdout);
     }

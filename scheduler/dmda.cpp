@@ -100,7 +100,7 @@ class Dmda final : public Policy {
       devs_.push_back(std::move(dev));
     }
     links_.resize(nodes);
-    links_in_ = std::make_unique<std::atomic<int64_t>[]>(nodes);
+    link_free_at_ = std::make_unique<std::atomic<double>[]>(nodes);
     node_names_.assign(nodes, "host");
     for (const Device& d : devices) {
       if (d.memory_node == 0) continue;
@@ -215,18 +215,22 @@ class Dmda final : public Policy {
     uint64_t bytes = ctx_->bytes_to_fetch(t, d);
     return bytes ? links_.predict(0, devs_[d]->node, bytes) : 0;
   }
-  // Adds a placed task's predicted work to its device and its copies to the device's link.
+  // Adds a placed task's predicted work to its device, and its copies to the device's link: the
+  // runtime prefetches at once, so the link is busy from now until they are through (time frees
+  // it; nothing needs to be taken back).
   void charge(TaskRef t, DeviceId d) {
     Dev& dev = *devs_[d];
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
-    if (dev.node != 0)
-      links_in_[dev.node].fetch_add(xfer_ns(t.policy_data()), std::memory_order_relaxed);
+    if (dev.node != 0 && xfer_ns(t.policy_data()) > 0) {
+      const double now = ctx_->now();
+      std::atomic<double>& free_at = link_free_at_[dev.node];
+      double was = free_at.load(std::memory_order_relaxed);
+      free_at.store(std::max(now, was) + static_cast<double>(xfer_ns(t.policy_data())) * 1e-9,
+                    std::memory_order_relaxed);
+    }
   }
   void discharge(TaskRef t, DeviceId d) {
-    Dev& dev = *devs_[d];
-    dev.pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
-    if (dev.node != 0)
-      links_in_[dev.node].fetch_sub(xfer_ns(t.policy_data()), std::memory_order_relaxed);
+    devs_[d]->pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
   }
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
@@ -258,10 +262,9 @@ class Dmda final : public Policy {
       if (exec < 0) continue;
       // Inputs arrive after the copies already queued on the device's link, then this one's.
       double xfer = copy_in(t, d);
-      double queued = dev.node != 0 ? static_cast<double>(links_in_[dev.node].load(
-                                          std::memory_order_relaxed)) * 1e-9
-                                    : 0;
-      double arrival = now + (xfer > 0 ? queued + xfer : 0);
+      double arrival =
+          xfer > 0 ? std::max(now, link_free_at_[dev.node].load(std::memory_order_relaxed)) + xfer
+                   : now;
       double ready = now + static_cast<double>(dev.pending_ns.load(std::memory_order_relaxed)) *
                                1e-9 / dev.slots;
       double finish = std::max(ready, arrival) + exec;
@@ -438,7 +441,7 @@ class Dmda final : public Policy {
   std::vector<std::unique_ptr<Dev>> devs_;
   CostModel model_;
   LinkModel links_;
-  std::unique_ptr<std::atomic<int64_t>[]> links_in_;  // predicted copy time queued per node
+  std::unique_ptr<std::atomic<double>[]> link_free_at_;  // when each node's inbound copies end
   std::vector<std::string> node_names_;
   std::vector<std::atomic<std::vector<CostModel::Pair*>*>> by_kernel_;
   std::mutex kernels_mutex_;

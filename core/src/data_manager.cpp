@@ -82,6 +82,22 @@ void DataManager::set_valid(BufferState& b, uint32_t node, bool valid) {
   else d.valid_bits[node / 64].fetch_and(~bit, std::memory_order_relaxed);
 }
 
+void DataManager::set_fetching(BufferState& b, uint32_t node, bool fetching) {
+  BufferData& d = data(b);
+  d.replicas[node].fetching = fetching;
+  const uint64_t bit = uint64_t{1} << (node % 64);
+  if (fetching) d.arriving_bits[node / 64].fetch_or(bit, std::memory_order_relaxed);
+  else d.arriving_bits[node / 64].fetch_and(~bit, std::memory_order_relaxed);
+}
+
+bool DataManager::valid_or_arriving(const BufferState& b, uint32_t node) const noexcept {
+  const BufferData* d = b.data.load(std::memory_order_acquire);
+  if (d == nullptr) return node == 0;
+  const uint64_t bits = d->valid_bits[node / 64].load(std::memory_order_relaxed) |
+                        d->arriving_bits[node / 64].load(std::memory_order_relaxed);
+  return (bits >> (node % 64)) & 1u;
+}
+
 bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
   BufferData& d = data(b);
   for (uint32_t m = 0; m < d.replicas.size(); ++m)
@@ -149,7 +165,7 @@ bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
     r.evicting = true;
     ++r.pins;  // the write-back reads it
     ++r.copies_out;
-    d.replicas[0].fetching = true;  // host memory is being written: host users wait
+    set_fetching(*c.b, 0, true);  // host memory is being written: host users wait
     retain(c.b);
     copies.push_back({c.b, n, 0, true});
     coming_home += c.b->bytes();
@@ -159,8 +175,7 @@ bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
 
 void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies) {
   BufferData& d = data(b);
-  Replica& dst = d.replicas[n];
-  dst.fetching = true;
+  set_fetching(b, n, true);
   auto device_source = [&](bool same_plugin_only) -> int {
     for (uint32_t s = 1; s < d.replicas.size(); ++s) {
       if (s == n || !d.replicas[s].valid) continue;
@@ -179,7 +194,7 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
   if (n == 0) {
     int s = device_source(false);
     if (s < 0) {  // nothing valid anywhere (never written): the host memory is as good as any
-      dst.fetching = false;
+      set_fetching(b, 0, false);
       set_valid(b, 0, true);
       return;
     }
@@ -395,7 +410,7 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     const bool current = !failure && src.valid;
     if (c.evict) {
       src.evicting = false;
-      dst.fetching = false;
+      set_fetching(b, c.dst, false);
       if (!failure) {
         if (current) set_valid(b, 0, true);
         ++writebacks_;
@@ -407,13 +422,13 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
       wake(b, c.dst, nullptr, ready, more);
       take_memory_waiters(retry);
     } else {
-      dst.fetching = false;
+      set_fetching(b, c.dst, false);
       if (current) set_valid(b, c.dst, true);  // else stale on arrival: wake() refetches
       wake(b, c.dst, failure, ready, more);
       if (c.dst == 0) {
         for (uint32_t f : dst.forward) {
           if (failure) {
-            d.replicas[f].fetching = false;
+            set_fetching(b, f, false);
             wake(b, f, failure, ready, more);
           } else {
             ++dst.pins;

@@ -46,8 +46,10 @@ struct Replica {
 /// Per-buffer replica table, made when a buffer first meets a device with its own memory.
 struct BufferData {
   std::deque<Replica> replicas;  // per node; a deque so references survive growth
-  // Which nodes hold a valid replica, readable without the lock (scheduling predictions).
+  // Which nodes hold a valid replica, or have one on its way, readable without the lock
+  // (scheduling predictions).
   std::atomic<uint64_t> valid_bits[2] = {0, 0};
+  std::atomic<uint64_t> arriving_bits[2] = {0, 0};
 };
 
 class DataManager {
@@ -93,6 +95,8 @@ class DataManager {
   hcr_memory_t* memory(BufferState& b, uint32_t node);
   /// Whether `b` has a valid replica on `node` (lock-free, may be momentarily stale).
   bool valid_on(const BufferState& b, uint32_t node) const noexcept;
+  /// Valid there, or a copy to there is in flight (lock-free, may be momentarily stale).
+  bool valid_or_arriving(const BufferState& b, uint32_t node) const noexcept;
   DataCounters counters() const;
 
  private:
@@ -112,6 +116,7 @@ class DataManager {
 
   BufferData& data(BufferState& b);  // made on first use; lock held
   void set_valid(BufferState& b, uint32_t node, bool valid);
+  void set_fetching(BufferState& b, uint32_t node, bool fetching);
   bool has_other_valid(BufferState& b, uint32_t node);
   // Frees unpinned replicas on `node` until `need` more bytes fit; starts write-backs of only
   // copies when that is what it takes. True when the room is there now.

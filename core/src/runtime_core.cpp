@@ -465,7 +465,7 @@ uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const 
   const uint32_t node = dev_[d]->info.memory_node;
   uint64_t bytes = 0;
   for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access) && !data_.valid_on(*a.buffer, node)) bytes += a.buffer->bytes();
+    if (reads(a.access) && !data_.valid_or_arriving(*a.buffer, node)) bytes += a.buffer->bytes();
   return bytes;
 }
 

@@ -166,9 +166,9 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
     << " events over " << t1 * 1e3 << " ms (from " << t0 * 1e3
     << " ms after the runtime started)</text>\n";
   // Time axis: about eight ticks at round values.
-  double step = std::pow(10, std::floor(std::log10(t1 / 8)));
-  for (double m : {1.0, 2.0, 5.0})
-    if (t1 / (step * m) <= 10) {
+  double step = std::pow(10, std::floor(std::log10(t1 / 8)));  // 8 to 80 ticks
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (t1 / (step * m) <= 10) {  // the first round step giving at most ten
       step *= m;
       break;
     }

@@ -70,8 +70,8 @@ class Context {
   virtual uint32_t in_flight(DeviceId d) const noexcept = 0;
   /// Seconds on a steady clock (the clock completed() durations are comparable with).
   virtual double now() const noexcept = 0;
-  /// Bytes of `task`'s inputs that have no valid copy in device d's memory (what placing it
-  /// there would have to copy in). Lock-free; may be momentarily stale.
+  /// Bytes of `task`'s inputs that have no valid copy in device d's memory and none on its way
+  /// there (what placing it there would add to d's link). Lock-free; may be momentarily stale.
   virtual uint64_t bytes_to_fetch(TaskRef task, DeviceId d) const noexcept = 0;
   /// The plugin's own first estimate of `task`'s duration on d, if it offers one (seconds < 0:
   /// none). Meant for tasks the model knows nothing about: it calls into the plugin.
