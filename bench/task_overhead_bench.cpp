@@ -54,6 +54,23 @@ void BM_HcrEmptyTasks(benchmark::State& state) {
   state.SetLabel(std::to_string(threads) + " worker(s)");
 }
 
+// The same empty tasks with tracing on: the difference to BM_HcrEmptyTasks is what recording costs.
+void BM_HcrEmptyTasksTraced(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel empty = rt.kernel("empty").cpu([](hcr::TaskContext&) {});
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    rt.start_trace();  // also clears the previous batch's events
+    for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(empty));
+    rt.wait_all();
+    rt.stop_trace();
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " worker(s), tracing");
+}
+
 void BM_HcrOneReadWriteBuffer(benchmark::State& state) {
   const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
   hcr::Runtime& rt = runtime(threads);
@@ -89,6 +106,7 @@ void BM_TbbTaskGroupBaseline(benchmark::State& state) {
 
 BENCHMARK(BM_TbbTaskGroupBaseline)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrEmptyTasks)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrEmptyTasksTraced)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrOneReadWriteBuffer)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 
 }  // namespace

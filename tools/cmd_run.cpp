@@ -118,6 +118,7 @@ int cmd_run(Args& args) {
   std::string trace = args.value("trace").value_or("");
   std::string gantt = args.value("gantt").value_or("");
   Config config = config_from(args);
+  config.counters = true;  // busy and idle time per device, printed at the end
   args.check_all_used();
   if (n == 0 || tile == 0 || repeat == 0)
     throw Error(ErrorCode::invalid_argument, "--size, --tile and --repeat must be at least 1");

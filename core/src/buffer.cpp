@@ -61,7 +61,7 @@ void check_usable(BufferState* b, const char* what) {
 
 // Submits a task that runs nowhere, with the given buffer accesses.
 TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
-  auto* t = new TaskNode();
+  auto* t = new TaskNode;
   t->kind = kind;
   t->rt = &rt;
   return t;

@@ -203,8 +203,10 @@ class Parser {
         std::string path = string(v, key);
         if (path.empty()) fail(&v, key, "an empty path");
         (k.str() == "file" ? c.trace_file : c.gantt_file) = path;
+      } else if (k.str() == "counters") {
+        c.counters = boolean(v, key);
       } else {
-        fail(&v, key, "unknown key (expected file or gantt)");
+        fail(&v, key, "unknown key (expected file, gantt or counters)");
       }
     }
   }

@@ -94,6 +94,8 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   policy_ = sched::make_policy(config_.policy, config_);
   policy_->attach(*this);
   timing_ = policy_->wants_timing();
+  // Plugins measure execution (two clock reads per task) only when something uses it.
+  launch_flags_ = (timing_ || config_.counters) ? HCR_LAUNCH_MEASURE : 0u;
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   HCR_LOG(info, "runtime started: " << devices_.size() << " device(s), policy '"
                                     << policy_->name() << "'");
@@ -226,7 +228,7 @@ void RuntimeCore::resolve(KernelState& k) {
 TaskNode* task_create(KernelState* kernel) {
   if (kernel == nullptr) throw Error(ErrorCode::invalid_argument, "a task needs a valid kernel");
   kernel->rt->check_alive();
-  auto* t = new TaskNode();
+  auto* t = new TaskNode;
   t->rt = kernel->rt.get();
   retain(kernel);
   t->kernel = kernel;

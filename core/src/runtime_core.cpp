@@ -286,11 +286,6 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
   finish(t, std::move(e));
 }
 
-bool RuntimeCore::fits(const TaskNode* t, size_t d) const noexcept {
-  uint32_t node = dev_[d]->info.memory_node;
-  return node == 0 || t->bytes <= data_.limit(node);
-}
-
 void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   if (t->transfer_error) {
     abandon(t, d, t->transfer_error);
@@ -326,8 +321,7 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params = t->params.data();
   la.params_size = t->params.size();
   la.host_token = t;
-  // Plugins report execution times always: the busy-time counters are made of them.
-  la.flags = HCR_LAUNCH_MEASURE;
+  la.flags = launch_flags_ | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
   la.done = &RuntimeCore::on_launch_done;
   la.done_user_data = t;
   la.param_offsets = t->param_offsets.data();

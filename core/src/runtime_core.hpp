@@ -82,7 +82,11 @@ class RuntimeCore final : public sched::Context {
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
   void retry_acquire(TaskNode* t) noexcept;
   /// Whether device d's memory limit can hold `t`'s buffers at all.
-  bool fits(const TaskNode* t, size_t d) const noexcept;
+  bool fits(const TaskNode* t, size_t d) const noexcept {
+    if (!data_.active()) return true;  // every device works in host memory
+    const uint32_t node = dev_[d]->info.memory_node;
+    return node == 0 || t->bytes <= data_.limit(node);
+  }
 
   TraceRecorder& trace() noexcept { return trace_; }
   void start_trace();
@@ -115,6 +119,7 @@ class RuntimeCore final : public sched::Context {
   std::vector<std::unique_ptr<DeviceState>> dev_;
   std::unique_ptr<sched::Policy> policy_;
   bool timing_ = false;
+  uint32_t launch_flags_ = 0;  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
   TraceRecorder trace_;
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"

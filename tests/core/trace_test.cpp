@@ -15,6 +15,7 @@ namespace {
 Config machine(bool trace_file = false, const std::string& path = "") {
   Config c = test::cpu_config(2, "dmda");
   c.model_dir = "off";
+  c.counters = true;
   c.backends.push_back({"sim",
                         true,
                         {{"device.0.name", "gpu"},

@@ -15,6 +15,7 @@
 /// [trace]
 /// file = "/tmp/run.json"                # Chrome/Perfetto trace, written at the end
 /// gantt = "/tmp/run.svg"                # and a Gantt chart
+/// counters = false                      # busy/idle time per device even without dmda or a trace
 ///
 /// [data]
 /// prefetch = true                       # copy inputs as soon as a task is placed
@@ -80,6 +81,9 @@ struct HCR_API Config {
   /// runtime ends; HCR_TRACE overrides. [trace] gantt: also write a Gantt chart (SVG) there.
   std::string trace_file;
   std::string gantt_file;
+  /// [trace] counters: measure every task's execution time for the busy/idle counters even when
+  /// neither the policy (dmda measures anyway) nor a trace needs it; two clock reads per task.
+  bool counters = false;
   /// When true (the default), HCR_LOG, HCR_SCHED, HCR_TRACE and HCR_PLUGIN_PATH override the
   /// values above.
   bool use_environment = true;

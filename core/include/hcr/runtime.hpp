@@ -59,7 +59,9 @@ struct LoadReport {
 struct DeviceCounters {
   uint64_t tasks = 0;         ///< tasks run to completion (successful or not)
   uint64_t failed = 0;        ///< of which failed
-  double busy_seconds = 0;    ///< summed execution time its plugin reported (all slots)
+  /// Summed execution time its plugin reported (all slots); measured when the policy learns
+  /// (dmda), a trace records, or Config::counters is set — else 0.
+  double busy_seconds = 0;
   double idle_seconds = 0;    ///< wall time x slots - busy time
   uint64_t bytes_in = 0;      ///< copied into its memory node (devices with their own memory)
   uint64_t bytes_out = 0;     ///< copied out of it
