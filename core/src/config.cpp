@@ -137,8 +137,20 @@ class Parser {
         auto l = log::parse_level(s);
         if (!l) fail(&v, key, "'" + s + "' is not one of trace, debug, info, warn, error, off");
         c.log_level = *l;
+      } else if (k.str() == "quarantine_failures") {
+        if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+        int64_t n = *v.value<int64_t>();
+        if (n < 1 || n > 1000000) fail(&v, key, std::to_string(n) + " is not 1 to 1000000");
+        c.quarantine_failures = static_cast<int>(n);
+      } else if (k.str() == "quarantine_window") {
+        auto w = v.value<double>();
+        if (!w || !(v.is_integer() || v.is_floating_point()) || *w <= 0)
+          fail(&v, key, "expected a positive number of seconds");
+        c.quarantine_window = *w;
       } else {
-        fail(&v, key, "unknown key (expected plugin_paths or log_level)");
+        fail(&v, key,
+             "unknown key (expected plugin_paths, log_level, quarantine_failures or "
+             "quarantine_window)");
       }
     }
   }
@@ -190,8 +202,12 @@ class Parser {
         int64_t n = *v.value<int64_t>();
         if (n < -1 || n > 1024) fail(&v, key, std::to_string(n) + " is not -1 or 0 to 1024");
         c.lookahead = static_cast<int>(n);
+      } else if (k.str() == "writeback") {
+        c.writeback = string(v, key);
+        if (c.writeback != "lazy" && c.writeback != "eager")
+          fail(&v, key, "'" + c.writeback + "' is not lazy or eager");
       } else {
-        fail(&v, key, "unknown key (expected prefetch or lookahead)");
+        fail(&v, key, "unknown key (expected prefetch, lookahead or writeback)");
       }
     }
   }

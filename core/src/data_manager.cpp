@@ -218,6 +218,21 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = nodes_[n];
+    for (const ArgRec& a : t->uargs) {
+      BufferData& d = data(*a.buffer);
+      if (reads(a.access) && !d.lost_with.empty()) {
+        bool any = false;
+        for (auto& r : d.replicas) any = any || r.valid || r.fetching;
+        if (!any) {
+          t->data_lost = true;
+          t->transfer_error = std::make_exception_ptr(
+              Error(ErrorCode::device_lost, "the only valid copy of a " + shape(*a.buffer) +
+                                                " buffer this task reads was lost with device '" +
+                                                d.lost_with + "'"));
+          return Status::failed;
+        }
+      }
+    }
     if (n != 0) {
       uint64_t need = 0;
       for (const ArgRec& a : t->uargs)
@@ -474,6 +489,7 @@ void DataManager::commit(TaskNode* t, bool success) {
   if (t->data_node < 0) return;
   const auto n = static_cast<uint32_t>(t->data_node);
   std::vector<TaskNode*> retry;
+  std::vector<Copy> home;  // eager write-back
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ArgRec& a : t->uargs) {
@@ -486,6 +502,14 @@ void DataManager::commit(TaskNode* t, bool success) {
           for (uint32_t m = 0; m < d.replicas.size(); ++m)
             if (m != n && d.replicas[m].valid) set_valid(b, m, false);
           set_valid(b, n, true);
+          d.lost_with.clear();  // written anew
+          if (eager_writeback_ && n != 0 && !d.replicas[0].fetching) {
+            set_fetching(b, 0, true);
+            ++r.pins;  // the copy reads it (the task's own pin goes just below)
+            ++r.copies_out;
+            retain(&b);
+            home.push_back({&b, n, 0, false});
+          }
         } else if (has_other_valid(b, n)) {
           set_valid(b, n, false);  // keep the inputs' valid copies for a retry elsewhere
         }
@@ -500,7 +524,25 @@ void DataManager::commit(TaskNode* t, bool success) {
     take_memory_waiters(retry);
   }
   t->data_node = -1;
+  for (const Copy& c : home) issue(c);
   for (TaskNode* w : retry) rt_.retry_acquire(w);
+}
+
+void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (n >= nodes_.size()) return;
+  std::vector<BufferState*> resident(nodes_[n].resident.begin(), nodes_[n].resident.end());
+  for (BufferState* b : resident) {
+    BufferData& d = data(*b);
+    Replica& r = d.replicas[n];
+    if (r.valid && !has_other_valid(*b, n)) {
+      d.lost_with = device;
+      HCR_LOG(error, "the only valid copy of a " << shape(*b) << " buffer was lost with device '"
+                                                 << device << "'");
+    }
+    set_valid(*b, n, false);
+    if (r.pins == 0 && !r.fetching && r.copies_out == 0) free_replica(*b, n);
+  }
 }
 
 // Whatever released pins or freed memory may unblock a task waiting on any node: a write-back

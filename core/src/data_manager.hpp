@@ -50,6 +50,8 @@ struct BufferData {
   // (scheduling predictions).
   std::atomic<uint64_t> valid_bits[2] = {0, 0};
   std::atomic<uint64_t> arriving_bits[2] = {0, 0};
+  // The only valid copy died with a device (under the lock): readers fail until a task writes it.
+  std::string lost_with;
 };
 
 class DataManager {
@@ -90,6 +92,11 @@ class DataManager {
   void forget(BufferState& b) noexcept;
   /// Copies every buffer whose only valid replica is on a device home, frees all allocations.
   void shutdown() noexcept;
+  /// A device and its memory are gone: its replicas are invalid, and data whose only valid copy
+  /// was there is lost (readers fail, saying so).
+  void node_lost(uint32_t node, const std::string& device) noexcept;
+  /// "eager": every write committed on a device is copied home at once (see Config::writeback).
+  void set_eager_writeback(bool on) noexcept { eager_writeback_ = on; }
 
   /// The allocation holding `b` on device node `node` (pinned by the caller's task).
   hcr_memory_t* memory(BufferState& b, uint32_t node);
@@ -137,6 +144,7 @@ class DataManager {
 
   RuntimeCore& rt_;
   bool active_ = false;
+  bool eager_writeback_ = false;
   mutable std::mutex mutex_;
   std::vector<NodeState> nodes_;
   uint64_t clock_ = 0;

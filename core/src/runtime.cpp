@@ -87,6 +87,7 @@ RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
     devices_[i].memory_node = node;
   }
   data_.init(std::move(nodes));
+  data_.set_eager_writeback(config_.writeback == "eager");
 }
 
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {

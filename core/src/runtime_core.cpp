@@ -48,6 +48,31 @@ void add_edge(TaskNode* pred, TaskNode* succ, bool data) {
   if (data && failed) note_dependency_failure(succ, cause);
 }
 
+// Failures of the device or its driver, which another device may not share. A kernel's own
+// exception, bad arguments or a missing kernel would fail anywhere.
+bool device_side(ErrorCode c) {
+  switch (c) {
+    case ErrorCode::device_lost:
+    case ErrorCode::backend:
+    case ErrorCode::timeout:
+    case ErrorCode::out_of_memory:
+    case ErrorCode::internal:
+    case ErrorCode::unknown:
+      return true;
+    default:
+      return false;
+  }
+}
+ErrorCode code_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    return x.code();
+  } catch (...) {
+    return ErrorCode::unknown;
+  }
+}
+
 inline uint64_t mix(uint64_t h, uint64_t v) noexcept {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h;
@@ -194,7 +219,10 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   }
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable;
-  if (runnable && (t->pinned >= 0 || data_.active())) {
+  // The cheap answer holds unless something narrows the devices: a pin, memory limits, devices
+  // that failed this task, devices out of scheduling.
+  if (runnable && (t->pinned >= 0 || data_.active() || !t->excluded.empty() ||
+                   retired_.load(std::memory_order_relaxed) != 0)) {
     runnable = false;
     for (size_t d = 0; d < dev_.size() && !runnable; ++d)
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
@@ -283,6 +311,7 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
   d.failed.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   pump(d);
+  if (retry_elsewhere(t, d, code_of(e), what(e))) return;
   finish(t, std::move(e));
 }
 
@@ -355,14 +384,16 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
     d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
 
   std::exception_ptr e;
+  ErrorCode code = ErrorCode::unknown;
+  std::string msg;
   if (error != nullptr) {
     const hcr_plugin_api_t* api = d.plugin->api;
     if (t->kernel_threw) {
       e = t->error;  // the kernel's own exception, unchanged
       api->error_destroy(error);
     } else {
-      auto code = static_cast<ErrorCode>(api->error_code(error));
-      std::string msg = take_error(api, error);
+      code = static_cast<ErrorCode>(api->error_code(error));
+      msg = take_error(api, error);
       e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
                                                   d.info.name + "': " + msg));
     }
@@ -394,7 +425,68 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   pump(d);
+  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) return;
   finish(t, std::move(e));
+}
+
+bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
+                                  const std::string& why) noexcept {
+  if (!device_side(code) || t->data_lost) return false;
+  note_fault(d, code, why);
+  try {
+    t->device_errors += (t->device_errors.empty() ? "" : "; ") + d.info.name + ": " + why;
+    t->excluded.push_back(d.info.id);
+  } catch (...) {
+    return false;
+  }
+  t->transfer_error = nullptr;
+  t->error = nullptr;
+  t->device.store(-1, std::memory_order_relaxed);
+  if (t->data_node >= 0) data_.commit(t, false);  // its inputs stay valid where they were
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  HCR_LOG(info, "task of kernel '" << t->kernel->name << "' failed on '" << d.info.name << "' ("
+                                   << why << "): placing it again");
+  ready(t);  // another device, or no_device_error with every device's reason
+  return true;
+}
+
+void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
+  if (code == ErrorCode::device_lost) {
+    retire(d, DeviceState::kLost, why);
+    return;
+  }
+  bool quarantine = false;
+  {
+    std::lock_guard<SpinLock> g(d.fault_lock);
+    const double t = now();
+    d.fault_times.push_back(t);
+    while (!d.fault_times.empty() && d.fault_times.front() < t - config_.quarantine_window)
+      d.fault_times.pop_front();
+    d.last_fault = why;
+    quarantine = d.fault_times.size() >= static_cast<size_t>(config_.quarantine_failures);
+  }
+  if (quarantine)
+    retire(d, DeviceState::kQuarantined,
+           std::to_string(config_.quarantine_failures) + " failures within " +
+               std::to_string(config_.quarantine_window) + " s, the last: " + why);
+}
+
+void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
+  uint8_t was = DeviceState::kActive;
+  if (!d.status.compare_exchange_strong(was, status)) return;  // already out
+  retired_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<SpinLock> g(d.fault_lock);
+    d.last_fault = why;
+  }
+  HCR_LOG(warn, "device '" << d.info.name << "' "
+                           << (status == DeviceState::kLost ? "lost"
+                               : status == DeviceState::kRemoved ? "removed"
+                                                                 : "quarantined")
+                           << ": " << why << "; its work goes elsewhere");
+  if (status == DeviceState::kLost && d.info.memory_node != 0)
+    data_.node_lost(d.info.memory_node, d.info.name);
+  for (sched::TaskRef q : policy_->drain(d.info.id)) ready(q.node());
 }
 
 void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
@@ -431,6 +523,27 @@ void RuntimeCore::wait_all() noexcept {
 std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
   const KernelState& k = *t.kernel;
   auto reason = [&](size_t d) -> std::string {
+    for (uint32_t x : t.excluded)
+      if (x == d) {  // it failed there: say what the device said
+        std::string name = dev_[d]->info.name + ": ";
+        size_t at = t.device_errors.find(name);
+        if (at == std::string::npos) return "failed";
+        size_t end = t.device_errors.find("; ", at);
+        return "failed: " + t.device_errors.substr(at + name.size(), end == std::string::npos
+                                                                          ? std::string::npos
+                                                                          : end - at - name.size());
+      }
+    auto last = [&] {
+      std::lock_guard<SpinLock> g(dev_[d]->fault_lock);
+      return dev_[d]->last_fault;
+    };
+    switch (dev_[d]->status.load(std::memory_order_relaxed)) {
+      case DeviceState::kQuarantined:
+        return "quarantined after repeated failures (the last: " + last() + ")";
+      case DeviceState::kLost: return "lost (" + last() + ")";
+      case DeviceState::kRemoved: return "removed";
+      default: break;
+    }
     if (!k.can_run(d))
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
     if (!fits(&t, d))

@@ -11,6 +11,7 @@
 #include <hcr/sched.hpp>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,13 @@ struct DeviceState {
   alignas(64) std::atomic<uint64_t> tasks{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
+
+  // Health: active, or out of scheduling (quarantined after repeated failures, lost, removed).
+  enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3 };
+  std::atomic<uint8_t> status{kActive};
+  SpinLock fault_lock;
+  std::deque<double> fault_times;  // recent failures, within the quarantine window
+  std::string last_fault;
 };
 
 class RuntimeCore final : public sched::Context {
@@ -81,6 +89,10 @@ class RuntimeCore final : public sched::Context {
   void data_ready(TaskNode* t) noexcept;
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
   void retry_acquire(TaskNode* t) noexcept;
+  /// Whether device d takes work (not quarantined, lost or removed).
+  bool usable(size_t d) const noexcept {
+    return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
+  }
   /// Whether device d's memory limit can hold `t`'s buffers at all.
   bool fits(const TaskNode* t, size_t d) const noexcept {
     if (!data_.active()) return true;  // every device works in host memory
@@ -106,6 +118,14 @@ class RuntimeCore final : public sched::Context {
   void start_kernel(TaskNode* t, DeviceState& d) noexcept;
   // A kernel task ends before reaching the plugin (no memory, a failed copy).
   void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept;
+  // After a device-side failure: notes it against the device and dispatches `t` again without
+  // that device. False when the error is the task's own (the kernel threw, bad arguments, data
+  // lost): the task fails then.
+  bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
+  // Counts a failure; quarantines the device when they come too often, or when it is lost.
+  void note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept;
+  // Takes a device out of scheduling and places the work queued for it elsewhere.
+  void retire(DeviceState& d, uint8_t status, const std::string& why) noexcept;
   // Runs nowhere: joins and host access, once their data is home.
   void host_task_ready(TaskNode* t) noexcept;
   static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
@@ -138,6 +158,8 @@ class RuntimeCore final : public sched::Context {
 
   std::atomic<bool> alive_{true};
   std::atomic<size_t> next_offer_{0};
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
   alignas(64) std::atomic<int64_t> outstanding_{0};
   alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};

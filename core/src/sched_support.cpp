@@ -31,8 +31,12 @@ uint64_t TaskRef::policy_data() const noexcept { return n_->policy_data; }
 void TaskRef::set_policy_data(uint64_t v) const noexcept { n_->policy_data = v; }
 
 bool TaskRef::can_run(DeviceId d) const noexcept {
-  return n_->kernel && (n_->pinned < 0 || static_cast<DeviceId>(n_->pinned) == d) &&
-         n_->kernel->can_run(d) && n_->rt->fits(n_, d);
+  if (!n_->kernel || (n_->pinned >= 0 && static_cast<DeviceId>(n_->pinned) != d) ||
+      !n_->kernel->can_run(d) || !n_->rt->usable(d) || !n_->rt->fits(n_, d))
+    return false;
+  for (uint32_t x : n_->excluded)  // devices that already failed it
+    if (x == d) return false;
+  return true;
 }
 
 namespace {

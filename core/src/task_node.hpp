@@ -71,6 +71,11 @@ struct TaskNode {
 
   std::exception_ptr error;  // written before `state` is published
 
+  // Devices that failed this task (it is retried elsewhere) and what each said.
+  boost::container::small_vector<uint32_t, 2> excluded;
+  std::string device_errors;
+  bool data_lost = false;  // an input died with a device: no retry can help
+
   // Data (data_manager.cpp): the node whose replicas this task holds pinned, copies it waits for.
   int32_t data_node = -1;
   std::atomic<int32_t> transfers_pending{0};

@@ -5,6 +5,8 @@
 /// [runtime]
 /// plugin_paths = ["/opt/hcr/plugins"]   # searched before HCR_PLUGIN_PATH and the install's own
 /// log_level = "warn"                    # trace | debug | info | warn | error | off
+/// quarantine_failures = 3               # failures within quarantine_window seconds that take
+/// quarantine_window = 10                # a device out of scheduling
 ///
 /// [scheduler]
 /// policy = "dmda"                       # eager | random | ws | dmda | dmdas
@@ -18,6 +20,7 @@
 /// counters = false                      # busy/idle time per device even without dmda or a trace
 ///
 /// [data]
+/// writeback = "lazy"                    # lazy | eager (copy results home at once)
 /// prefetch = true                       # copy inputs as soon as a task is placed
 /// lookahead = -1                        # queued tasks per device beyond its slots (-1: slots)
 ///
@@ -75,6 +78,14 @@ struct HCR_API Config {
   /// [data] lookahead: tasks handed to a device beyond the ones it runs at once, so that their
   /// inputs arrive while the device computes (-1: as many as it runs at once).
   int lookahead = -1;
+  /// [data] writeback: "lazy" copies a device's results home when the host or another memory
+  /// needs them; "eager" copies each one home as soon as its task commits, so that losing the
+  /// device loses no data (at the cost of that traffic).
+  std::string writeback = "lazy";
+  /// [runtime] quarantine_failures / quarantine_window: a device with this many failed launches
+  /// or copies within the window (seconds) is taken out of scheduling (a lost device at once).
+  int quarantine_failures = 3;
+  double quarantine_window = 10;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
   std::string origin = "<defaults>";      ///< the file it came from
   /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the

@@ -90,6 +90,9 @@ class Policy {
   virtual TaskRef pop(DeviceId d) = 0;
   /// A task popped for d finished after `seconds` on the device (< 0: unknown, e.g. it failed).
   virtual void completed(TaskRef /*task*/, DeviceId /*d*/, double /*seconds*/) {}
+  /// Device d left scheduling (quarantined, lost or removed): hand back every task queued for it;
+  /// the core places them again. Policies with only shared queues return nothing.
+  virtual std::vector<TaskRef> drain(DeviceId /*d*/) { return {}; }
   /// A copy of `bytes` from memory node `from` to node `to` took `seconds` (node 0 is host memory;
   /// Device::memory_node says whose memory a node is).
   virtual void transferred(uint32_t /*from*/, uint32_t /*to*/, uint64_t /*bytes*/,
