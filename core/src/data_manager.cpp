@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 namespace hcr::detail {
 
@@ -489,7 +491,6 @@ void DataManager::commit(TaskNode* t, bool success) {
   if (t->data_node < 0) return;
   const auto n = static_cast<uint32_t>(t->data_node);
   std::vector<TaskNode*> retry;
-  std::vector<Copy> home;  // eager write-back
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ArgRec& a : t->uargs) {
@@ -503,13 +504,7 @@ void DataManager::commit(TaskNode* t, bool success) {
             if (m != n && d.replicas[m].valid) set_valid(b, m, false);
           set_valid(b, n, true);
           d.lost_with.clear();  // written anew
-          if (eager_writeback_ && n != 0 && !d.replicas[0].fetching) {
-            set_fetching(b, 0, true);
-            ++r.pins;  // the copy reads it (the task's own pin goes just below)
-            ++r.copies_out;
-            retain(&b);
-            home.push_back({&b, n, 0, false});
-          }
+          if (t->written_through && n != 0) set_valid(b, 0, true);  // home already, too
         } else if (has_other_valid(b, n)) {
           set_valid(b, n, false);  // keep the inputs' valid copies for a retry elsewhere
         }
@@ -524,8 +519,125 @@ void DataManager::commit(TaskNode* t, bool success) {
     take_memory_waiters(retry);
   }
   t->data_node = -1;
-  for (const Copy& c : home) issue(c);
   for (TaskNode* w : retry) rt_.retry_acquire(w);
+}
+
+struct DataManager::WriteThrough {
+  struct Stage {
+    WriteThrough* wt;
+    BufferState* b;
+    void* staging;
+    std::chrono::steady_clock::time_point start;
+  };
+  DataManager* dm;
+  TaskNode* t;
+  uint32_t node;
+  std::atomic<int> left{1};  // copies + 1 held while starting them
+  std::mutex mutex;
+  std::exception_ptr error;
+  std::vector<Stage> stages;
+};
+
+bool DataManager::write_through(TaskNode* t) {
+  if (!eager_writeback_ || t->data_node <= 0) return false;
+  const auto n = static_cast<uint32_t>(t->data_node);
+  auto* wt = new WriteThrough{this, t, n, {}, {}, {}, {}};
+  for (const ArgRec& a : t->uargs)
+    if (writes(a.access)) wt->stages.push_back({wt, a.buffer, nullptr, {}});
+  if (wt->stages.empty()) {
+    delete wt;
+    return false;
+  }
+  wt->left.store(static_cast<int>(wt->stages.size()) + 1, std::memory_order_relaxed);
+  DeviceState& dev = *nodes_[n].device;
+  for (auto& st : wt->stages) {
+    BufferState& b = *st.b;
+    const uint64_t row = b.cols * b.elem;
+    st.staging = std::aligned_alloc(64, (b.bytes() + 63) / 64 * 64);
+    hcr_copy_args_t c{};
+    c.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
+    c.device = dev.index;
+    c.src_memory = memory(b, n);  // pinned by the task until it commits
+    c.src_pitch = row;
+    c.dst_host = st.staging;
+    c.dst_pitch = row;
+    c.width = row;
+    c.rows = b.rows;
+    c.done = &DataManager::on_stage_done;
+    c.done_user_data = &st;
+    st.start = std::chrono::steady_clock::now();
+    hcr_error_t* err = st.staging ? dev.plugin->api->copy(dev.plugin->handle, &c)
+                                  : nullptr;
+    if (st.staging == nullptr || err != nullptr) {
+      std::lock_guard<std::mutex> g(wt->mutex);
+      if (!wt->error)
+        wt->error = std::make_exception_ptr(Error(
+            st.staging ? ErrorCode::backend : ErrorCode::out_of_memory,
+            "writing a " + shape(b) + " buffer home from '" + nodes_[n].name + "' failed: " +
+                (err ? take_error(dev.plugin->api, err) : std::string("no host memory to stage"))));
+      if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_write_through(wt);
+    }
+  }
+  if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_write_through(wt);
+  return true;
+}
+
+void DataManager::on_stage_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
+  auto* st = static_cast<WriteThrough::Stage*>(user);
+  WriteThrough* wt = st->wt;
+  DataManager& dm = *wt->dm;
+  DeviceState& dev = *dm.nodes_[wt->node].device;
+  if (error != nullptr) {
+    std::string msg = take_error(dev.plugin->api, error);
+    std::lock_guard<std::mutex> g(wt->mutex);
+    if (!wt->error)
+      wt->error = std::make_exception_ptr(
+          Error(ErrorCode::device_lost, "writing a " + shape(*st->b) + " buffer home from '" +
+                                            dm.nodes_[wt->node].name + "' failed: " + msg));
+  } else {
+    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+                             info->device_seconds >= 0
+                         ? info->device_seconds
+                         : std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         st->start)
+                               .count();
+    dm.rt_.transferred(wt->node, 0, st->b->bytes(), seconds);
+    {
+      std::lock_guard<std::mutex> lock(dm.mutex_);
+      dm.count_link(wt->node, 0, st->b->bytes());
+    }
+    if (dm.rt_.trace().on()) {
+      RawEvent ev{};
+      ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
+      ev.a = wt->node;
+      ev.b = 0;
+      ev.bytes = st->b->bytes();
+      ev.end_ns = TraceRecorder::now_ns();
+      ev.start_ns = ev.end_ns - static_cast<int64_t>(seconds * 1e9);
+      ev.predicted = ev.measured = static_cast<float>(seconds);
+      dm.rt_.trace().add(ev);
+    }
+  }
+  if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) dm.finish_write_through(wt);
+}
+
+void DataManager::finish_write_through(WriteThrough* wt) noexcept {
+  if (!wt->error) {
+    // Every copy arrived: now, and only now, the host memory takes the new version. Nobody else
+    // touches these buffers until the task finishes.
+    for (auto& st : wt->stages) {
+      BufferState& b = *st.b;
+      const uint64_t row = b.cols * b.elem;
+      for (size_t r = 0; r < b.rows; ++r)
+        std::memcpy(b.host + r * b.ld * b.elem, static_cast<std::byte*>(st.staging) + r * row, row);
+    }
+    wt->t->written_through = true;
+  }
+  for (auto& st : wt->stages) std::free(st.staging);
+  TaskNode* t = wt->t;
+  std::exception_ptr error = wt->error;
+  delete wt;
+  rt_.written_through(t, error);
 }
 
 void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {

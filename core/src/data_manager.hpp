@@ -95,8 +95,13 @@ class DataManager {
   /// A device and its memory are gone: its replicas are invalid, and data whose only valid copy
   /// was there is lost (readers fail, saying so).
   void node_lost(uint32_t node, const std::string& device) noexcept;
-  /// "eager": every write committed on a device is copied home at once (see Config::writeback).
+  /// "eager": a task's writes on a device are copied home before it finishes (Config::writeback).
   void set_eager_writeback(bool on) noexcept { eager_writeback_ = on; }
+  /// Eager write-back of what `t` (its kernel done) wrote on its device: copies each written
+  /// buffer into host staging, and only when every copy succeeded into the buffer's host memory,
+  /// so a device lost mid-copy leaves the previous version intact for a retry. Then calls
+  /// RuntimeCore::written_through(t, error). False when there is nothing to do.
+  bool write_through(TaskNode* t);
 
   /// The allocation holding `b` on device node `node` (pinned by the caller's task).
   hcr_memory_t* memory(BufferState& b, uint32_t node);
@@ -113,6 +118,9 @@ class DataManager {
     bool evict;      // a write-back before freeing the source replica
   };
   struct Transfer;
+  struct WriteThrough;
+  static void on_stage_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  void finish_write_through(WriteThrough* wt) noexcept;
   struct NodeState {
     DeviceState* device = nullptr;
     std::string name;

@@ -426,7 +426,20 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   pump(d);
   if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) return;
+  // Eager write-back: the results go home before the task counts as done (the device's slot is
+  // free already: the copy engine does this).
+  if (!e && data_.active() && data_.write_through(t)) return;
   finish(t, std::move(e));
+}
+
+void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcept {
+  if (!error) {
+    finish(t, nullptr);
+    return;
+  }
+  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  if (retry_elsewhere(t, d, code_of(error), what(error))) return;
+  finish(t, std::move(error));
 }
 
 bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,

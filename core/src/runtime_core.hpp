@@ -89,6 +89,8 @@ class RuntimeCore final : public sched::Context {
   void data_ready(TaskNode* t) noexcept;
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
   void retry_acquire(TaskNode* t) noexcept;
+  /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
+  void written_through(TaskNode* t, std::exception_ptr error) noexcept;
   /// Whether device d takes work (not quarantined, lost or removed).
   bool usable(size_t d) const noexcept {
     return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;

@@ -75,6 +75,7 @@ struct TaskNode {
   boost::container::small_vector<uint32_t, 2> excluded;
   std::string device_errors;
   bool data_lost = false;  // an input died with a device: no retry can help
+  bool written_through = false;  // eager write-back put its results home before it committed
 
   // Data (data_manager.cpp): the node whose replicas this task holds pinned, copies it waits for.
   int32_t data_node = -1;
