@@ -8,6 +8,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 namespace hcr::sched {
 
@@ -33,6 +34,27 @@ class DeviceQueue {
   /// The last task device d can run (owners of a work-stealing deque).
   TaskRef pop_back(DeviceId d) { return take(d, true); }
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
+  /// Empties the queue, returning what it held in order (Policy::drain).
+  std::vector<TaskRef> take_all() {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    std::vector<TaskRef> all(q_.begin(), q_.end());
+    q_.clear();
+    size_.store(0, std::memory_order_relaxed);
+    return all;
+  }
+  /// Removes and returns the tasks no device can run any more (Policy::drain, shared queues).
+  std::vector<TaskRef> take_stranded() {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    std::vector<TaskRef> out;
+    auto keep = std::remove_if(q_.begin(), q_.end(), [&](TaskRef t) {
+      if (t.can_run_anywhere()) return false;
+      out.push_back(t);
+      return true;
+    });
+    q_.erase(keep, q_.end());
+    size_.store(q_.size(), std::memory_order_relaxed);
+    return out;
+  }
   /// The first of the oldest `window` tasks that `take` accepts (called under the queue's lock).
   template <class F>
   TaskRef pop_first(size_t window, F&& take) {

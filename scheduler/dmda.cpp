@@ -324,6 +324,19 @@ class Dmda final : public Policy {
     maybe_save();
   }
 
+  // d left scheduling: its queue goes back to the core with its predicted work (and any
+  // calibration slot a queued task held) taken off d.
+  std::vector<TaskRef> drain(DeviceId d) override {
+    std::vector<TaskRef> queued = devs_[d]->queue.take_all();
+    for (TaskRef t : queued) {
+      discharge(t, d);
+      if (t.policy_data() & kExploreBit) pairs_for(t)[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
+      t.set_policy_data(0);
+    }
+    for (TaskRef t : unknown_.take_stranded()) queued.push_back(t);  // nowhere left to calibrate
+    return queued;
+  }
+
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) override {
     links_.record(from, to, bytes, seconds);
   }

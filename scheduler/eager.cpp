@@ -36,6 +36,17 @@ class Eager final : public Policy {
     return {};
   }
 
+  std::vector<TaskRef> drain(DeviceId /*d*/) override {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    std::vector<TaskRef> out;
+    std::erase_if(queue_, [&](TaskRef t) {
+      if (t.can_run_anywhere()) return false;
+      out.push_back(t);
+      return true;
+    });
+    return out;
+  }
+
  private:
   detail::SpinLock lock_;
   std::deque<TaskRef> queue_;

@@ -29,6 +29,7 @@ class Random final : public Policy {
     return picked;
   }
   TaskRef pop(DeviceId d) override { return queues_[d]->pop_front(d); }
+  std::vector<TaskRef> drain(DeviceId d) override { return queues_[d]->take_all(); }
 
  private:
   std::mutex mutex_;

@@ -44,6 +44,8 @@ class WorkStealing final : public Policy {
       if (TaskRef t = queues_[v]->pop_front(d)) return t;
     return {};
   }
+  // Others would steal them anyway; handing them back places them at once.
+  std::vector<TaskRef> drain(DeviceId d) override { return queues_[d]->take_all(); }
 
  private:
   Context* ctx_ = nullptr;

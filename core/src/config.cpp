@@ -147,10 +147,15 @@ class Parser {
         if (!w || !(v.is_integer() || v.is_floating_point()) || *w <= 0)
           fail(&v, key, "expected a positive number of seconds");
         c.quarantine_window = *w;
+      } else if (k.str() == "task_timeout") {
+        auto w = v.value<double>();
+        if (!w || !(v.is_integer() || v.is_floating_point()) || *w < 0)
+          fail(&v, key, "expected a number of seconds (0: no limit)");
+        c.task_timeout = *w;
       } else {
         fail(&v, key,
-             "unknown key (expected plugin_paths, log_level, quarantine_failures or "
-             "quarantine_window)");
+             "unknown key (expected plugin_paths, log_level, quarantine_failures, "
+             "quarantine_window or task_timeout)");
       }
     }
   }

@@ -98,6 +98,8 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_ = (timing_ || config_.counters) ? HCR_LAUNCH_MEASURE : 0u;
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
+  task_timeout_ = config_.task_timeout;
+  if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   HCR_LOG(info, "runtime started: " << devices_.size() << " device(s), policy '"
                                     << policy_->name() << "'");
 }
@@ -107,6 +109,14 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
   wait_all();
+  if (watchdog_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> g(watchdog_mutex_);
+      watchdog_stop_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_thread_.join();
+  }
   data_.shutdown();  // every buffer's data home, device memory freed
   for (auto [file, write] : {std::pair{config_.trace_file, &RuntimeCore::write_trace},
                              std::pair{config_.gantt_file, &RuntimeCore::write_gantt}}) {

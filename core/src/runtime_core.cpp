@@ -5,6 +5,7 @@
 
 #include "buffer_state.hpp"
 #include "log_internal.hpp"
+#include "units.hpp"
 
 #include <hcr/error.hpp>
 
@@ -219,10 +220,11 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   }
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable;
+  const uint32_t retired = retired_.load(std::memory_order_seq_cst);
   // The cheap answer holds unless something narrows the devices: a pin, memory limits, devices
   // that failed this task, devices out of scheduling.
   if (runnable && (t->pinned >= 0 || data_.active() || !t->excluded.empty() ||
-                   retired_.load(std::memory_order_relaxed) != 0)) {
+                   retired != 0)) {
     runnable = false;
     for (size_t d = 0; d < dev_.size() && !runnable; ++d)
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
@@ -232,7 +234,18 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     return;
   }
   sched::DeviceId d = policy_->push(sched::TaskRef(t));
-  if (d != sched::kAnyDevice) {
+  // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
+  // this task, or this sees the count and drains again (the task may sit on that device or in a
+  // shared queue no device can take it from).
+  if (retired_.load(std::memory_order_seq_cst) != retired) {
+    for (size_t x = 0; x < dev_.size(); ++x)
+      if (!usable(x))
+        for (sched::TaskRef q : policy_->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
+    if (d != sched::kAnyDevice) {
+      if (usable(d)) pump(*dev_[d]);
+      return;
+    }
+  } else if (d != sched::kAnyDevice) {
     if (data_.active() && config_.prefetch && dev_[d]->info.memory_node != 0)
       data_.prefetch(t, dev_[d]->info.memory_node);
     pump(*dev_[d]);
@@ -260,7 +273,8 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     // Another thread pumping counts as taking the work: it sees our request before it stops.
     if (d.pumping.exchange(true, std::memory_order_acquire)) return launched + 1;
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
-    while (d.in_flight.load(std::memory_order_acquire) < d.window) {
+    while (d.in_flight.load(std::memory_order_acquire) < d.window &&
+           d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
       sched::TaskRef t = policy_->pop(d.info.id);
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
@@ -353,6 +367,18 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.flags = launch_flags_ | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
   la.done = &RuntimeCore::on_launch_done;
   la.done_user_data = t;
+  if (task_timeout_ > 0) {  // the watchdog keeps an eye on this attempt
+    auto* at = new Attempt{this, t, std::chrono::steady_clock::now() +
+                                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double>(task_timeout_))};
+    retain(t);
+    {
+      std::lock_guard<std::mutex> g(attempts_mutex_);
+      attempts_.insert(at);
+    }
+    la.done = &RuntimeCore::on_attempt_done;
+    la.done_user_data = at;
+  }
   la.param_offsets = t->param_offsets.data();
   la.num_params = t->param_offsets.size();
   for (int i = 0; i < 3; ++i) {
@@ -363,14 +389,67 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la)) launch_done(t, err, nullptr);
 }
 
+void RuntimeCore::on_attempt_done(void* user, hcr_error_t* error,
+                                  const hcr_completion_info_t* info) {
+  auto* at = static_cast<Attempt*>(user);
+  RuntimeCore* rt = at->rt;
+  bool stale;
+  {
+    std::lock_guard<std::mutex> g(rt->attempts_mutex_);
+    stale = rt->attempts_.erase(at) == 0;  // the watchdog already gave up on it
+  }
+  TaskNode* t = at->task;
+  delete at;
+  if (stale) {  // it came back after all: the task went elsewhere long ago
+    if (error != nullptr) {
+      const int32_t dev = t->device.load(std::memory_order_relaxed);
+      DeviceState& d = *rt->dev_[static_cast<size_t>(dev >= 0 ? dev : 0)];
+      d.plugin->api->error_destroy(error);
+    }
+    release(t);
+    return;
+  }
+  rt->launch_done(t, error, info);
+  release(t);
+}
+
+void RuntimeCore::watchdog() noexcept {
+  std::unique_lock<std::mutex> lock(watchdog_mutex_);
+  const auto tick = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::min(0.1, task_timeout_ / 4)));
+  while (!watchdog_cv_.wait_for(lock, tick, [&] { return watchdog_stop_; })) {
+    // Once out of the set, an attempt belongs to its late done (on_attempt_done drops it), so
+    // only the task is taken from it, under the lock, with a reference of our own.
+    std::vector<TaskNode*> expired;
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> g(attempts_mutex_);
+      for (auto it = attempts_.begin(); it != attempts_.end();)
+        if ((*it)->deadline <= now) {
+          retain((*it)->task);
+          expired.push_back((*it)->task);
+          it = attempts_.erase(it);
+        } else {
+          ++it;
+        }
+    }
+    for (TaskNode* t : expired) {
+      std::string why =
+          "did not complete within the task timeout of " + detail::format_seconds(task_timeout_);
+      launch_done(t, nullptr, nullptr, why.c_str());
+      release(t);
+    }
+  }
+}
+
 void RuntimeCore::on_launch_done(void* user, hcr_error_t* error,
                                  const hcr_completion_info_t* info) {
   auto* t = static_cast<TaskNode*>(user);
   t->rt->launch_done(t, error, info);
 }
 
-void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
-                              const hcr_completion_info_t* info) noexcept {
+void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
+                              const char* timed_out) noexcept {
   DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   double measured = -1, seconds = -1;
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
@@ -398,6 +477,12 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
                                                   d.info.name + "': " + msg));
     }
     d.failed.fetch_add(1, std::memory_order_relaxed);
+  } else if (timed_out != nullptr) {  // the watchdog gave up on it
+    code = ErrorCode::timeout;
+    msg = timed_out;
+    e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
+                                                d.info.name + "': " + msg));
+    d.failed.fetch_add(1, std::memory_order_relaxed);
   }
   const double predicted = timing_ ? policy_->predicted(sched::TaskRef(t)) : -1;
   if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
@@ -424,8 +509,12 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error,
   policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  // A failure counts against the device before it is given more work (it may be quarantined).
+  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
+    pump(d);
+    return;
+  }
   pump(d);
-  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) return;
   // Eager write-back: the results go home before the task counts as done (the device's slot is
   // free already: the copy engine does this).
   if (!e && data_.active() && data_.write_through(t)) return;
@@ -481,13 +570,14 @@ void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& 
   if (quarantine)
     retire(d, DeviceState::kQuarantined,
            std::to_string(config_.quarantine_failures) + " failures within " +
-               std::to_string(config_.quarantine_window) + " s, the last: " + why);
+               detail::format_seconds(config_.quarantine_window) + ", the last: " + why);
 }
 
 void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
   uint8_t was = DeviceState::kActive;
-  if (!d.status.compare_exchange_strong(was, status)) return;  // already out
-  retired_.fetch_add(1, std::memory_order_relaxed);
+  if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst))
+    return;  // already out
+  retired_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::lock_guard<SpinLock> g(d.fault_lock);
     d.last_fault = why;
@@ -518,6 +608,8 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
     if (e && s.data) note_dependency_failure(s.task, e);
     if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(s.task);
   }
+  // Counted before the task is seen finished, so stats() read after a wait include it.
+  completed_.fetch_add(1, std::memory_order_relaxed);
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
   t->state.notify_all();
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
@@ -641,18 +733,26 @@ void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double pre
   }
 }
 
+static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::quarantined) &&
+              DeviceState::kLost == static_cast<uint8_t>(DeviceHealth::lost) &&
+              DeviceState::kRemoved == static_cast<uint8_t>(DeviceHealth::removed));
+
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
   s.submitted = submitted_.load(std::memory_order_relaxed);
-  int64_t out = outstanding_.load(std::memory_order_relaxed);
-  s.completed = s.submitted - static_cast<uint64_t>(out < 0 ? 0 : out);
+  s.completed = completed_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.data = data_.counters();
   for (auto& d : dev_) {
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);
+    c.health = static_cast<DeviceHealth>(d->status.load(std::memory_order_relaxed));
+    {
+      std::lock_guard<SpinLock> g(d->fault_lock);
+      c.last_fault = d->last_fault;
+    }
     c.busy_seconds = static_cast<double>(d->busy_ns.load(std::memory_order_relaxed)) * 1e-9;
     c.idle_seconds = std::max(0.0, s.wall_seconds * std::max<uint32_t>(1, d->info.concurrency) -
                                        c.busy_seconds);

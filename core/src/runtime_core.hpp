@@ -11,7 +11,10 @@
 #include <hcr/sched.hpp>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
+#include <set>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +40,7 @@ struct DeviceState {
   std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
 
   // Health: active, or out of scheduling (quarantined after repeated failures, lost, removed).
+  // The values of DeviceHealth.
   enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3 };
   std::atomic<uint8_t> status{kActive};
   SpinLock fault_lock;
@@ -91,6 +95,7 @@ class RuntimeCore final : public sched::Context {
   void retry_acquire(TaskNode* t) noexcept;
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
   void written_through(TaskNode* t, std::exception_ptr error) noexcept;
+  size_t device_count() const noexcept { return dev_.size(); }
   /// Whether device d takes work (not quarantined, lost or removed).
   bool usable(size_t d) const noexcept {
     return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
@@ -131,7 +136,26 @@ class RuntimeCore final : public sched::Context {
   // Runs nowhere: joins and host access, once their data is home.
   void host_task_ready(TaskNode* t) noexcept;
   static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
-  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info) noexcept;
+  // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
+  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
+                   const char* timed_out = nullptr) noexcept;
+
+  // Per-task timeout ([runtime] task_timeout): each launch is an Attempt the watchdog can give up
+  // on; the plugin's late done for it is then dropped.
+  struct Attempt {
+    RuntimeCore* rt;
+    TaskNode* task;  // a reference held until the plugin's done arrives
+    std::chrono::steady_clock::time_point deadline;
+  };
+  static void on_attempt_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  void watchdog() noexcept;
+  double task_timeout_ = 0;
+  std::mutex attempts_mutex_;
+  std::set<Attempt*> attempts_;
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_cv_;
+  bool watchdog_stop_ = false;
+  std::thread watchdog_thread_;
   std::exception_ptr no_device_error(const TaskNode& t) const;
 
   Config config_;

@@ -39,6 +39,12 @@ bool TaskRef::can_run(DeviceId d) const noexcept {
   return true;
 }
 
+bool TaskRef::can_run_anywhere() const noexcept {
+  for (size_t d = 0, n = n_->rt->device_count(); d < n; ++d)
+    if (can_run(static_cast<DeviceId>(d))) return true;
+  return false;
+}
+
 namespace {
 struct Registry {
   std::mutex mutex;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace hcr::detail {
@@ -64,6 +65,12 @@ std::optional<MemoryLimit> parse_memory_limit(std::string_view text) {
   auto b = parse_bytes(s);
   if (!b || *b == 0) return std::nullopt;
   return MemoryLimit{false, static_cast<double>(*b)};
+}
+
+std::string format_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", seconds);
+  return text;
 }
 
 }  // namespace hcr::detail

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace hcr::detail {
@@ -22,5 +23,8 @@ struct MemoryLimit {
 };
 /// "75%" or a size as parse_bytes reads it; nullopt when malformed or zero.
 std::optional<MemoryLimit> parse_memory_limit(std::string_view text);
+
+/// Seconds for messages: "0.05 s", "10 s", "2.5e-06 s".
+std::string format_seconds(double seconds);
 
 }  // namespace hcr::detail

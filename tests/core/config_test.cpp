@@ -65,6 +65,47 @@ bandwidth = "20GB/s"
   EXPECT_EQ(opt("link.bandwidth"), "20GB/s");
 }
 
+TEST(Config, ParsesRuntimeSchedulerDataAndTraceKeys) {
+  Config c = Config::parse(R"(
+[runtime]
+quarantine_failures = 5
+quarantine_window = 2.5
+task_timeout = 30
+
+[scheduler]
+policy = "dmdas"
+model_dir = "/var/cache/hcr"
+calibrate = "force"
+calibrate_samples = 7
+seed = 11
+
+[data]
+prefetch = false
+lookahead = 0
+writeback = "eager"
+
+[trace]
+file = "/tmp/run.json"
+gantt = "/tmp/run.svg"
+counters = true
+)",
+                           "all.toml");
+  EXPECT_EQ(c.quarantine_failures, 5);
+  EXPECT_DOUBLE_EQ(c.quarantine_window, 2.5);
+  EXPECT_DOUBLE_EQ(c.task_timeout, 30.0);
+  EXPECT_EQ(c.policy, "dmdas");
+  EXPECT_EQ(c.model_dir, "/var/cache/hcr");
+  EXPECT_EQ(c.calibrate, "force");
+  EXPECT_EQ(c.calibrate_samples, 7);
+  EXPECT_EQ(c.seed, 11u);
+  EXPECT_FALSE(c.prefetch);
+  EXPECT_EQ(c.lookahead, 0);
+  EXPECT_EQ(c.writeback, "eager");
+  EXPECT_EQ(c.trace_file, "/tmp/run.json");
+  EXPECT_EQ(c.gantt_file, "/tmp/run.svg");
+  EXPECT_TRUE(c.counters);
+}
+
 TEST(Config, EmptyTextGivesDefaults) {
   Config c = Config::parse("", "empty.toml");
   EXPECT_TRUE(c.plugin_paths.empty());
@@ -109,6 +150,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[[backend]]\nname = \"cpu\"\nenabled = \"yes\"\n",
                 "bad.toml:3: backend.enabled: expected true or false"},
         BadCase{"[backend]\nname = \"cpu\"\n", "bad.toml:1: backend: expected [[backend]] tables"},
+        BadCase{"[runtime]\ntask_timeout = -1\n",
+                "bad.toml:2: runtime.task_timeout: expected a number of seconds (0: no limit)"},
+        BadCase{"[runtime]\ntask_timeout = \"1s\"\n", "bad.toml:2: runtime.task_timeout:"},
+        BadCase{"[runtime]\nquarantine_failures = 0\n",
+                "bad.toml:2: runtime.quarantine_failures: 0 is not 1 to 1000000"},
+        BadCase{"[runtime]\nquarantine_window = 0\n",
+                "bad.toml:2: runtime.quarantine_window: expected a positive number of seconds"},
+        BadCase{"[scheduler]\nmodel_dir = \"models\"\n",
+                "bad.toml:2: scheduler.model_dir: 'models' is not an absolute directory"},
+        BadCase{"[scheduler]\ncalibrate = \"always\"\n",
+                "bad.toml:2: scheduler.calibrate: 'always' is not one of auto, force, off"},
+        BadCase{"[scheduler]\ncalibrate_samples = 0\n",
+                "bad.toml:2: scheduler.calibrate_samples: 0 is not 1 to 1000"},
+        BadCase{"[data]\nlookahead = -2\n", "bad.toml:2: data.lookahead: -2 is not -1 or 0 to 1024"},
+        BadCase{"[data]\nwriteback = \"soon\"\n",
+                "bad.toml:2: data.writeback: 'soon' is not lazy or eager"},
+        BadCase{"[data]\nprefetch = 1\n", "bad.toml:2: data.prefetch: expected true or false"},
+        BadCase{"[data]\nprefech = true\n", "bad.toml:2: data.prefech: unknown key"},
+        BadCase{"[trace]\nfile = \"\"\n", "bad.toml:2: trace.file: an empty path"},
+        BadCase{"[trace]\nformat = \"json\"\n", "bad.toml:2: trace.format: unknown key"},
         BadCase{"[runtime\n", "bad.toml:1:"},
         BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
 

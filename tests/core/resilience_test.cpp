@@ -3,6 +3,7 @@
 // is reported, never read as garbage.
 #include "../test_support.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -96,6 +97,48 @@ TEST(Resilience, DataLostWithADeviceIsReportedNotReadAsGarbage) {
   // Writing it anew makes it usable again.
   rt.submit(Task(fill).write(x)).get();
   EXPECT_EQ(x.to_vector(), std::vector<float>(16, 1.0f));
+}
+
+TEST(Resilience, HungLaunchesTimeOutAndTheirTasksRunElsewhere) {
+  // "dev0" never finishes a launch on its own; the runtime's task_timeout gives up on each one,
+  // the task runs elsewhere, and after quarantine_failures hangs dev0 is out of scheduling with
+  // the tasks queued for it placed again (Policy::drain). Neither the waits nor the runtime's
+  // destruction hang.
+  const std::vector<float> clean = run_gemm(machine(false, "eager"));
+  for (const char* policy : {"eager", "dmda", "random", "ws"}) {
+    Config c = machine(false, policy);
+    c.task_timeout = 0.05;
+    c.backends[0].options.push_back({"device.0.hang_probability", "1"});
+    RuntimeStats s;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<float> got;
+    ASSERT_NO_THROW(got = run_gemm(c, &s)) << policy;
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(got.size(), clean.size());
+    EXPECT_EQ(std::memcmp(got.data(), clean.data(), clean.size() * sizeof(float)), 0) << policy;
+    EXPECT_EQ(s.devices[0].tasks, s.devices[0].failed) << policy << ": a hung launch counted as done";
+    EXPECT_EQ(s.devices[0].health, DeviceHealth::quarantined) << policy;
+    EXPECT_NE(s.devices[0].last_fault.find("task timeout"), std::string::npos)
+        << s.devices[0].last_fault;
+    // Once quarantined it gets nothing new: only what it held then (a window of 2 x 1 slot, the
+    // default lookahead) fails after the quarantining one.
+    EXPECT_LE(s.devices[0].failed, static_cast<uint64_t>(c.quarantine_failures) + 1) << policy;
+    EXPECT_EQ(s.failed, 0u) << policy;
+    EXPECT_LT(took, 30.0) << policy;
+  }
+}
+
+TEST(Resilience, WithoutATimeoutAHungTaskIsEndedByItsDevice) {
+  // The plugin's own watchdog (hang_timeout) reports HCR_ERROR_TIMEOUT: the task goes elsewhere.
+  Config c = machine(false, "eager");
+  c.backends[0].options.push_back({"device.0.hang_probability", "1"});
+  c.backends[0].options.push_back({"device.0.hang_timeout", "0.02s"});
+  RuntimeStats s;
+  ASSERT_NO_THROW(run_gemm(c, &s));
+  EXPECT_GE(s.devices[0].failed, 1u);
+  EXPECT_EQ(s.devices[0].health, DeviceHealth::quarantined);
+  EXPECT_EQ(s.devices[1].health, DeviceHealth::active);
+  EXPECT_EQ(s.failed, 0u);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 /// log_level = "warn"                    # trace | debug | info | warn | error | off
 /// quarantine_failures = 3               # failures within quarantine_window seconds that take
 /// quarantine_window = 10                # a device out of scheduling
+/// task_timeout = 0                      # seconds before a launch counts as hung (0: never)
 ///
 /// [scheduler]
 /// policy = "dmda"                       # eager | random | ws | dmda | dmdas
@@ -86,6 +87,9 @@ struct HCR_API Config {
   /// or copies within the window (seconds) is taken out of scheduling (a lost device at once).
   int quarantine_failures = 3;
   double quarantine_window = 10;
+  /// [runtime] task_timeout: seconds a launch may take before the runtime gives up on it and
+  /// places the task elsewhere (a hung device); 0: no limit.
+  double task_timeout = 0;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
   std::string origin = "<defaults>";      ///< the file it came from
   /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the

@@ -55,8 +55,18 @@ struct LoadReport {
   std::vector<PluginRecord> plugins;
 };
 
+/// Whether a device still takes work.
+enum class DeviceHealth : uint8_t {
+  active,
+  quarantined,  ///< failed quarantine_failures times within quarantine_window
+  lost,         ///< its plugin reported it gone (HCR_ERROR_DEVICE_LOST)
+  removed,      ///< taken out by Runtime::remove_device
+};
+
 /// Per-device counters since the runtime started.
 struct DeviceCounters {
+  DeviceHealth health = DeviceHealth::active;
+  std::string last_fault;     ///< the last failure it had, if any
   uint64_t tasks = 0;         ///< tasks run to completion (successful or not)
   uint64_t failed = 0;        ///< of which failed
   /// Summed execution time its plugin reported (all slots); measured when the policy learns

@@ -50,6 +50,8 @@ class HCR_API TaskRef {
   double size() const noexcept;
   /// Whether device d has an implementation of the kernel and room in its memory for the task.
   bool can_run(DeviceId d) const noexcept;
+  /// Whether any device can still run it (false once every capable device left scheduling).
+  bool can_run_anywhere() const noexcept;
   /// One word a policy may keep on the task between push() and completed().
   uint64_t policy_data() const noexcept;
   void set_policy_data(uint64_t v) const noexcept;
@@ -90,8 +92,9 @@ class Policy {
   virtual TaskRef pop(DeviceId d) = 0;
   /// A task popped for d finished after `seconds` on the device (< 0: unknown, e.g. it failed).
   virtual void completed(TaskRef /*task*/, DeviceId /*d*/, double /*seconds*/) {}
-  /// Device d left scheduling (quarantined, lost or removed): hand back every task queued for it;
-  /// the core places them again. Policies with only shared queues return nothing.
+  /// Device d left scheduling (quarantined, lost or removed): hand back every task queued for it,
+  /// and every task in a shared queue that no device can run any more (!can_run_anywhere()); the
+  /// core places them again or fails them with every device's reason.
   virtual std::vector<TaskRef> drain(DeviceId /*d*/) { return {}; }
   /// A copy of `bytes` from memory node `from` to node `to` took `seconds` (node 0 is host memory;
   /// Device::memory_node says whose memory a node is).
