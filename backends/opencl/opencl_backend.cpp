@@ -295,9 +295,10 @@ class OpenClBackend final : public sdk::Backend {
       HCR_CL_CHECK(clFlush(q));
       Device* to = devices_[dst->device].get();
       const hcr_copy_args_t args = a;
-      op->next = [this, to, dst, args](Op& o) {
+      Mem target = dst->mem;  // a reference of our own for the second stage
+      op->next = [to, target, args](Op& o) {
         cl_event e = nullptr;
-        write_rect(to->copy.get(), dst->mem.get(), args.dst_offset, args.dst_pitch,
+        write_rect(to->copy.get(), target.get(), args.dst_offset, args.dst_pitch,
                    o.staging.data(), args.width, args.width, args.rows, &e);
         Event out(e);
         HCR_CL_CHECK(clFlush(to->copy.get()));

@@ -191,6 +191,21 @@ TEST(OpenClBackend, BadOptionsAreRejectedNamingTheKey) {
   }
 }
 
+TEST(OpenClBackend, SampleConfigurationLoads) {
+  Config c = Config::load(std::filesystem::path(HCR_SOURCE_DIR) / "samples" / "opencl.toml");
+  c.use_environment = false;
+  c.model_dir = "off";
+  for (auto& b : c.backends)
+    if (b.name == "cpu") b.options = {{"threads", "1"}};
+  Runtime rt(c);
+  const PluginRecord* rec = opencl_record(rt);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
+  if (any_opencl_device()) {
+    EXPECT_FALSE(opencl_devices(rt).empty());
+  }
+}
+
 TEST(OpenClBackend, DeviceInfo) {
   REQUIRE_OPENCL_DEVICE();
   Runtime rt(ocl_config({{"queues", "3"}}));
@@ -563,6 +578,7 @@ TEST_P(TiledGemmWithCpu, SharesTheWorkAndIsCorrect) {
   REQUIRE_OPENCL_DEVICE();
   Config c = ocl_config();
   c.policy = GetParam();
+  c.model_dir = "off";  // learn from this run only
   c.backends.push_back({"cpu", true, {{"threads", "2"}}, "cpu.toml:1"});
   Runtime rt(c);
   ASSERT_EQ(rt.policy(), GetParam());
