@@ -122,6 +122,7 @@ void Completer::complete(std::unique_ptr<Op> op) {
     seconds = profiled_seconds(op->start ? op->start.get() : op->event.get(), op->event.get());
   const hcr_done_fn done = op->done;
   void* user = op->done_user_data;
+  if (op->load != nullptr) op->load->fetch_sub(1, std::memory_order_relaxed);
   op.reset();  // events and held objects go before the host may free what they refer to
   sdk::complete(done, user, error, seconds);
   abandon();  // the operation is over: synchronize() may return

@@ -12,6 +12,7 @@
 
 #include <hcr/sdk/backend.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,6 +40,7 @@ struct Op {
   /// A further stage, enqueued by the completer when this one ends; returns its event. Throws
   /// sdk::Error when it cannot be started (the operation then fails with that error).
   std::function<Event(Op&)> next;
+  std::atomic<uint32_t>* load = nullptr;  // the queue's count of operations in flight, if any
 
   // Set by the Completer.
   Completer* completer = nullptr;

@@ -35,7 +35,6 @@ using sdk::Error;
 
 constexpr uint64_t kMemoryMagic = 0x68637263'6c6d656dull;  // "hcrclmem"
 
-
 std::string shape(const hcr_arg_t& a) {
   return std::to_string(a.rows) + "x" + std::to_string(a.cols);
 }
@@ -119,8 +118,13 @@ struct Device {
   double peak_gflops = 0;
   bool fp64 = false;
   std::vector<Queue> compute;  // in order, profiling enabled
-  Queue copy;                  // in order: host <-> device and device <-> device copies
-  std::atomic<uint32_t> next_queue{0};
+  // Operations in flight per compute queue: a launch goes to the least loaded one.
+  std::unique_ptr<std::atomic<uint32_t>[]> load;
+  std::atomic<uint32_t> next_queue{0};  // where the search for the least loaded starts
+  // Copies, apart from the compute queues so that they overlap kernels; one queue per direction
+  // (into the device, including device to device; out to the host), as GPUs have a copy engine
+  // for each.
+  Queue copy_in, copy_out;
   std::unique_ptr<Completer> completer;
 
   std::mutex build_mutex;               // one program build at a time on this device
@@ -129,8 +133,18 @@ struct Device {
   bool gemm_ready[2] = {false, false};  // CLBlast's gemm program built (f32, f64)
   Mem scratch;                          // tiny buffer for preparing CLBlast
 
-  cl_command_queue next_compute() {
-    return compute[next_queue.fetch_add(1, std::memory_order_relaxed) % compute.size()].get();
+  /// The compute queue with the fewest operations in flight; the caller's op holds `*counter`.
+  cl_command_queue pick_compute(std::atomic<uint32_t>*& counter) {
+    const size_t n = compute.size();
+    const size_t first = next_queue.fetch_add(1, std::memory_order_relaxed) % n;
+    size_t best = first;
+    for (size_t i = 1; i < n; ++i) {
+      const size_t q = (first + i) % n;
+      if (load[q].load(std::memory_order_relaxed) < load[best].load(std::memory_order_relaxed))
+        best = q;
+    }
+    counter = &load[best];
+    return compute[best].get();
   }
 };
 
@@ -177,7 +191,8 @@ class OpenClBackend final : public sdk::Backend {
     for (auto& d : devices_) d->completer->drain();
     for (auto& d : devices_) {
       for (auto& q : d->compute) clFinish(q.get());
-      if (d->copy) clFinish(d->copy.get());
+      if (d->copy_in) clFinish(d->copy_in.get());
+      if (d->copy_out) clFinish(d->copy_out.get());
       d->completer.reset();
     }
     {
@@ -288,7 +303,7 @@ class OpenClBackend final : public sdk::Backend {
       op->what = "copy of " + bytes + " bytes from '" + devices_[src->device]->name + "' to '" +
                  devices_[dst->device]->name + "'";
       op->staging.resize(static_cast<size_t>(a.width * a.rows));
-      cl_command_queue q = devices_[src->device]->copy.get();
+      cl_command_queue q = devices_[src->device]->copy_out.get();
       read_rect(q, src->mem.get(), a.src_offset, a.src_pitch, op->staging.data(), a.width,
                 a.width, a.rows, &ev);
       op->event = Event(ev);
@@ -298,18 +313,18 @@ class OpenClBackend final : public sdk::Backend {
       Mem target = dst->mem;  // a reference of our own for the second stage
       op->next = [to, target, args](Op& o) {
         cl_event e = nullptr;
-        write_rect(to->copy.get(), target.get(), args.dst_offset, args.dst_pitch,
+        write_rect(to->copy_in.get(), target.get(), args.dst_offset, args.dst_pitch,
                    o.staging.data(), args.width, args.width, args.rows, &e);
         Event out(e);
-        HCR_CL_CHECK(clFlush(to->copy.get()));
+        HCR_CL_CHECK(clFlush(to->copy_in.get()));
         return out;
       };
     } else {
-      // One context: the named device's copy queue, unless the memory lives in another context.
+      // One context: the named device's queue for the direction, unless the memory lives in
+      // another context.
       const size_t owner = (dst ? dst : src)->device;
-      cl_command_queue q = platform_of(owner) == platform_of(a.device)
-                               ? dev.copy.get()
-                               : devices_[owner]->copy.get();
+      Device& by = platform_of(owner) == platform_of(a.device) ? dev : *devices_[owner];
+      cl_command_queue q = dst ? by.copy_in.get() : by.copy_out.get();
       if (src && dst) {
         op->what = "copy of " + bytes + " bytes within '" + devices_[owner]->name + "'";
         copy_rect(q, src->mem.get(), a.src_offset, a.src_pitch, dst->mem.get(), a.dst_offset,
@@ -427,7 +442,7 @@ class OpenClBackend final : public sdk::Backend {
     }
     if (ids.empty()) {
       host().info("opencl: no devices: the OpenCL ICD loader found no platform (no vendor "
-                  "driver registered in /etc/OpenCL/vendors)");
+                  "driver registered in /etc/OpenCL/vendors or $OCL_ICD_VENDORS)");
       return;
     }
     for (cl_platform_id pid : ids) {
@@ -533,8 +548,10 @@ class OpenClBackend final : public sdk::Backend {
       d->compute.emplace_back(cl_create("clCreateCommandQueue", [&](cl_int* e) {
         return clCreateCommandQueue(ctx, id, CL_QUEUE_PROFILING_ENABLE, e);
       }));
-    d->copy = Queue(cl_create("clCreateCommandQueue",
-                              [&](cl_int* e) { return clCreateCommandQueue(ctx, id, 0, e); }));
+    d->load = std::make_unique<std::atomic<uint32_t>[]>(d->compute.size());
+    for (Queue* q : {&d->copy_in, &d->copy_out})
+      *q = Queue(cl_create("clCreateCommandQueue",
+                           [&](cl_int* e) { return clCreateCommandQueue(ctx, id, 0, e); }));
     d->completer = std::make_unique<Completer>(d->name, host());
     host().info("opencl: device " + std::to_string(devices_.size()) + ": '" + d->name + "' (" +
                 kind_name(d->kind) + ", " + std::to_string(d->memory_bytes >> 20) + " MiB, " +
@@ -874,7 +891,7 @@ class OpenClBackend final : public sdk::Backend {
     op->what = name + " (" + std::to_string(m) + "x" + std::to_string(k) + "x" +
                std::to_string(n) + ") on '" + d.name + "'";
     Ticket ticket(*d.completer);
-    cl_command_queue q = d.next_compute();
+    cl_command_queue q = d.pick_compute(op->load);
     cl_mem c_mem = mem[2]->mem.get();
     const size_t row_bytes = static_cast<size_t>(n) * sizeof(T);
     const size_t c_off = static_cast<size_t>(C.offset);
@@ -923,6 +940,7 @@ class OpenClBackend final : public sdk::Backend {
     if (!last) throw Error(HCR_ERROR_INTERNAL, op->what + ": no command to wait for");
     op->event = std::move(last);
     HCR_CL_CHECK(clFlush(q));
+    op->load->fetch_add(1, std::memory_order_relaxed);  // the completer takes it off again
     ticket.watch(std::move(op));
   }
 
@@ -1036,7 +1054,7 @@ class OpenClBackend final : public sdk::Backend {
     }
 
     Ticket ticket(*d.completer);
-    cl_command_queue q = d.next_compute();
+    cl_command_queue q = d.pick_compute(op->load);
     cl_event ev = nullptr;
     {
       std::lock_guard<std::mutex> lock(k.mutex);
@@ -1073,6 +1091,7 @@ class OpenClBackend final : public sdk::Backend {
     }
     op->event = Event(ev);
     HCR_CL_CHECK(clFlush(q));
+    op->load->fetch_add(1, std::memory_order_relaxed);  // the completer takes it off again
     ticket.watch(std::move(op));
   }
 

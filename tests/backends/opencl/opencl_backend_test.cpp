@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace hcr {
 namespace {
@@ -124,6 +125,32 @@ TEST(OpenClBackend, DefaultTypesLeaveCpuDevicesToTheCpuBackend) {
       opencl_devices(rt).empty()) {
     EXPECT_TRUE(log.contains("add \"cpu\" to device_types")) << "no explanation logged";
   }
+}
+
+// Without any OpenCL platform the plugin still loads, with no device and a reason. The ICD loader
+// reads its vendor directory once per process, so the check runs in a child process of this test
+// binary whose loader looks into an empty directory.
+TEST(OpenClBackend, NoPlatformMeansNoDevicesAndAReason) {
+  if (std::getenv("HCR_TEST_NO_PLATFORM_CHILD") != nullptr) {
+    test::LogCapture log(LogLevel::info);
+    Runtime rt(ocl_config());
+    const PluginRecord* rec = opencl_record(rt);
+    ASSERT_NE(rec, nullptr);
+    EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
+    EXPECT_TRUE(opencl_devices(rt).empty());
+    EXPECT_TRUE(log.contains("found no platform"));
+    return;
+  }
+  test::TempDir empty;
+  const std::string cmd = "OCL_ICD_VENDORS='" + empty.path().string() +
+                          "' HCR_TEST_NO_PLATFORM_CHILD=1 /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_filter=OpenClBackend.NoPlatformMeansNoDevicesAndAReason "
+                          "> '" + (empty.path() / "child.log").string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream logf(empty.path() / "child.log");
+  std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << log;
+  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
 }
 
 TEST(OpenClBackend, DeviceTypesFilter) {
