@@ -78,7 +78,8 @@ std::string build_log(cl_program program, cl_device_id device) {
 
 std::vector<unsigned char> program_binary(cl_program program) {
   cl_uint devices = 0;
-  HCR_CL_CHECK(clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof devices, &devices, nullptr));
+  HCR_CL_CHECK(
+      clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof devices, &devices, nullptr));
   if (devices != 1)
     throw sdk::Error(HCR_ERROR_INTERNAL, "program built for " + std::to_string(devices) +
                                              " devices, expected one");

@@ -3,8 +3,8 @@
 // Each operation ends with an OpenCL event. An event callback (clSetEventCallback) only hands the
 // operation to a Completer thread of ours; that thread calls `done`. The split matters: `done`
 // calls straight back into the plugin (the next launch, a copy, a kernel lookup), and enqueueing
-// from inside an OpenCL callback — which runs on the OpenCL runtime's own thread — is discouraged
-// by the specification and deadlocks on some implementations. Our thread holds no lock of the
+// from inside an OpenCL callback (it runs on the OpenCL runtime's own thread) is discouraged by
+// the specification and deadlocks on some implementations. Our thread holds no lock of the
 // plugin while it calls `done`.
 #pragma once
 

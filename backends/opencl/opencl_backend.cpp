@@ -349,9 +349,13 @@ class OpenClBackend final : public sdk::Backend {
   hcr_kernel_t* kernel_get(size_t device, const hcr_kernel_desc_t& desc) override {
     Device& d = *devices_[device];
     const std::string name = desc.name;
-    // An offline binary named in the configuration serves the kernel whatever the host offers.
-    for (const BinarySpec& b : options_.binaries)
-      if (b.kernel == name && contains_icase(d.name, b.device)) {
+    // An offline binary named in the configuration is this device's own implementation of the
+    // kernel: it answers the host's first question (the built-in of that name), before any
+    // implementation the application offers. If it cannot be loaded, the host hears why and
+    // tries those implementations next.
+    if (desc.kind == HCR_IMPL_BUILTIN)
+      for (const BinarySpec& b : options_.binaries) {
+        if (b.kernel != name || !contains_icase(d.name, b.device)) continue;
         const std::string what = "kernel '" + name + "' from " + b.key + ".path";
         Program p = program_from_binary(d, b.path, b.build_options, what);
         host().debug("opencl: " + what + " ('" + b.path.string() + "') loaded on '" + d.name +
@@ -467,12 +471,12 @@ class OpenClBackend final : public sdk::Backend {
     p->id = pid;
     p->name = platform_string(pid, CL_PLATFORM_NAME);
     p->version = platform_string(pid, CL_PLATFORM_VERSION);
-    const std::vector<cl_device_id> all = list_devices(pid, CL_DEVICE_TYPE_ALL);
     if (!contains_icase(p->name, options_.platform)) {
       skipped.push_back("platform '" + p->name + "' does not match platform = '" +
                         options_.platform + "'");
       return;
     }
+    const std::vector<cl_device_id> all = list_devices(pid, CL_DEVICE_TYPE_ALL);
     std::vector<cl_device_id> chosen;
     for (cl_device_id id : all) {
       const std::string name = device_string(id, CL_DEVICE_NAME);
@@ -531,8 +535,11 @@ class OpenClBackend final : public sdk::Backend {
                                             : HCR_DEVICE_ACCELERATOR;  // FPGAs, custom devices
     d->memory_bytes = device_value<cl_ulong>(id, CL_DEVICE_GLOBAL_MEM_SIZE);
     d->max_alloc = device_value<cl_ulong>(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
-    d->compute_units = std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));
-    d->base_align = std::max<cl_uint>(8, device_value<cl_uint>(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8;
+    d->compute_units =
+        std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));
+    // CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits.
+    d->base_align =
+        std::max<cl_uint>(8, device_value<cl_uint>(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8;
     d->fp64 = optional_value<cl_ulong>(id, CL_DEVICE_DOUBLE_FP_CONFIG) != 0 ||
               device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     if (d->kind == HCR_DEVICE_CPU) {
@@ -730,8 +737,8 @@ class OpenClBackend final : public sdk::Backend {
         stored = "not cached";
       }
     }
-    host().debug("opencl: program cache miss: built " + what + " on '" + d.name + "' from source in " +
-                 std::to_string(secs) + " s; " + stored);
+    host().debug("opencl: program cache miss: built " + what + " on '" + d.name +
+                 "' from source in " + std::to_string(secs) + " s; " + stored);
     d.programs.emplace(key, p);
     return p;
   }
@@ -816,11 +823,15 @@ class OpenClBackend final : public sdk::Backend {
         }
       }
       d.gemm_ready[slot] = true;
-      host().debug("opencl: CLBlast " + name + " ready on '" + d.name + "' after " +
-                   std::to_string(std::chrono::duration<double>(
-                                      std::chrono::steady_clock::now() - t0)
-                                      .count()) +
-                   " s");
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // Seconds here are CLBlast compiling (once per process) without a driver-side cache hit:
+      // worth telling a user who wonders why the first gemm was slow.
+      host().log(secs > 1 ? HCR_LOG_INFO : HCR_LOG_DEBUG,
+                 "opencl: CLBlast built its " + name + " kernels for '" + d.name + "' in " +
+                     std::to_string(secs) +
+                     " s (once per process; the driver's program cache, PoCL's kcache for "
+                     "one, shortens it in later processes)");
     }
     auto k = std::make_unique<Kernel>();
     k->device = device;

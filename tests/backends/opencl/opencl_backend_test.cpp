@@ -1,7 +1,7 @@
 // The OpenCL backend through the runtime: device filters, option checking, CLBlast gemm, OpenCL C
 // kernels (parameters, geometry, build logs, the compile cache), offline binaries named in TOML,
-// 2-D staging of strided tiles, many tasks, and a tiled gemm shared with the CPU backend. Every test
-// skips when no OpenCL device is found (CPU devices included: PoCL is enough).
+// 2-D staging of strided tiles, many tasks, and a tiled gemm shared with the CPU backend. Every
+// test skips when no OpenCL device is found (CPU devices included: PoCL is enough).
 #include "../../test_support.hpp"
 
 #include <hcr/sched.hpp>
@@ -322,8 +322,9 @@ TEST(OpenClBackend, GemmShapeMismatchNamesTheShapes) {
   // Fresh buffers: C above belongs to a failed task, and its readers would fail with it.
   auto D = rt.buffer<double>(3, 4);
   auto B2 = rt.buffer<float>(4, 6), C2 = rt.buffer<float>(3, 6);
-  err = test::expect_error(
-      [&] { rt.submit(Task(rt.kernel("gemm_f32")).read(D).read(B2).read_write(C2).on(dev)).get(); });
+  err = test::expect_error([&] {
+    rt.submit(Task(rt.kernel("gemm_f32")).read(D).read(B2).read_write(C2).on(dev)).get();
+  });
   EXPECT_NE(std::string(err.what()).find("is not an f32 matrix"), std::string::npos) << err.what();
 }
 
@@ -503,6 +504,22 @@ TEST(OpenClBackend, OfflineBinaryFromTomlRunsWithoutAnyImplementation) {
   // A binary for another device does not make the kernel available here.
   Error err = test::expect_error([&] { rt.submit(Task(rt.kernel("elsewhere")).on(dev)).get(); });
   EXPECT_EQ(err.code(), ErrorCode::no_device);
+}
+
+// A configured binary that cannot be loaded is reported, and the application's own implementation
+// runs instead.
+TEST(OpenClBackend, BrokenConfiguredBinaryFallsBackToTheSource) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir dir;
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(ocl_config({{"binary.0.kernel", "add_one"},
+                         {"binary.0.path", (dir.path() / "missing.bin").string()}},
+                        dir.path().string()));
+  Kernel k = rt.kernel("add_one").source("opencl", kKernels);
+  auto v = rt.vector<float>(16);
+  rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();
+  for (float f : v.to_vector()) ASSERT_EQ(f, 1.0f);
+  EXPECT_TRUE(log.contains("binary.0.path")) << "the broken binary must be reported";
 }
 
 TEST(OpenClBackend, BinaryImplementationAndBrokenBinaries) {
