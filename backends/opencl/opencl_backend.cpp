@@ -182,6 +182,16 @@ class OpenClBackend final : public sdk::Backend {
  public:
   explicit OpenClBackend(const sdk::CreateContext& ctx)
       : Backend(ctx), options_(parse_options(ctx.options)), cache_(options_.cache_dir) {
+    // Cached binaries are loaded and run: a directory anyone may write into could feed us
+    // another user's code (the loader refuses world-writable plugin directories likewise).
+    std::error_code ec;
+    const auto st = std::filesystem::status(cache_.dir(), ec);
+    if (cache_.enabled() && !ec &&
+        (st.permissions() & std::filesystem::perms::others_write) != std::filesystem::perms::none) {
+      host().warn("opencl: cache_dir '" + cache_.dir().string() +
+                  "' is world-writable: program cache disabled");
+      cache_ = ProgramCache();
+    }
     discover();
   }
 

@@ -103,8 +103,11 @@ std::string ProgramCache::store(const std::string& key,
   if (!enabled()) return {};
   if (key.size() != kKeySize) return "bad key";
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return "cannot create '" + dir_.string() + "': " + ec.message();
+  if (!fs::exists(dir_, ec)) {
+    fs::create_directories(dir_, ec);
+    if (ec) return "cannot create '" + dir_.string() + "': " + ec.message();
+    fs::permissions(dir_, fs::perms::owner_all, ec);  // binaries we run: ours alone
+  }
 
   std::string header(kMagic, sizeof kMagic);
   put_le(header, kVersion, 4);

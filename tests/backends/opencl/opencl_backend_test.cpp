@@ -456,6 +456,19 @@ TEST(OpenClBackend, CompileCacheIsReusedAndRepaired) {
   EXPECT_TRUE(log.contains("program cache miss"));
 }
 
+TEST(OpenClBackend, WorldWritableCacheDirIsRefused) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(ocl_config({}, dir.path().string()));
+  EXPECT_TRUE(log.contains("is world-writable: program cache disabled"));
+  Kernel k = rt.kernel("add_one").source("opencl", kKernels);
+  auto v = rt.vector<float>(8);
+  rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();  // still runs, uncached
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 // ---- binaries -------------------------------------------------------------------------------
 
 /// Builds kKernels offline with hcr-opencl-compile for the device `device_name`; the file.
