@@ -861,7 +861,7 @@ class OpenClBackend final : public sdk::Backend {
     hcr_arg_t x[3];
     Memory* mem[3];
     for (size_t i = 0; i < 3; ++i) {
-      x[i] = sdk::read_struct(&a.args[i]);
+      x[i] = sdk::read_struct(&sdk::element(a.args, i));
       if (x[i].dtype != want)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
                     name + " argument " + std::to_string(i) + " (" + shape(x[i]) +
@@ -1003,7 +1003,8 @@ class OpenClBackend final : public sdk::Backend {
     // Work geometry: the task's grid, or one work item per element of the first written buffer.
     size_t global[3] = {1, 1, 1}, local[3] = {1, 1, 1};
     std::vector<hcr_arg_t> args(a.num_args);
-    for (size_t i = 0; i < a.num_args; ++i) args[i] = sdk::read_struct(&a.args[i]);
+    for (size_t i = 0; i < a.num_args; ++i)  // the host's stride, which is its struct_size
+      args[i] = sdk::read_struct(&sdk::element(a.args, i));
     if (a.global_size[0] == 0) {
       const hcr_arg_t* first = nullptr;
       for (auto& x : args)
