@@ -26,7 +26,10 @@ Config all_plugins() {
                          {"device.1.gflops", "1000"},
                          {"device.1.concurrency", "2"}},
                         "conformance"});
-  c.backends.push_back({"opencl", true, {}, "conformance"});
+  // CPU OpenCL devices are off by default (they compete with the cpu backend); ask for them so
+  // that a machine with only PoCL still checks the OpenCL backend.
+  c.backends.push_back(
+      {"opencl", true, {{"device_types", "cpu,gpu,accelerator"}}, "conformance"});
   c.backends.push_back({"cuda", true, {}, "conformance"});
   return c;
 }

@@ -1,0 +1,439 @@
+// The OpenCL backend at the plugin ABI, loaded with dlopen like the runtime would: zero devices
+// without failing, 2-D copies in, out and within device memory at offsets and pitches, copy and
+// launch errors, `done` handlers that call straight back into the plugin, synchronize and
+// destruction waiting for everything, profiled durations, sub-buffers for argument offsets, and
+// which kernel kinds are refused with which code.
+#include <hcr/plugin.h>
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using Options = std::vector<std::pair<std::string, std::string>>;
+
+const hcr_plugin_api_t* ocl_api() {
+  static const hcr_plugin_api_t* api = [] {
+    void* lib = dlopen(HCR_TEST_PLUGIN_DIR "/libhcr-opencl.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return static_cast<const hcr_plugin_api_t*>(nullptr);
+    auto get = reinterpret_cast<hcr_plugin_get_api_fn>(dlsym(lib, HCR_PLUGIN_ENTRY_SYMBOL));
+    return get ? get() : nullptr;
+  }();
+  return api;
+}
+
+struct Status {
+  int code = 0;
+  std::string message;
+};
+
+Status take(hcr_error_t* e) {
+  if (e == nullptr) return {};
+  const hcr_plugin_api_t* api = ocl_api();
+  Status s{static_cast<int>(api->error_code(e)), api->error_message(e)};
+  api->error_destroy(e);
+  return s;
+}
+
+/// One `done` callback: how often, with what.
+class Done {
+ public:
+  static void fn(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
+    auto* self = static_cast<Done*>(user);
+    Status s = take(error);
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    ++self->calls_;
+    self->status_ = s;
+    self->seconds_ = info ? info->device_seconds : -1;
+    self->cv_.notify_all();
+  }
+  bool wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(120), [&] { return calls_ > 0; });
+  }
+  int calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+  Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+  double seconds() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return seconds_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  Status status_;
+  double seconds_ = -1;
+};
+
+void log_nothing(void*, hcr_log_level_t, const char*) {}
+
+class Ocl {
+ public:
+  explicit Ocl(Options options) : api_(ocl_api()) {
+    services_.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
+    services_.abi_major = HCR_ABI_MAJOR;
+    services_.abi_minor = HCR_ABI_MINOR;
+    services_.log = &log_nothing;
+    services_.log_level = HCR_LOG_OFF;
+    std::vector<hcr_option_t> opts;
+    for (auto& [k, v] : options) opts.push_back({HCR_OPTION_STRUCT_SIZE, k.c_str(), v.c_str()});
+    hcr_plugin_create_args_t a{};
+    a.struct_size = HCR_PLUGIN_CREATE_ARGS_STRUCT_SIZE;
+    a.services = &services_;
+    a.options = opts.data();
+    a.num_options = opts.size();
+    a.library_path = "";
+    created_ = take(api_->plugin_create(&a));
+    p_ = a.plugin;
+  }
+  ~Ocl() { destroy(); }
+  void destroy() {
+    if (p_ == nullptr) return;
+    for (hcr_kernel_t* k : kernels_) api_->kernel_release(p_, k);
+    kernels_.clear();
+    api_->plugin_destroy(p_);
+    p_ = nullptr;
+  }
+  const Status& created() const { return created_; }
+  size_t count() {
+    size_t n = 0;
+    EXPECT_EQ(take(api_->device_count(p_, &n)).code, 0);
+    return n;
+  }
+  hcr_memory_t* alloc(uint64_t bytes) {
+    hcr_mem_alloc_args_t a{};
+    a.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
+    a.bytes = bytes;
+    Status s = take(api_->mem_alloc(p_, &a));
+    EXPECT_EQ(s.code, 0) << s.message;
+    return a.memory;
+  }
+  void free(hcr_memory_t* m) { api_->mem_free(p_, 0, m); }
+
+  struct End {
+    hcr_memory_t* memory = nullptr;
+    void* host = nullptr;
+    uint64_t offset = 0;
+    uint64_t pitch = 0;
+  };
+  static hcr_copy_args_t copy_args(End src, End dst, uint64_t width, uint64_t rows,
+                                   hcr_done_fn fn, void* user) {
+    hcr_copy_args_t a{};
+    a.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
+    a.src_memory = src.memory;
+    a.src_host = src.host;
+    a.src_offset = src.offset;
+    a.src_pitch = src.pitch;
+    a.dst_memory = dst.memory;
+    a.dst_host = dst.host;
+    a.dst_offset = dst.offset;
+    a.dst_pitch = dst.pitch;
+    a.width = width;
+    a.rows = rows;
+    a.done = fn;
+    a.done_user_data = user;
+    return a;
+  }
+  Status copy(End src, End dst, uint64_t width, uint64_t rows, Done& done) {
+    auto a = copy_args(src, dst, width, rows, &Done::fn, &done);
+    return take(api_->copy(p_, &a));
+  }
+  void copy_sync(End src, End dst, uint64_t width, uint64_t rows) {
+    Done d;
+    Status s = copy(src, dst, width, rows, d);
+    ASSERT_EQ(s.code, 0) << s.message;
+    ASSERT_TRUE(d.wait());
+    ASSERT_EQ(d.status().code, 0) << d.status().message;
+  }
+  std::pair<Status, hcr_kernel_t*> kernel(const hcr_kernel_desc_t& desc) {
+    hcr_kernel_get_args_t a{};
+    a.struct_size = HCR_KERNEL_GET_ARGS_STRUCT_SIZE;
+    a.desc = &desc;
+    Status s = take(api_->kernel_get(p_, &a));
+    if (s.code == 0) kernels_.push_back(a.kernel);
+    return {s, a.kernel};
+  }
+  static hcr_kernel_desc_t desc(const char* name, hcr_impl_kind_t kind, const char* api) {
+    hcr_kernel_desc_t d{};
+    d.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
+    d.name = name;
+    d.kind = kind;
+    d.api = api;
+    return d;
+  }
+  Status launch(hcr_launch_args_t& a) {
+    a.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+    return take(api_->launch(p_, &a));
+  }
+  Status synchronize() { return take(api_->synchronize(p_, 0)); }
+  hcr_plugin_t* plugin() const { return p_; }
+  const hcr_plugin_api_t* api() const { return api_; }
+
+ private:
+  const hcr_plugin_api_t* api_;
+  hcr_host_services_t services_{};
+  Status created_;
+  hcr_plugin_t* p_ = nullptr;
+  std::vector<hcr_kernel_t*> kernels_;
+};
+
+Options all_types() { return {{"device_types", "all"}, {"cache_dir", ""}}; }
+
+/// A plugin instance with at least one device, or skip.
+#define OPEN_DEVICE(name)                                                      \
+  ASSERT_NE(ocl_api(), nullptr) << dlerror();                                  \
+  Ocl name(all_types());                                                       \
+  ASSERT_EQ(name.created().code, 0) << name.created().message;                 \
+  if (name.count() == 0) GTEST_SKIP() << "no OpenCL device on this machine"
+
+hcr_arg_t arg(hcr_memory_t* m, hcr_dtype_t t, hcr_access_t access, uint64_t rows, uint64_t cols,
+              uint64_t offset = 0) {
+  hcr_arg_t a{};
+  a.struct_size = HCR_ARG_STRUCT_SIZE;
+  a.memory = m;
+  a.offset = offset;
+  a.dtype = t;
+  a.access = access;
+  a.rows = rows;
+  a.cols = cols;
+  a.ld = cols;
+  return a;
+}
+
+TEST(OpenClPluginAbi, NoMatchingDeviceIsZeroDevicesNotAnError) {
+  ASSERT_NE(ocl_api(), nullptr) << dlerror();
+  Ocl p(Options{{"device", "no-such-device-xyz"}, {"cache_dir", ""}});
+  ASSERT_EQ(p.created().code, 0) << p.created().message;
+  EXPECT_EQ(p.count(), 0u);
+  Ocl bad(Options{{"queues", "100"}});
+  EXPECT_EQ(bad.created().code, HCR_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(bad.created().message.find("'queues'"), std::string::npos) << bad.created().message;
+}
+
+TEST(OpenClPluginAbi, TwoDimensionalCopiesAtOffsetsAndPitches) {
+  OPEN_DEVICE(p);
+  // Host: 6 rows of 40 bytes; we move a 5 x 24-byte window starting at (1, 8).
+  std::vector<unsigned char> host(6 * 40);
+  std::iota(host.begin(), host.end(), 0);
+  hcr_memory_t* a = p.alloc(16 + 5 * 32);
+  hcr_memory_t* b = p.alloc(5 * 24);
+  // host (pitch 40) -> a at offset 16 (pitch 32) -> b (pitch 24, dense) -> host (pitch 48)
+  p.copy_sync({nullptr, host.data() + 40 + 8, 0, 40}, {a, nullptr, 16, 32}, 24, 5);
+  p.copy_sync({a, nullptr, 16, 32}, {b, nullptr, 0, 24}, 24, 5);
+  std::vector<unsigned char> back(5 * 48, 0xee);
+  p.copy_sync({b, nullptr, 0, 24}, {nullptr, back.data(), 0, 48}, 24, 5);
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 48; ++c)
+      ASSERT_EQ(back[r * 48 + c], c < 24 ? host[(r + 1) * 40 + 8 + c] : 0xee) << r << "," << c;
+  // One row: the 1-D path, at an offset.
+  std::vector<unsigned char> one(10);
+  p.copy_sync({b, nullptr, 30, 0}, {nullptr, one.data(), 0, 0}, 10, 1);
+  for (int c = 0; c < 10; ++c) ASSERT_EQ(one[c], host[(1 + 1) * 40 + 8 + 6 + c]);
+
+  Done d;
+  Status s = p.copy({nullptr, host.data(), 0, 40}, {a, nullptr, 16, 32}, 24, 6, d);
+  EXPECT_EQ(s.code, HCR_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(s.message.find("overrun the allocation"), std::string::npos) << s.message;
+  s = p.copy({nullptr, host.data(), 0, 40}, {nullptr, back.data(), 0, 40}, 8, 1, d);
+  EXPECT_EQ(s.code, HCR_ERROR_INVALID_ARGUMENT);
+  s = p.copy({nullptr, host.data(), 0, 10}, {a, nullptr, 0, 32}, 24, 2, d);
+  EXPECT_EQ(s.code, HCR_ERROR_INVALID_ARGUMENT) << "pitch below width";
+  EXPECT_EQ(d.calls(), 0) << "a refused copy never calls done";
+  p.free(a);
+  p.free(b);
+}
+
+// Each copy's done starts the next copy from inside the handler: the plugin must call done with
+// none of its locks held and from a thread where enqueueing is safe.
+struct Chain {
+  Ocl* p;
+  hcr_memory_t* mem;
+  std::vector<uint32_t>* host;
+  std::atomic<int> left;
+  std::atomic<int> errors{0};
+  static void step(void* user, hcr_error_t* error, const hcr_completion_info_t*) {
+    auto* c = static_cast<Chain*>(user);
+    if (error != nullptr) {
+      take(error);
+      c->errors.fetch_add(1);
+      return;
+    }
+    const int prev = c->left.fetch_sub(1);  // copies still to finish, this one included
+    if (prev <= 1) return;
+    const int i = prev - 2;
+    auto a = Ocl::copy_args({nullptr, c->host->data() + i, 0, 0},
+                            {c->mem, nullptr, static_cast<uint64_t>(i) * 4, 0}, 4, 1, &step, c);
+    if (hcr_error_t* e = c->p->api()->copy(c->p->plugin(), &a)) {
+      take(e);
+      c->errors.fetch_add(1);
+    }
+  }
+};
+
+TEST(OpenClPluginAbi, DoneMayCallBackIntoThePluginAndSynchronizeWaitsForAll) {
+  OPEN_DEVICE(p);
+  const int n = 300;
+  std::vector<uint32_t> host(n);
+  std::iota(host.begin(), host.end(), 1000u);
+  hcr_memory_t* mem = p.alloc(n * 4);
+  Chain c{&p, mem, &host, {n}};
+  auto a = Ocl::copy_args({nullptr, host.data() + n - 1, 0, 0},
+                          {mem, nullptr, static_cast<uint64_t>(n - 1) * 4, 0}, 4, 1, &Chain::step,
+                          &c);
+  ASSERT_EQ(take(p.api()->copy(p.plugin(), &a)).code, 0);
+  // synchronize() returns only once the whole chain has run, each link started from a done.
+  ASSERT_EQ(p.synchronize().code, 0);
+  EXPECT_LE(c.left.load(), 0);
+  EXPECT_EQ(c.errors.load(), 0);
+  std::vector<uint32_t> back(n);
+  p.copy_sync({mem, nullptr, 0, 0}, {nullptr, back.data(), 0, 0}, n * 4, 1);
+  EXPECT_EQ(back, host);
+  p.free(mem);
+}
+
+TEST(OpenClPluginAbi, DestructionWaitsForOutstandingOperations) {
+  ASSERT_NE(ocl_api(), nullptr);
+  auto p = std::make_unique<Ocl>(all_types());
+  ASSERT_EQ(p->created().code, 0);
+  if (p->count() == 0) GTEST_SKIP() << "no OpenCL device on this machine";
+  std::vector<float> host(1 << 16, 1.0f);
+  hcr_memory_t* mem = p->alloc(host.size() * 4);
+  std::vector<Done> done(50);
+  for (auto& d : done)
+    ASSERT_EQ(p->copy({nullptr, host.data(), 0, 0}, {mem, nullptr, 0, 0}, host.size() * 4, 1, d)
+                  .code,
+              0);
+  p->destroy();  // without synchronize, and leaving the allocation to the plugin to free
+  for (auto& d : done) EXPECT_EQ(d.calls(), 1);
+}
+
+const char* kSource = R"CL(
+__kernel void scale(__global float* x, float a) { x[get_global_id(0)] *= a; }
+)CL";
+
+TEST(OpenClPluginAbi, KernelKindsAndCodes) {
+  OPEN_DEVICE(p);
+  auto host = Ocl::desc("h", HCR_IMPL_HOST_FUNCTION, "host");
+  EXPECT_EQ(p.kernel(host).first.code, HCR_ERROR_UNSUPPORTED);
+  auto native = Ocl::desc("n", HCR_IMPL_NATIVE_FUNCTION, "opencl");
+  EXPECT_EQ(p.kernel(native).first.code, HCR_ERROR_UNSUPPORTED);
+  auto unknown = Ocl::desc("gemm_f99", HCR_IMPL_BUILTIN, nullptr);
+  EXPECT_EQ(p.kernel(unknown).first.code, HCR_ERROR_NOT_FOUND);
+  auto cuda = Ocl::desc("scale", HCR_IMPL_SOURCE, "cuda");
+  cuda.source = kSource;
+  cuda.source_size = std::strlen(kSource);
+  EXPECT_EQ(p.kernel(cuda).first.code, HCR_ERROR_UNSUPPORTED);
+  auto bad = Ocl::desc("scale", HCR_IMPL_SOURCE, "opencl");
+  bad.source = "__kernel void scale(__global float* x) { x[0] = nope; }";
+  bad.source_size = std::strlen(bad.source);
+  Status s = p.kernel(bad).first;
+  EXPECT_EQ(s.code, HCR_ERROR_BACKEND);
+  EXPECT_NE(s.message.find("build log"), std::string::npos) << s.message;
+}
+
+TEST(OpenClPluginAbi, ArgumentOffsetsUseSubBuffersAndMeasuredDurations) {
+  OPEN_DEVICE(p);
+  auto d = Ocl::desc("scale", HCR_IMPL_SOURCE, "opencl");
+  d.source = kSource;
+  d.source_size = std::strlen(kSource);
+  auto [s, k] = p.kernel(d);
+  ASSERT_EQ(s.code, 0) << s.message;
+  const size_t n = 4096;
+  std::vector<float> host(n, 2.0f);
+  hcr_memory_t* mem = p.alloc(n * 4);
+  p.copy_sync({nullptr, host.data(), 0, 0}, {mem, nullptr, 0, 0}, n * 4, 1);
+
+  // The second half, through a sub-buffer (offset 8 KiB is aligned on every device).
+  std::vector<hcr_arg_t> args = {arg(mem, HCR_DTYPE_F32, HCR_ACCESS_READ_WRITE, 1, n / 2, n * 2)};
+  const float three = 3.0f;
+  const uint32_t offsets[] = {0};
+  Done done;
+  hcr_launch_args_t a{};
+  a.kernel = k;
+  a.args = args.data();
+  a.num_args = 1;
+  a.params = &three;
+  a.params_size = sizeof three;
+  a.param_offsets = offsets;
+  a.num_params = 1;
+  a.flags = HCR_LAUNCH_MEASURE;
+  a.done = &Done::fn;
+  a.done_user_data = &done;
+  Status ls = p.launch(a);
+  ASSERT_EQ(ls.code, 0) << ls.message;
+  ASSERT_TRUE(done.wait());
+  ASSERT_EQ(done.status().code, 0) << done.status().message;
+  EXPECT_GT(done.seconds(), 0) << "profiled duration with HCR_LAUNCH_MEASURE";
+  std::vector<float> back(n);
+  p.copy_sync({mem, nullptr, 0, 0}, {nullptr, back.data(), 0, 0}, n * 4, 1);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], i < n / 2 ? 2.0f : 6.0f) << i;
+
+  // An offset no sub-buffer can start at is refused, saying why.
+  args[0].offset = 4;
+  args[0].cols = 8;
+  Done never;
+  a.done_user_data = &never;
+  ls = p.launch(a);
+  EXPECT_EQ(ls.code, HCR_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(ls.message.find("alignment"), std::string::npos) << ls.message;
+  EXPECT_EQ(never.calls(), 0);
+  p.free(mem);
+}
+
+TEST(OpenClPluginAbi, GemmReportsItsProfiledDuration) {
+  OPEN_DEVICE(p);
+  auto d = Ocl::desc("gemm_f32", HCR_IMPL_BUILTIN, nullptr);
+  auto [s, k] = p.kernel(d);
+  ASSERT_EQ(s.code, 0) << s.message;
+  const size_t n = 64;
+  std::vector<float> ones(n * n, 1.0f), out(n * n, 0.0f);
+  hcr_memory_t* A = p.alloc(n * n * 4);
+  hcr_memory_t* C = p.alloc(n * n * 4);
+  p.copy_sync({nullptr, ones.data(), 0, 0}, {A, nullptr, 0, 0}, n * n * 4, 1);
+  std::vector<hcr_arg_t> args = {arg(A, HCR_DTYPE_F32, HCR_ACCESS_READ, n, n),
+                                 arg(A, HCR_DTYPE_F32, HCR_ACCESS_READ, n, n),
+                                 arg(C, HCR_DTYPE_F32, HCR_ACCESS_READ_WRITE, n, n)};
+  hcr_gemm_params_t gp{HCR_GEMM_PARAMS_STRUCT_SIZE, 2.0, 0.0};
+  for (uint32_t flags : {0u, HCR_LAUNCH_MEASURE}) {
+    Done done;
+    hcr_launch_args_t a{};
+    a.kernel = k;
+    a.args = args.data();
+    a.num_args = 3;
+    a.params = &gp;
+    a.params_size = sizeof gp;
+    a.flags = flags;
+    a.done = &Done::fn;
+    a.done_user_data = &done;
+    Status ls = p.launch(a);
+    ASSERT_EQ(ls.code, 0) << ls.message;
+    ASSERT_TRUE(done.wait());
+    ASSERT_EQ(done.status().code, 0) << done.status().message;
+    if (flags) EXPECT_GT(done.seconds(), 0);
+    else EXPECT_LT(done.seconds(), 0) << "no measurement unless asked";
+  }
+  p.copy_sync({C, nullptr, 0, 0}, {nullptr, out.data(), 0, 0}, n * n * 4, 1);
+  for (float f : out) ASSERT_EQ(f, 2.0f * n);
+  p.free(A);
+  p.free(C);
+}
+
+}  // namespace
