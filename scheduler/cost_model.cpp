@@ -491,7 +491,9 @@ void LinkModel::record(uint32_t from, uint32_t to, uint64_t bytes, double second
 }
 
 double LinkModel::predict(uint32_t from, uint32_t to, uint64_t bytes) const {
-  if (bytes == 0 || from == to || from >= nodes_ || to >= nodes_) return 0;
+  if (bytes == 0 || from == to) return 0;
+  if (from >= nodes_ || to >= nodes_)  // a node that joined past the model's room
+    return static_cast<double>(bytes) / fallback_bandwidth;
   const Fit& f = fits_[from * nodes_ + to];
   double spb = f.seconds_per_byte.load(std::memory_order_relaxed);
   if (spb <= 0) spb = 1.0 / fallback_bandwidth;

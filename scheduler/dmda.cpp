@@ -90,27 +90,40 @@ class Dmda final : public Policy {
     ctx_ = &ctx;
     const auto& devices = ctx.devices();
     devs_.clear();
+    devs_.reserve(kMaxDevices);  // indexed without a lock while devices join: never moves
     uint32_t nodes = 1;
     for (const Device& d : devices) {
-      auto dev = std::make_unique<Dev>(by_priority_);
-      dev->node = d.memory_node;
-      dev->slots = std::max<uint32_t>(1, d.concurrency);
-      dev->arch = d.arch;
+      devs_.push_back(make_dev(d));
       nodes = std::max(nodes, d.memory_node + 1);
-      devs_.push_back(std::move(dev));
     }
-    links_.resize(nodes);
-    link_free_at_ = std::make_unique<std::atomic<double>[]>(nodes);
+    // Room for memory nodes that join later (hot-plug); beyond it copies are predicted at the
+    // fallback bandwidth.
+    node_capacity_ = nodes + kSpareNodes;
+    links_.resize(node_capacity_);
+    link_free_at_ = std::make_unique<std::atomic<double>[]>(node_capacity_);
     node_names_.assign(nodes, "host");
-    for (const Device& d : devices) {
-      if (d.memory_node == 0) continue;
-      node_names_[d.memory_node] = d.arch;
-      if (d.link_bandwidth > 0) {  // the plugin's declared figures until copies are measured
-        links_.declare(0, d.memory_node, d.link_latency, d.link_bandwidth);
-        links_.declare(d.memory_node, 0, d.link_latency, d.link_bandwidth);
+    for (const Device& d : devices) add_node(d);
+    load();
+  }
+
+  void device_added(DeviceId id) override {
+    const Device& d = ctx_->device(id);
+    {
+      std::lock_guard<std::mutex> lock(kernels_mutex_);
+      devs_.push_back(make_dev(d));
+      const std::string arch = d.arch;
+      auto extend = [&](std::vector<CostModel::Pair*>* v, const std::string& kernel) {
+        v->push_back(model_.pair(kernel, arch));  // reserved: readers never see it move
+      };
+      for (auto& [id2, name] : kernel_names_) {
+        std::vector<CostModel::Pair*>* v =
+            id2 < kFastKernels ? by_kernel_[id2].load(std::memory_order_relaxed) : slow_kernels_[id2];
+        if (v != nullptr) extend(v, name);
       }
     }
-    load();
+    std::lock_guard<std::mutex> lock(save_mutex_);
+    if (d.memory_node >= node_names_.size()) node_names_.resize(d.memory_node + 1, "host");
+    add_node(d);
   }
 
   DeviceId push(TaskRef t) override {
@@ -125,7 +138,7 @@ class Dmda final : public Policy {
 
     if (calibrate_ != "off") {  // a pair not measured enough, with no calibration task out?
       uint32_t fewest = min_samples_;
-      for (DeviceId d = 0; d < devs_.size(); ++d) {
+      for (DeviceId d = 0, count = ctx_->device_count(); d < count; ++d) {
         if (!t.can_run(d)) continue;
         CostModel::Pair& p = *pairs[d];
         uint32_t n = model_.samples(p);
@@ -223,10 +236,11 @@ class Dmda final : public Policy {
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
     if (dev.node != 0 && xfer_ns(t.policy_data()) > 0) {
       const double now = ctx_->now();
-      std::atomic<double>& free_at = link_free_at_[dev.node];
-      double was = free_at.load(std::memory_order_relaxed);
-      free_at.store(std::max(now, was) + static_cast<double>(xfer_ns(t.policy_data())) * 1e-9,
-                    std::memory_order_relaxed);
+      if (std::atomic<double>* free_at = link_free_at(dev.node)) {
+        double was = free_at->load(std::memory_order_relaxed);
+        free_at->store(std::max(now, was) + static_cast<double>(xfer_ns(t.policy_data())) * 1e-9,
+                       std::memory_order_relaxed);
+      }
     }
   }
   void discharge(TaskRef t, DeviceId d) {
@@ -243,7 +257,7 @@ class Dmda final : public Policy {
     // Predictions are per architecture: devices of one kind share them.
     std::array<std::pair<const CostModel::Pair*, double>, 8> seen{};
     size_t n_seen = 0;
-    for (DeviceId d = 0; d < devs_.size(); ++d) {
+    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d) {
       if (!t.can_run(d)) continue;
       Dev& dev = *devs_[d];
       const CostModel::Pair* p = pairs[d];
@@ -263,7 +277,10 @@ class Dmda final : public Policy {
       // Inputs arrive after the copies already queued on the device's link, then this one's.
       double xfer = copy_in(t, d);
       double arrival =
-          xfer > 0 ? std::max(now, link_free_at_[dev.node].load(std::memory_order_relaxed)) + xfer
+          xfer > 0 ? std::max(now, link_free_at(dev.node) ? link_free_at(dev.node)->load(
+                                                                    std::memory_order_relaxed)
+                                                              : now) +
+                         xfer
                    : now;
       double ready = now + static_cast<double>(dev.pending_ns.load(std::memory_order_relaxed)) *
                                1e-9 / dev.slots;
@@ -281,7 +298,7 @@ class Dmda final : public Policy {
   // slowed down since) drain to where the work now goes faster.
   TaskRef steal(DeviceId d) {
     std::vector<std::pair<int64_t, DeviceId>> victims;
-    for (DeviceId v = 0; v < devs_.size(); ++v)
+    for (DeviceId v = 0, n = ctx_->device_count(); v < n; ++v)
       if (v != d && devs_[v]->queue.size() > 0)
         victims.push_back({devs_[v]->pending_ns.load(std::memory_order_relaxed) / devs_[v]->slots, v});
     std::sort(victims.rbegin(), victims.rend());
@@ -350,6 +367,28 @@ class Dmda final : public Policy {
     std::string arch;
   };
 
+  std::unique_ptr<Dev> make_dev(const Device& d) const {
+    auto dev = std::make_unique<Dev>(by_priority_);
+    dev->node = d.memory_node;
+    dev->slots = std::max<uint32_t>(1, d.concurrency);
+    dev->arch = d.arch;
+    return dev;
+  }
+  // A device's memory node: its name (the architecture) for the link file, and the figures its
+  // plugin declares until copies are measured.
+  void add_node(const Device& d) {
+    if (d.memory_node == 0) return;
+    node_names_[d.memory_node] = d.arch;
+    if (d.link_bandwidth > 0) {
+      links_.declare(0, d.memory_node, d.link_latency, d.link_bandwidth);
+      links_.declare(d.memory_node, 0, d.link_latency, d.link_bandwidth);
+    }
+  }
+  // The time a node's inbound link is busy until (a joined node past the capacity: none).
+  std::atomic<double>* link_free_at(uint32_t node) {
+    return node < node_capacity_ ? &link_free_at_[node] : nullptr;
+  }
+
   // The model pair of each device for the task's kernel; built once per kernel.
   const std::vector<CostModel::Pair*>& pairs_for(TaskRef t) {
     const uint32_t id = t.kernel_id();
@@ -359,8 +398,10 @@ class Dmda final : public Policy {
     if (id < kFastKernels)
       if (auto* v = by_kernel_[id].load(std::memory_order_relaxed)) return *v;
     auto* v = new std::vector<CostModel::Pair*>();
+    v->reserve(kMaxDevices);  // device_added appends while others read
     std::string kernel(t.kernel_name());
     for (auto& dev : devs_) v->push_back(model_.pair(kernel, dev->arch));
+    kernel_names_[id] = kernel;
     if (id < kFastKernels) {
       by_kernel_[id].store(v, std::memory_order_release);
     } else {
@@ -456,6 +497,9 @@ class Dmda final : public Policy {
   LinkModel links_;
   std::unique_ptr<std::atomic<double>[]> link_free_at_;  // when each node's inbound copies end
   std::vector<std::string> node_names_;
+  static constexpr uint32_t kSpareNodes = 8;
+  uint32_t node_capacity_ = 0;
+  std::map<uint32_t, std::string> kernel_names_;  // kernels with a pairs vector (kernels_mutex_)
   std::vector<std::atomic<std::vector<CostModel::Pair*>*>> by_kernel_;
   std::mutex kernels_mutex_;
   std::map<uint32_t, std::vector<CostModel::Pair*>*> slow_kernels_;

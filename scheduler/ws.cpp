@@ -15,15 +15,17 @@ class WorkStealing final : public Policy {
   void attach(Context& ctx) override {
     ctx_ = &ctx;
     queues_.clear();
+    queues_.reserve(kMaxDevices);  // indexed without a lock while devices join: never moves
     for (size_t i = 0; i < ctx.devices().size(); ++i) queues_.push_back(std::make_unique<DeviceQueue>());
   }
+  void device_added(DeviceId /*d*/) override { queues_.push_back(std::make_unique<DeviceQueue>()); }
   DeviceId push(TaskRef t) override {
     DeviceId best = kAnyDevice;
     double best_load = 0;
-    for (DeviceId d = 0; d < queues_.size(); ++d) {
+    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d) {
       if (!t.can_run(d)) continue;
       double load = static_cast<double>(queues_[d]->size() + ctx_->in_flight(d)) /
-                    std::max<uint32_t>(1, ctx_->devices()[d].concurrency);
+                    std::max<uint32_t>(1, ctx_->device(d).concurrency);
       if (best == kAnyDevice || load < best_load) {
         best = d;
         best_load = load;
@@ -37,7 +39,7 @@ class WorkStealing final : public Policy {
     if (TaskRef t = queues_[d]->pop_back(d)) return t;
     // Steal from the longest queue first.
     std::vector<std::pair<size_t, DeviceId>> victims;
-    for (DeviceId v = 0; v < queues_.size(); ++v)
+    for (DeviceId v = 0, n = ctx_->device_count(); v < n; ++v)
       if (v != d && queues_[v]->size() > 0) victims.push_back({queues_[v]->size(), v});
     std::sort(victims.rbegin(), victims.rend());
     for (auto& [size, v] : victims)

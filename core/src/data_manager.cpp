@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace hcr::detail {
 
@@ -37,18 +38,22 @@ bool uses(const TaskNode* t, const BufferState* b) {
 }
 }  // namespace
 
-void DataManager::init(std::vector<NodeInit> nodes) {
-  nodes_.clear();
-  for (auto& n : nodes) {
-    NodeState s;
-    s.device = n.device;
-    s.name = std::move(n.name);
-    s.limit = n.limit;
-    nodes_.push_back(std::move(s));
-  }
-  active_ = nodes_.size() > 1;
-  link_bytes_.assign(nodes_.size() * nodes_.size(), 0);
-  link_count_.assign(nodes_.size() * nodes_.size(), 0);
+DataManager::DataManager(RuntimeCore& rt) : rt_(rt) {
+  nodes_.reserve(kMaxNodes);  // limit() reads nodes_ without the lock while nodes join
+  nodes_.emplace_back().name = "host";
+}
+
+uint32_t DataManager::add_node(NodeInit n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (nodes_.size() >= kMaxNodes)
+    throw Error(ErrorCode::config, "more than " + std::to_string(kMaxNodes - 1) +
+                                       " devices with their own memory");
+  NodeState& s = nodes_.emplace_back();
+  s.device = n.device;
+  s.name = std::move(n.name);
+  s.limit = n.limit;
+  active_.store(true, std::memory_order_release);
+  return static_cast<uint32_t>(nodes_.size() - 1);
 }
 
 BufferData& DataManager::data(BufferState& b) {
@@ -108,9 +113,9 @@ bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
 }
 
 void DataManager::count_link(uint32_t from, uint32_t to, uint64_t bytes) {
-  const size_t i = static_cast<size_t>(from) * nodes_.size() + to;
-  link_bytes_[i] += bytes;
-  link_count_[i] += 1;
+  auto& [total, copies] = links_[{from, to}];
+  total += bytes;
+  copies += 1;
 }
 
 void DataManager::free_replica(BufferState& b, uint32_t node) noexcept {
@@ -425,6 +430,23 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     // have committed a newer version while it was in flight (write-backs and prefetches are not
     // ordered by task dependencies).
     const bool current = !failure && src.valid;
+    // Nodes of another plugin waiting for the data to reach host memory go on from there; when
+    // it did not get there they fail with the copy (or, after a failed write-back, wait for a
+    // fetch from the replica that is still valid).
+    auto forward = [&](const std::exception_ptr& failed) {
+      for (uint32_t f : dst.forward) {
+        if (failed) {
+          set_fetching(b, f, false);
+          wake(b, f, failed, ready, more);
+        } else {
+          ++dst.pins;
+          ++dst.copies_out;
+          retain(&b);
+          more.push_back({&b, 0, f, false});
+        }
+      }
+      dst.forward.clear();
+    };
     if (c.evict) {
       src.evicting = false;
       set_fetching(b, c.dst, false);
@@ -435,6 +457,9 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
           free_replica(b, c.src);
           ++evictions_;
         }
+        forward(nullptr);
+      } else if (!dst.forward.empty()) {
+        plan_fetch(b, 0, more);  // the device's replica is still the valid one
       }
       wake(b, c.dst, nullptr, ready, more);
       take_memory_waiters(retry);
@@ -442,20 +467,7 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
       set_fetching(b, c.dst, false);
       if (current) set_valid(b, c.dst, true);  // else stale on arrival: wake() refetches
       wake(b, c.dst, failure, ready, more);
-      if (c.dst == 0) {
-        for (uint32_t f : dst.forward) {
-          if (failure) {
-            set_fetching(b, f, false);
-            wake(b, f, failure, ready, more);
-          } else {
-            ++dst.pins;
-            ++dst.copies_out;
-            retain(&b);
-            more.push_back({&b, 0, f, false});
-          }
-        }
-        dst.forward.clear();
-      }
+      if (c.dst == 0) forward(failure);
       take_memory_waiters(retry);
     }
     wake(b, c.src, nullptr, ready, more);
@@ -640,6 +652,54 @@ void DataManager::finish_write_through(WriteThrough* wt) noexcept {
   rt_.written_through(t, error);
 }
 
+bool DataManager::evacuate(uint32_t n, double timeout_s) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    std::vector<Copy> copies;
+    size_t left = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (n == 0 || n >= nodes_.size()) return true;
+      NodeState& node = nodes_[n];
+      std::vector<BufferState*> resident(node.resident.begin(), node.resident.end());
+      for (BufferState* b : resident) {
+        BufferData& d = data(*b);
+        Replica& r = d.replicas[n];
+        // Busy replicas (a copy into or out of it, a write-back on its way) are looked at again
+        // once that is done: the device runs nothing, so they only get fewer.
+        if (r.pins != 0 || r.fetching || r.evicting || r.copies_out != 0) continue;
+        if (!r.valid || has_other_valid(*b, n)) {
+          free_replica(*b, n);
+          ++evictions_;
+          continue;
+        }
+        const Replica& home = d.replicas[0];
+        if (home.pins != 0 || home.fetching) continue;  // a host task holds it: next round
+        r.evicting = true;  // the write-back frees it when it lands (copy_done)
+        ++r.pins;
+        ++r.copies_out;
+        set_fetching(*b, 0, true);
+        retain(b);
+        copies.push_back({b, n, 0, true});
+      }
+      left = node.resident.size();
+      if (left == 0) {
+        node.limit = 0;  // nothing is placed here again (the device is out of scheduling)
+        return true;
+      }
+    }
+    for (const Copy& c : copies) issue(c);
+    if (std::chrono::steady_clock::now() > deadline) {
+      HCR_LOG(error, "memory of '" << nodes_[n].name << "': " << left
+                                   << " buffer(s) still resident after " << timeout_s << " s");
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   if (n >= nodes_.size()) return;
@@ -679,7 +739,7 @@ void DataManager::forget(BufferState& b) noexcept {
 }
 
 void DataManager::shutdown() noexcept {
-  if (!active_) return;
+  if (!active()) return;
   // Copies in flight (prefetches, write-backs) have completed: the plugins were synchronised.
   std::vector<BufferState*> resident;
   {
@@ -710,7 +770,7 @@ void DataManager::shutdown() noexcept {
     for (uint32_t n = 1; n < nodes_.size(); ++n) free_replica(*b, n);
     set_valid(*b, 0, true);
   }
-  active_ = false;
+  active_.store(false, std::memory_order_relaxed);
 }
 
 DataCounters DataManager::counters() const {
@@ -718,11 +778,8 @@ DataCounters DataManager::counters() const {
   DataCounters c;
   for (uint32_t n = 0; n < nodes_.size(); ++n)
     c.nodes.push_back({n, nodes_[n].name, n == 0 ? 0 : nodes_[n].limit, nodes_[n].used});
-  const size_t k = nodes_.size();
-  for (size_t i = 0; i < k * k; ++i)
-    if (link_count_[i] != 0)
-      c.links.push_back({static_cast<uint32_t>(i / k), static_cast<uint32_t>(i % k),
-                         link_bytes_[i], link_count_[i]});
+  for (const auto& [link, counts] : links_)
+    c.links.push_back({link.first, link.second, counts.first, counts.second});
   c.hits = hits_;
   c.misses = misses_;
   c.evictions = evictions_;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_set>
@@ -64,15 +65,17 @@ class DataManager {
     uint64_t limit;
   };
 
-  explicit DataManager(RuntimeCore& rt) : rt_(rt) {}
   DataManager(const DataManager&) = delete;
   DataManager& operator=(const DataManager&) = delete;
 
-  /// Node 0 is host memory; one node per device with its own memory follows.
-  void init(std::vector<NodeInit> nodes);
-  /// False when every device works in host memory: then nothing here is ever needed.
-  bool active() const noexcept { return active_; }
-  uint32_t node_count() const noexcept { return static_cast<uint32_t>(nodes_.size()); }
+  /// Node 0 is host memory; one node per device with its own memory follows (add_node).
+  DataManager(RuntimeCore& rt);
+  /// A device with its own memory joins (at start or hot-plugged); returns its node. Nodes are
+  /// never reused: a removed device's node stays, empty.
+  uint32_t add_node(NodeInit node);
+  /// False while every device works in host memory: then nothing here is needed.
+  bool active() const noexcept { return active_.load(std::memory_order_relaxed); }
+  /// Lock-free: nodes_ never reallocates (reserved for kMaxNodes).
   uint64_t limit(uint32_t node) const noexcept { return nodes_[node].limit; }
 
   enum class Status {
@@ -92,6 +95,10 @@ class DataManager {
   void forget(BufferState& b) noexcept;
   /// Copies every buffer whose only valid replica is on a device home, frees all allocations.
   void shutdown() noexcept;
+  /// A device was removed (no longer scheduled, nothing running on it): writes home every buffer
+  /// whose only valid copy is on `node` and frees the node's allocations. Waits for copies in
+  /// flight; false (with the node's leftovers logged) when that took longer than `timeout_s`.
+  bool evacuate(uint32_t node, double timeout_s) noexcept;
   /// A device and its memory are gone: its replicas are invalid, and data whose only valid copy
   /// was there is lost (readers fail, saying so).
   void node_lost(uint32_t node, const std::string& device) noexcept;
@@ -151,13 +158,13 @@ class DataManager {
   void count_link(uint32_t from, uint32_t to, uint64_t bytes);
 
   RuntimeCore& rt_;
-  bool active_ = false;
+  std::atomic<bool> active_{false};
   bool eager_writeback_ = false;
   mutable std::mutex mutex_;
   std::vector<NodeState> nodes_;
   uint64_t clock_ = 0;
   // Counters (under mutex_).
-  std::vector<uint64_t> link_bytes_, link_count_;  // [from * nodes + to]
+  std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> links_;  // bytes, copies
   uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, writebacks_ = 0;
 };
 

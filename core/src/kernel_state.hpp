@@ -40,10 +40,11 @@ struct KernelState {
 
   std::mutex mutex;  // guards impls and resolution
   std::vector<std::unique_ptr<KernelImpl>> impls;  // stable addresses: user_data points at them
+  // One entry per possible device (kMaxDevices), so devices can join while tasks run.
   std::unique_ptr<KernelDevice[]> devices;
   size_t num_devices = 0;
-  std::atomic<bool> resolved{false};  // every device's capability is known
-  bool any_capable = false;           // some device runs it (published by `resolved`)
+  std::atomic<bool> resolved{false};     // every device's capability is known
+  std::atomic<bool> any_capable{false};  // some device runs it (published by `resolved`)
 
   bool can_run(size_t d) const noexcept {
     return d < num_devices && devices[d].capability.load(std::memory_order_acquire) ==

@@ -42,52 +42,50 @@ TaskNode::~TaskNode() {
 
 RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
   if (config_.log_level) log::set_level(*config_.log_level);
+  // Readers index these without a lock while devices join (hot-plug): they never reallocate.
+  dev_.reserve(kMaxDevices);
+  devices_.reserve(kMaxDevices);
   plugins_ = load_plugins(config_, report_);
-  for (auto& p : plugins_) {
-    for (auto& rec : p->devices) {
-      auto ds = std::make_unique<DeviceState>();
-      ds->info = rec.info;
-      ds->info.id = static_cast<uint32_t>(devices_.size());
-      ds->plugin = p.get();
-      ds->index = rec.index;
-      ds->flags = rec.flags;
-      // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
-      // task finds the next one in the plugin, its inputs already copied in.
-      const uint32_t slots = std::max<uint32_t>(1, ds->info.concurrency);
-      ds->window = slots + (config_.lookahead < 0 ? slots : static_cast<uint32_t>(config_.lookahead));
-      devices_.push_back(ds->info);
-      dev_.push_back(std::move(ds));
-    }
-  }
-  // Memory nodes: host-memory devices share node 0; every other device has its own, with the
-  // limit its [[backend]] table sets (default 90% of what it reports).
-  std::vector<DataManager::NodeInit> nodes{{nullptr, "host", 0}};
-  for (size_t i = 0; i < dev_.size(); ++i) {
-    DeviceState& d = *dev_[i];
-    uint32_t node = 0;
+  for (auto& p : plugins_) add_devices(*p);
+  data_.set_eager_writeback(config_.writeback == "eager");
+}
+
+void RuntimeCore::add_devices(PluginInstance& p) {
+  if (dev_.size() + p.devices.size() > kMaxDevices)
+    throw Error(ErrorCode::config, "plugin '" + p.name + "': more than " +
+                                       std::to_string(kMaxDevices) + " devices in one runtime");
+  for (auto& rec : p.devices) {
+    auto ds = std::make_unique<DeviceState>();
+    DeviceState& d = *ds;
+    d.info = rec.info;
+    d.info.id = static_cast<uint32_t>(dev_.size());
+    d.plugin = &p;
+    d.index = rec.index;
+    d.flags = rec.flags;
+    // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
+    // task finds the next one in the plugin, its inputs already copied in.
+    const uint32_t slots = std::max<uint32_t>(1, d.info.concurrency);
+    d.window = slots + (config_.lookahead < 0 ? slots : static_cast<uint32_t>(config_.lookahead));
+    // Memory nodes: host-memory devices share node 0; every other device has its own, with the
+    // limit its [[backend]] table sets (default 90% of what it reports).
     if (!(d.flags & HCR_DEVICE_HOST_MEMORY)) {
-      if (nodes.size() >= DataManager::kMaxNodes)
-        throw Error(ErrorCode::config, "more than " + std::to_string(DataManager::kMaxNodes - 1) +
-                                           " devices with their own memory");
       MemoryLimit limit{true, 90};
-      if (!d.plugin->memory_limit.empty()) {
-        auto parsed = parse_memory_limit(d.plugin->memory_limit);
+      if (!p.memory_limit.empty()) {
+        auto parsed = parse_memory_limit(p.memory_limit);
         if (!parsed)
-          throw Error(ErrorCode::config, d.plugin->origin + ": backend '" + d.plugin->name +
-                                             "': memory_limit '" + d.plugin->memory_limit +
-                                             "' is not a size or a share");
+          throw Error(ErrorCode::config, p.origin + ": backend '" + p.name + "': memory_limit '" +
+                                             p.memory_limit + "' is not a size or a share");
         limit = *parsed;
       }
       uint64_t bytes = limit.apply(d.info.memory_bytes);
       if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
-      node = static_cast<uint32_t>(nodes.size());
-      nodes.push_back({&d, d.info.name, bytes});
+      d.info.memory_node = data_.add_node({&d, d.info.name, bytes});
     }
-    d.info.memory_node = node;
-    devices_[i].memory_node = node;
+    devices_.push_back(d.info);
+    dev_.push_back(std::move(ds));
+    if (policy_) policy_->device_added(d.info.id);  // hot-plug: before anyone can see it
+    ndev_.store(static_cast<uint32_t>(dev_.size()), std::memory_order_release);
   }
-  data_.init(std::move(nodes));
-  data_.set_eager_writeback(config_.writeback == "eager");
 }
 
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
@@ -100,7 +98,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   task_timeout_ = config_.task_timeout;
   if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
-  HCR_LOG(info, "runtime started: " << devices_.size() << " device(s), policy '"
+  HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << policy_->name() << "'");
 }
 
@@ -137,7 +135,7 @@ void RuntimeCore::shutdown() noexcept {
     std::lock_guard<std::mutex> lock(kernels_mutex_);
     for (auto& [name, k] : kernels_) {
       std::lock_guard<std::mutex> klock(k->mutex);
-      for (size_t d = 0; d < k->num_devices; ++d) {
+      for (size_t d = 0, n = device_count(); d < n; ++d) {
         KernelDevice& kd = k->devices[d];
         if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
         kd.handle = nullptr;
@@ -163,7 +161,7 @@ Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   k->rt = self();
   k->name = std::string(name);
   k->id = static_cast<uint32_t>(kernels_.size());
-  k->num_devices = dev_.size();
+  k->num_devices = kMaxDevices;
   k->devices = std::make_unique<KernelDevice[]>(k->num_devices);
   Ref<KernelState> ref = Ref<KernelState>::adopt(k);
   kernels_.emplace(k->name, ref);
@@ -175,7 +173,7 @@ void RuntimeCore::resolve(KernelState& k) {
   std::lock_guard<std::mutex> lock(k.mutex);
   if (k.resolved.load(std::memory_order_relaxed)) return;
   bool any = false;
-  for (size_t d = 0; d < k.num_devices; ++d) {
+  for (size_t d = 0, n = device_count(); d < n; ++d) {
     KernelDevice& kd = k.devices[d];
     if (kd.capability.load(std::memory_order_relaxed) == Capability::unknown) {
       DeviceState& ds = *dev_[d];
@@ -230,7 +228,7 @@ void RuntimeCore::resolve(KernelState& k) {
     }
     any = any || kd.capability.load(std::memory_order_relaxed) == Capability::yes;
   }
-  k.any_capable = any;
+  k.any_capable.store(any, std::memory_order_relaxed);
   k.resolved.store(true, std::memory_order_release);
 }
 
@@ -272,10 +270,10 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
 void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
 
 void task_pin(TaskNode* t, uint32_t device) {
-  if (device >= t->rt->devices().size())
+  if (device >= t->rt->device_count())
     throw Error(ErrorCode::invalid_argument,
                 "device " + std::to_string(device) + " does not exist (the runtime has " +
-                    std::to_string(t->rt->devices().size()) + ")");
+                    std::to_string(t->rt->device_count()) + ")");
   t->pinned = static_cast<int32_t>(device);
 }
 
@@ -412,8 +410,12 @@ Runtime::~Runtime() {
   if (core_) core_->shutdown();
 }
 
-const std::vector<Device>& Runtime::devices() const noexcept { return core_->devices(); }
-const LoadReport& Runtime::load_report() const noexcept { return core_->report(); }
+std::vector<Device> Runtime::devices() const { return core_->devices_snapshot(); }
+LoadReport Runtime::load_report() const { return core_->report_snapshot(); }
+PluginRecord Runtime::load_plugin(const std::string& path, const BackendConfig& backend) {
+  return core_->load_plugin(path, backend);
+}
+void Runtime::remove_device(uint32_t device) { core_->remove_device(device); }
 const Config& Runtime::config() const noexcept { return core_->config(); }
 std::string_view Runtime::policy() const noexcept { return core_->policy().name(); }
 

@@ -9,6 +9,10 @@
 
 #include <hcr/error.hpp>
 
+#include <thread>
+
+#include <filesystem>
+
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -219,14 +223,14 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     return;
   }
   KernelState& k = *t->kernel;
-  bool runnable = k.any_capable;
+  bool runnable = k.any_capable.load(std::memory_order_relaxed);
   const uint32_t retired = retired_.load(std::memory_order_seq_cst);
   // The cheap answer holds unless something narrows the devices: a pin, memory limits, devices
   // that failed this task, devices out of scheduling.
   if (runnable && (t->pinned >= 0 || data_.active() || !t->excluded.empty() ||
                    retired != 0)) {
     runnable = false;
-    for (size_t d = 0; d < dev_.size() && !runnable; ++d)
+    for (size_t d = 0, n = device_count(); d < n && !runnable; ++d)
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
@@ -238,7 +242,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   // this task, or this sees the count and drains again (the task may sit on that device or in a
   // shared queue no device can take it from).
   if (retired_.load(std::memory_order_seq_cst) != retired) {
-    for (size_t x = 0; x < dev_.size(); ++x)
+    for (size_t x = 0, n = device_count(); x < n; ++x)
       if (!usable(x))
         for (sched::TaskRef q : policy_->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
     if (d != sched::kAnyDevice) {
@@ -254,7 +258,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
   // from a rotating device spreads the offers; stopping at the first taker keeps this O(1) for
   // many devices (a device finishing a task pumps itself anyway).
-  const size_t n = dev_.size();
+  const size_t n = device_count();
   const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
   for (size_t i = 0; i < n; ++i) {
     DeviceState& ds = *dev_[(first + i) % n];
@@ -582,14 +586,83 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
     std::lock_guard<SpinLock> g(d.fault_lock);
     d.last_fault = why;
   }
-  HCR_LOG(warn, "device '" << d.info.name << "' "
-                           << (status == DeviceState::kLost ? "lost"
-                               : status == DeviceState::kRemoved ? "removed"
-                                                                 : "quarantined")
-                           << ": " << why << "; its work goes elsewhere");
+  if (status == DeviceState::kRemoved)  // asked for: not a fault
+    HCR_LOG(info, "device '" << d.info.name << "' removed; its work goes elsewhere");
+  else
+    HCR_LOG(warn, "device '" << d.info.name << "' "
+                             << (status == DeviceState::kLost ? "lost" : "quarantined") << ": "
+                             << why << "; its work goes elsewhere");
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
   for (sched::TaskRef q : policy_->drain(d.info.id)) ready(q.node());
+}
+
+// ---- hot-plug ---------------------------------------------------------------------------------
+
+PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConfig& backend) {
+  check_alive();
+  std::error_code ec;
+  const std::filesystem::path file = std::filesystem::absolute(path, ec);
+  if (path.empty() || ec || !std::filesystem::is_regular_file(file, ec))
+    throw Error(ErrorCode::plugin, "load_plugin: '" + path + "' is not a file");
+  std::vector<Ref<KernelState>> kernels;
+  uint32_t first = 0, last = 0;
+  PluginRecord rec;
+  {
+    std::lock_guard<std::mutex> g(add_mutex_);
+    check_alive();
+    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec);
+    report_.plugins.push_back(rec);
+    if (!inst)
+      throw Error(ErrorCode::plugin, "load_plugin: '" + file.string() + "' skipped: " + rec.reason);
+    PluginInstance& p = *inst;
+    plugins_.push_back(std::move(inst));
+    first = device_count();
+    add_devices(p);
+    last = device_count();
+    std::lock_guard<std::mutex> k(kernels_mutex_);
+    for (auto& [name, ref] : kernels_) kernels.push_back(ref);
+  }
+  // Kernels known so far learn whether the new devices run them (the new devices' answers are
+  // unknown until asked); then the new devices take work waiting in shared queues.
+  for (auto& k : kernels) {
+    {
+      std::lock_guard<std::mutex> g(k->mutex);
+      k->resolved.store(false, std::memory_order_release);
+    }
+    resolve(*k);
+  }
+  for (uint32_t d = first; d < last; ++d) pump(*dev_[d]);
+  HCR_LOG(info, "plugin '" << rec.name << "' from " << file.string() << " joined with "
+                           << (last - first) << " device(s)");
+  return rec;
+}
+
+void RuntimeCore::remove_device(uint32_t id) {
+  check_alive();
+  std::lock_guard<std::mutex> g(add_mutex_);
+  const uint32_t n = device_count();
+  if (id >= n)
+    throw Error(ErrorCode::invalid_argument, "remove_device: no device " + std::to_string(id) +
+                                                 " (the runtime has " + std::to_string(n) + ")");
+  DeviceState& d = *dev_[id];
+  retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
+  // What it runs finishes there; a pump that saw it active just before may still hand it one.
+  while (d.in_flight.load(std::memory_order_seq_cst) != 0 ||
+         d.pumping.load(std::memory_order_seq_cst))
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  if (d.info.memory_node != 0 && d.status.load() != DeviceState::kLost)
+    data_.evacuate(d.info.memory_node, 60.0);
+}
+
+std::vector<Device> RuntimeCore::devices_snapshot() const {
+  std::lock_guard<std::mutex> g(add_mutex_);
+  return std::vector<Device>(devices_.begin(), devices_.begin() + device_count());
+}
+
+LoadReport RuntimeCore::report_snapshot() const {
+  std::lock_guard<std::mutex> g(add_mutex_);
+  return report_;
 }
 
 void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
@@ -660,10 +733,10 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
   if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device '" + dev_[t.pinned]->info.name +
           "', the only one the task allows: " + reason(static_cast<size_t>(t.pinned));
-  } else if (dev_.empty()) {
+  } else if (device_count() == 0) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {
-    for (size_t d = 0; d < dev_.size(); ++d)
+    for (size_t d = 0, n = device_count(); d < n; ++d)
       msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
   }
   return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
@@ -744,7 +817,8 @@ RuntimeStats RuntimeCore::stats() const {
   s.completed = completed_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.data = data_.counters();
-  for (auto& d : dev_) {
+  for (size_t i = 0, n = device_count(); i < n; ++i) {
+    const auto& d = dev_[i];
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);

@@ -62,6 +62,9 @@ class RuntimeCore final : public sched::Context {
 
   // sched::Context
   const std::vector<Device>& devices() const noexcept override { return devices_; }
+  /// Devices that joined so far (hot-plug adds; removed ones stay, out of scheduling).
+  uint32_t device_count() const noexcept override { return ndev_.load(std::memory_order_acquire); }
+  const Device& device(sched::DeviceId d) const noexcept override { return devices_[d]; }
   uint32_t in_flight(sched::DeviceId d) const noexcept override {
     return dev_[d]->in_flight.load(std::memory_order_relaxed);
   }
@@ -73,7 +76,6 @@ class RuntimeCore final : public sched::Context {
 
   const Config& config() const noexcept { return config_; }
   DataManager& data() noexcept { return data_; }
-  const LoadReport& report() const noexcept { return report_; }
   sched::Policy& policy() noexcept { return *policy_; }
 
   Ref<KernelState> kernel(std::string_view name);
@@ -95,7 +97,6 @@ class RuntimeCore final : public sched::Context {
   void retry_acquire(TaskNode* t) noexcept;
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
   void written_through(TaskNode* t, std::exception_ptr error) noexcept;
-  size_t device_count() const noexcept { return dev_.size(); }
   /// Whether device d takes work (not quarantined, lost or removed).
   bool usable(size_t d) const noexcept {
     return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
@@ -115,7 +116,19 @@ class RuntimeCore final : public sched::Context {
 
   std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
 
+  /// Hot-plug: loads one plugin library with `backend`'s options; its devices join scheduling.
+  /// Throws Error naming the file and the reason when it cannot be used.
+  PluginRecord load_plugin(const std::string& path, const BackendConfig& backend);
+  /// Takes device d out of scheduling for good: its queued work goes elsewhere, running tasks
+  /// finish, data only it holds is written home and its memory freed.
+  void remove_device(uint32_t d);
+  /// A snapshot of the devices (they may join while the caller looks).
+  std::vector<Device> devices_snapshot() const;
+  LoadReport report_snapshot() const;
+
  private:
+  // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
+  void add_devices(PluginInstance& p);
   void ready(TaskNode* t) noexcept;
   void dispatch(TaskNode* t) noexcept;
   // Hands device d tasks from the policy while it has free slots; returns how many it launched.
@@ -159,7 +172,9 @@ class RuntimeCore final : public sched::Context {
   std::exception_ptr no_device_error(const TaskNode& t) const;
 
   Config config_;
+  mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
+  std::atomic<uint32_t> ndev_{0};
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<DeviceState>> dev_;

@@ -100,7 +100,8 @@ TEST(PluginLoader, InitFailureFromOptionsIsSkippedNamingTheTable) {
   c.backends[0].origin = "devices.toml:7";
   Runtime rt(c);
   EXPECT_TRUE(rt.devices().empty());
-  const PluginRecord* rec = find_record(rt.load_report(), "libhcr-stub.so");
+  const LoadReport report = rt.load_report();
+  const PluginRecord* rec = find_record(report, "libhcr-stub.so");
   ASSERT_NE(rec, nullptr);
   EXPECT_EQ(rec->status, PluginRecord::Status::skipped);
   EXPECT_NE(rec->reason.find("fail_init = true"), std::string::npos) << rec->reason;
@@ -109,7 +110,8 @@ TEST(PluginLoader, InitFailureFromOptionsIsSkippedNamingTheTable) {
 
 TEST(PluginLoader, UnknownBackendOptionIsReportedByKey) {
   Runtime rt(test::stub_config({{"devcies", "2"}}));
-  const PluginRecord* rec = find_record(rt.load_report(), "libhcr-stub.so");
+  const LoadReport report = rt.load_report();
+  const PluginRecord* rec = find_record(report, "libhcr-stub.so");
   ASSERT_NE(rec, nullptr);
   EXPECT_EQ(rec->status, PluginRecord::Status::skipped);
   EXPECT_NE(rec->reason.find("unknown option 'devcies'"), std::string::npos) << rec->reason;
@@ -195,7 +197,8 @@ TEST(PluginLoader, NoConfigurationLoadsEveryInstalledPlugin) {
   Config c;
   c.use_environment = false;
   Runtime rt(c);
-  const PluginRecord* cpu = find_record(rt.load_report(), "libhcr-cpu.so");
+  const LoadReport report = rt.load_report();
+  const PluginRecord* cpu = find_record(report, "libhcr-cpu.so");
   ASSERT_NE(cpu, nullptr);
   EXPECT_EQ(cpu->status, PluginRecord::Status::loaded);
   EXPECT_EQ(cpu->name, "cpu");

@@ -9,6 +9,9 @@
 
 namespace hcr {
 
+/// Devices one runtime holds over its life, hot-plugged and removed ones included.
+inline constexpr uint32_t kMaxDevices = 128;
+
 struct Device {
   uint32_t id = 0;            ///< index in Runtime::devices()
   std::string name;           ///< e.g. "AMD EPYC (2 threads)"

@@ -97,8 +97,20 @@ class HCR_API Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  const std::vector<Device>& devices() const noexcept;
-  const LoadReport& load_report() const noexcept;
+  /// The devices (a snapshot: devices may join, see load_plugin). Device::id indexes it.
+  std::vector<Device> devices() const;
+  /// What the loader did (a snapshot; load_plugin appends to it).
+  LoadReport load_report() const;
+
+  /// Hot-plug: loads one plugin library (an absolute or relative file path) with `backend`'s
+  /// options, as a [[backend]] table would give them; its devices join scheduling at once
+  /// (learning policies explore them) and take work already waiting. Throws Error(plugin)
+  /// naming the file and the loader's reason when the library cannot be used.
+  PluginRecord load_plugin(const std::string& path, const BackendConfig& backend = {});
+  /// Takes a device out of scheduling for good: work queued for it is placed elsewhere, tasks
+  /// running there finish, and data whose only valid copy is in its memory is written back
+  /// before the memory is freed. Returns when that is done. Its id stays (health: removed).
+  void remove_device(uint32_t device);
   const Config& config() const noexcept;
   /// Name of the scheduling policy in use.
   std::string_view policy() const noexcept;

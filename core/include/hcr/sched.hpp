@@ -67,7 +67,12 @@ class HCR_API TaskRef {
 class Context {
  public:
   virtual ~Context() = default;
+  /// The devices at attach(); later ones arrive through Policy::device_added.
   virtual const std::vector<Device>& devices() const noexcept = 0;
+  /// Devices so far, hot-plugged ones included (ids below it are valid; removed ones stay, with
+  /// can_run false).
+  virtual uint32_t device_count() const noexcept = 0;
+  virtual const Device& device(DeviceId d) const noexcept = 0;
   /// Tasks handed to device d and not finished yet.
   virtual uint32_t in_flight(DeviceId d) const noexcept = 0;
   /// Seconds on a steady clock (the clock completed() durations are comparable with).
@@ -86,6 +91,9 @@ class Policy {
   virtual std::string_view name() const noexcept = 0;
   /// Called once before the first push, with the devices fixed.
   virtual void attach(Context& ctx) = 0;
+  /// Device d joined (hot-plug), d == the previous device_count(). Called before any push or
+  /// pop can name d, one device at a time; a policy sizes its per-device state for it here.
+  virtual void device_added(DeviceId /*d*/) {}
   /// A ready task. Returns the device it was placed on, or kAnyDevice.
   virtual DeviceId push(TaskRef task) = 0;
   /// Device d has a free slot: a task it can run, or an empty ref.

@@ -21,7 +21,7 @@ double process_cpu_seconds() {
 TEST(CpuBackend, ThreadsOptionSetsTheDeviceSlots) {
   Runtime rt(test::cpu_config(3));
   ASSERT_EQ(rt.devices().size(), 1u);
-  const Device& d = rt.devices()[0];
+  const Device d = rt.devices()[0];
   EXPECT_EQ(d.kind, DeviceKind::cpu);
   EXPECT_EQ(d.concurrency, 3u);
   EXPECT_EQ(d.compute_units, 3u);

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,10 +68,11 @@ Config cuda_config(Options options = {}) {
   return c;
 }
 
-const PluginRecord* record(const Runtime& rt, const std::string& name) {
+// A copy: the report is a snapshot (hot-plug may add to it).
+std::optional<PluginRecord> record(const Runtime& rt, const std::string& name) {
   for (auto& p : rt.load_report().plugins)
-    if (p.name == name) return &p;
-  return nullptr;
+    if (p.name == name) return p;
+  return std::nullopt;
 }
 
 // ---- the plugin through its C table ------------------------------------------------------------
@@ -344,8 +346,8 @@ hcr_arg_t matrix_arg(hcr_memory_t* m, uint64_t offset, hcr_dtype_t t, hcr_access
 TEST(CudaPlugin, LoadsAndReportsItsDevicesOrWhyNone) {
   test::LogCapture log(LogLevel::info);
   Runtime rt(cuda_config());
-  const PluginRecord* r = record(rt, "cuda");
-  ASSERT_NE(r, nullptr) << "the cuda plugin was not found in " << HCR_TEST_PLUGIN_DIR;
+  const std::optional<PluginRecord> r = record(rt, "cuda");
+  ASSERT_TRUE(r.has_value()) << "the cuda plugin was not found in " << HCR_TEST_PLUGIN_DIR;
   EXPECT_EQ(r->status, PluginRecord::Status::loaded) << r->reason;
   EXPECT_EQ(r->devices, static_cast<size_t>(gpus()));
   EXPECT_EQ(rt.devices().size(), static_cast<size_t>(gpus()));
@@ -372,8 +374,8 @@ TEST(CudaPlugin, BadOptionsAreRefusedNamingThem) {
            std::tuple{"copy_threads", "-1", "option 'copy_threads' = -1"},
        }) {
     Runtime rt(cuda_config({{key, value}}));
-    const PluginRecord* r = record(rt, "cuda");
-    ASSERT_NE(r, nullptr);
+    const std::optional<PluginRecord> r = record(rt, "cuda");
+    ASSERT_TRUE(r.has_value());
     EXPECT_EQ(r->status, PluginRecord::Status::skipped) << key << "=" << value;
     EXPECT_NE(r->reason.find(why), std::string::npos) << r->reason;
     EXPECT_NE(r->reason.find("test"), std::string::npos) << "names the backend table: " << r->reason;
@@ -385,8 +387,8 @@ TEST(CudaPlugin, MemoryLimitIsTheRuntimesKeyNotThePlugins) {
                            "t.toml");
   c.use_environment = false;
   Runtime rt(c);
-  const PluginRecord* r = record(rt, "cuda");
-  ASSERT_NE(r, nullptr);
+  const std::optional<PluginRecord> r = record(rt, "cuda");
+  ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, PluginRecord::Status::loaded) << r->reason;
 }
 
@@ -396,8 +398,8 @@ TEST(CudaPlugin, GoodOptionsAreAccepted) {
                           {"devices", "all"},
                           {"cache_dir", dir.path().string()},
                           {"copy_threads", "2"}}));
-  const PluginRecord* r = record(rt, "cuda");
-  ASSERT_NE(r, nullptr);
+  const std::optional<PluginRecord> r = record(rt, "cuda");
+  ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, PluginRecord::Status::loaded) << r->reason;
   for (const Device& d : rt.devices()) EXPECT_EQ(d.concurrency, 3u);
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <random>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,10 +36,11 @@ Config ocl_config(Options options = {}, const std::string& cache_dir = "") {
   return c;
 }
 
-const PluginRecord* opencl_record(const Runtime& rt) {
+// A copy: the report is a snapshot (hot-plug may add to it).
+std::optional<PluginRecord> opencl_record(const Runtime& rt) {
   for (auto& p : rt.load_report().plugins)
-    if (p.name == "opencl") return &p;
-  return nullptr;
+    if (p.name == "opencl") return p;
+  return std::nullopt;
 }
 
 std::vector<Device> opencl_devices(const Runtime& rt) {
@@ -116,8 +118,8 @@ TEST(OpenClBackend, DefaultTypesLeaveCpuDevicesToTheCpuBackend) {
   c.backends.push_back({"opencl", true, {{"cache_dir", ""}}, "opencl.toml:1"});
   test::LogCapture log(LogLevel::info);
   Runtime rt(c);
-  const PluginRecord* rec = opencl_record(rt);
-  ASSERT_NE(rec, nullptr);
+  const std::optional<PluginRecord> rec = opencl_record(rt);
+  ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
   for (const Device& d : opencl_devices(rt)) EXPECT_NE(d.kind, DeviceKind::cpu) << d.name;
   // Where the only OpenCL device is a CPU (PoCL), the plugin says why it offers nothing.
@@ -134,8 +136,8 @@ TEST(OpenClBackend, NoPlatformMeansNoDevicesAndAReason) {
   if (std::getenv("HCR_TEST_NO_PLATFORM_CHILD") != nullptr) {
     test::LogCapture log(LogLevel::info);
     Runtime rt(ocl_config());
-    const PluginRecord* rec = opencl_record(rt);
-    ASSERT_NE(rec, nullptr);
+    const std::optional<PluginRecord> rec = opencl_record(rt);
+    ASSERT_TRUE(rec.has_value());
     EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
     EXPECT_TRUE(opencl_devices(rt).empty());
     EXPECT_TRUE(log.contains("found no platform"));
@@ -209,8 +211,8 @@ TEST(OpenClBackend, BadOptionsAreRejectedNamingTheKey) {
   };
   for (const Case& k : cases) {
     Runtime rt(ocl_config(k.options));
-    const PluginRecord* rec = opencl_record(rt);
-    ASSERT_NE(rec, nullptr);
+    const std::optional<PluginRecord> rec = opencl_record(rt);
+    ASSERT_TRUE(rec.has_value());
     EXPECT_EQ(rec->status, PluginRecord::Status::skipped) << k.why;
     EXPECT_NE(rec->reason.find(k.why), std::string::npos)
         << "wanted '" << k.why << "' in '" << rec->reason << "'";
@@ -225,8 +227,8 @@ TEST(OpenClBackend, SampleConfigurationLoads) {
   for (auto& b : c.backends)
     if (b.name == "cpu") b.options = {{"threads", "1"}};
   Runtime rt(c);
-  const PluginRecord* rec = opencl_record(rt);
-  ASSERT_NE(rec, nullptr);
+  const std::optional<PluginRecord> rec = opencl_record(rt);
+  ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
   if (any_opencl_device()) {
     EXPECT_FALSE(opencl_devices(rt).empty());

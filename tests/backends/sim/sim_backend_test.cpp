@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -28,10 +29,11 @@ Config sim_config(Options options, std::string policy = "eager") {
   return c;
 }
 
-const PluginRecord* sim_record(const Runtime& rt) {
+// A copy: the report is a snapshot (hot-plug may add to it).
+std::optional<PluginRecord> sim_record(const Runtime& rt) {
   for (auto& p : rt.load_report().plugins)
-    if (p.name == "sim") return &p;
-  return nullptr;
+    if (p.name == "sim") return p;
+  return std::nullopt;
 }
 
 // ---- a policy that records what the plugin reports ------------------------------------------
@@ -144,8 +146,8 @@ TEST(SimBackend, DevicesAreAsConfigured) {
                          {"device.3.kind", "cpu"},
                          {"device.3.host_memory", "true"}}));
   ASSERT_EQ(rt.devices().size(), 4u);
-  const Device &fast = rt.devices()[0], &twin = rt.devices()[1], &fpga = rt.devices()[2],
-               &cpu = rt.devices()[3];
+  const std::vector<Device> devices = rt.devices();
+  const Device &fast = devices[0], &twin = devices[1], &fpga = devices[2], &cpu = devices[3];
   EXPECT_EQ(fast.name, "fast");
   EXPECT_EQ(fast.backend, "sim");
   EXPECT_EQ(fast.kind, DeviceKind::gpu);
@@ -217,8 +219,8 @@ TEST(SimBackend, BadOptionsAreRejectedNamingTheKey) {
   for (const Case& k : cases) {
     Runtime rt(sim_config(k.options));
     EXPECT_TRUE(rt.devices().empty()) << k.why;
-    const PluginRecord* rec = sim_record(rt);
-    ASSERT_NE(rec, nullptr);
+    const std::optional<PluginRecord> rec = sim_record(rt);
+    ASSERT_TRUE(rec.has_value());
     EXPECT_EQ(rec->status, PluginRecord::Status::skipped);
     EXPECT_NE(rec->reason.find(k.why), std::string::npos)
         << "wanted '" << k.why << "' in '" << rec->reason << "'";
@@ -272,8 +274,8 @@ TEST(SimBackend, TheSampleMachineLoads) {
   Config c = Config::load(HCR_SOURCE_DIR "/samples/sim_machine.toml");
   c.use_environment = false;
   Runtime rt(c);
-  const PluginRecord* rec = sim_record(rt);
-  ASSERT_NE(rec, nullptr);
+  const std::optional<PluginRecord> rec = sim_record(rt);
+  ASSERT_TRUE(rec.has_value());
   EXPECT_EQ(rec->status, PluginRecord::Status::loaded) << rec->reason;
   EXPECT_GE(rec->devices, 2u);
 }
