@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 
@@ -262,9 +263,39 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     }
   dirs.emplace_back(install_plugin_dir().string(), "install");
 
+  // With [[backend]] tables, a library whose file name says it is a plugin nobody asked for
+  // (libhcr-<name>.so) is not opened at all: loading one costs milliseconds (its dependencies'
+  // initialisers), PoCL's tens. Libraries named otherwise are opened to learn their name.
+  std::set<std::string> wanted;
+  for (const BackendConfig& bc : config.backends)
+    if (bc.enabled) wanted.insert(bc.name);
+  auto unwanted = [&](const fs::path& file) {
+    if (config.backends.empty()) return false;
+    const std::string stem = file.filename().string();
+    const std::string prefix = "libhcr-";
+    if (stem.rfind(prefix, 0) != 0) return false;
+    const std::string name = stem.substr(prefix.size(), stem.find('.') - prefix.size());
+    return !name.empty() && !wanted.count(name);
+  };
+
   // Libraries in search order; the first of a name wins.
   std::vector<std::shared_ptr<LoadedLibrary>> libraries;
   std::map<std::string, size_t> record_of;  // library name -> index in report.plugins
+  std::vector<size_t> unopened;             // report.plugins entries left unopened
+  // Opens one library, its record going to report.plugins[slot] (a new entry when slot is the end).
+  auto open = [&](const fs::path& file, PluginRecord rec, size_t slot) {
+    auto lib = open_library(file, rec);
+    if (lib && record_of.count(lib->name)) {
+      rec.reason = "shadowed by " + report.plugins[record_of[lib->name]].path;
+      lib.reset();
+    }
+    if (!lib) HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
+    else HCR_LOG(info, "plugin " << rec.path << ": found '" << lib->name << "' " << rec.version);
+    if (lib) record_of[lib->name] = slot;
+    if (slot == report.plugins.size()) report.plugins.push_back(std::move(rec));
+    else report.plugins[slot] = std::move(rec);
+    if (lib) libraries.push_back(std::move(lib));
+  };
   std::vector<fs::path> seen_dirs;
   for (auto& [path, origin] : dirs) {
     LoadReport::Dir d{path, origin, false, {}};
@@ -288,22 +319,26 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     for (const fs::path& file : library_files(p)) {
       PluginRecord rec;
       rec.path = file.string();
-      auto lib = open_library(file, rec);
-      if (lib && record_of.count(lib->name)) {
-        rec.reason = "shadowed by " + report.plugins[record_of[lib->name]].path;
-        lib.reset();
-      }
-      if (!lib) {
-        HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
+      if (unwanted(file)) {
+        rec.reason = "not named in the configuration (not opened)";
+        unopened.push_back(report.plugins.size());
         report.plugins.push_back(std::move(rec));
         continue;
       }
-      HCR_LOG(info, "plugin " << rec.path << ": found '" << lib->name << "' " << rec.version);
-      record_of[lib->name] = report.plugins.size();
-      report.plugins.push_back(std::move(rec));
-      libraries.push_back(std::move(lib));
+      open(file, std::move(rec), report.plugins.size());
     }
   }
+  // A plugin asked for but not found: perhaps a library was renamed. Open the others after all.
+  bool missing = false;
+  for (const std::string& name : wanted) missing = missing || !record_of.count(name);
+  if (missing)
+    for (size_t i : unopened) {
+      const fs::path file = report.plugins[i].path;
+      PluginRecord rec;
+      rec.path = file.string();
+      open(file, std::move(rec), i);
+    }
+
 
   std::vector<std::unique_ptr<PluginInstance>> instances;
   auto create = [&](const std::shared_ptr<LoadedLibrary>& lib, const BackendConfig& bc,

@@ -117,6 +117,35 @@ TEST(PluginLoader, UnknownBackendOptionIsReportedByKey) {
   EXPECT_NE(rec->reason.find("unknown option 'devcies'"), std::string::npos) << rec->reason;
 }
 
+TEST(PluginLoader, LibrariesOfPluginsNobodyAskedForAreNotOpened) {
+  // Only "stub" is named: the install directory's libhcr-cpu.so and the others stay closed (their
+  // dependencies' initialisers cost start-up time), listed as such.
+  Runtime rt(test::stub_config());
+  const LoadReport report = rt.load_report();
+  const PluginRecord* cpu = find_record(report, "libhcr-cpu.so");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(cpu->status, PluginRecord::Status::skipped);
+  EXPECT_EQ(cpu->reason, "not named in the configuration (not opened)");
+  EXPECT_TRUE(cpu->name.empty());  // never asked
+  EXPECT_EQ(rt.devices().size(), 1u);
+}
+
+TEST(PluginLoader, ARenamedLibraryIsStillFoundByItsPluginName) {
+  // The file name is only a hint: a table's plugin missing after the hinted pass makes the loader
+  // open the other libraries after all.
+  test::TempDir dir;
+  fs::copy_file(fs::path(HCR_TEST_GOOD_DIR) / "libhcr-stub.so", dir.path() / "libhcr-renamed.so");
+  Config c = test::stub_config();
+  c.plugin_paths = {dir.path().string()};
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 1u);
+  EXPECT_EQ(rt.devices()[0].backend, "stub");
+  const LoadReport report = rt.load_report();
+  const PluginRecord* rec = find_record(report, "libhcr-renamed.so");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->status, PluginRecord::Status::loaded);
+}
+
 TEST(PluginLoader, TwoTablesOfOnePluginMakeTwoInstances) {
   Config c = test::stub_config({{"name_prefix", "a"}});
   c.backends.push_back({"stub", true, {{"name_prefix", "b"}, {"devices", "2"}}, "test"});
