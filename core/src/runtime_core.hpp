@@ -201,9 +201,10 @@ class RuntimeCore final : public sched::Context {
   std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
+  // Both touched by submitting and finishing threads; submitted_ by submitters only.
   alignas(64) std::atomic<int64_t> outstanding_{0};
-  alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
+  alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> failed_{0};
 };
 
