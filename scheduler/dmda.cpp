@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include <array>
+#include <bitset>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -72,7 +73,7 @@ class Dmda final : public Policy {
   Dmda(const Config& c, bool by_priority)
       : by_priority_(by_priority),
         unknown_(by_priority),
-        calibrate_(c.calibrate),
+        calibrate_(c.calibrate == "off" ? kOff : c.calibrate == "force" ? kForce : kAuto),
         min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
         dir_(model_directory(c)),
         by_kernel_(kFastKernels) {}
@@ -136,13 +137,18 @@ class Dmda final : public Policy {
     double best_exec = 0, best_xfer = 0;
     bool explore = false;
 
-    if (calibrate_ != "off") {  // a pair not measured enough, with no calibration task out?
+    // The devices that can run it, asked once per decision (both passes below need them).
+    std::bitset<kMaxDevices> capable;
+    const DeviceId count = ctx_->device_count();
+    for (DeviceId d = 0; d < count; ++d) capable[d] = t.can_run(d);
+
+    if (calibrate_ != kOff) {  // a pair not measured enough, with no calibration task out?
       uint32_t fewest = min_samples_;
-      for (DeviceId d = 0, count = ctx_->device_count(); d < count; ++d) {
-        if (!t.can_run(d)) continue;
+      for (DeviceId d = 0; d < count; ++d) {
+        if (!capable[d]) continue;
         CostModel::Pair& p = *pairs[d];
         uint32_t n = model_.samples(p);
-        if (calibrate_ == "force") {  // every footprint, not just the pair
+        if (calibrate_ == kForce) {  // every footprint, not just the pair
           Prediction pr = model_.predict(p, fp, size);
           n = pr.source == Prediction::Source::history ? pr.samples : 0;
         }
@@ -164,7 +170,7 @@ class Dmda final : public Policy {
       best_exec = pr.known() ? pr.seconds : std::max(0.0, ctx_->plugin_estimate(t, best));
       best_xfer = copy_in(t, best);
     } else {
-      Choice c = choose(t, pairs, now, /*estimates=*/true);
+      Choice c = choose(t, pairs, now, /*estimates=*/true, &capable);
       if (c.device == kAnyDevice) {
         // Nothing is known yet (calibration still running): placing now would be a guess. The
         // task waits where a device with a free slot takes it once the model says it should.
@@ -201,13 +207,13 @@ class Dmda final : public Policy {
         if (!u.can_run(d)) return false;
         const auto& pairs = pairs_for(u);
         CostModel::Pair& p = *pairs[d];
-        if (calibrate_ != "off" && model_.samples(p) < min_samples_) {
+        if (calibrate_ != kOff && model_.samples(p) < min_samples_) {
           uint32_t expected = 0;
           explored = p.exploring.compare_exchange_strong(expected, 1);
           return explored;
         }
         Choice c = choose(u, pairs, now, /*estimates=*/false);
-        return c.device == d || (c.device == kAnyDevice && calibrate_ == "off");
+        return c.device == d || (c.device == kAnyDevice && calibrate_ == kOff);
       });
       if (t) {
         t.set_policy_data(explored ? kExploreBit : 0);
@@ -248,8 +254,9 @@ class Dmda final : public Policy {
   }
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
+  // `capable`: which devices can run it, when the caller asked already.
   Choice choose(TaskRef t, const std::vector<CostModel::Pair*>& pairs, double now,
-                bool estimates) {
+                bool estimates, const std::bitset<kMaxDevices>* capable = nullptr) {
     const uint64_t fp = t.footprint();
     const double size = t.size();
     Choice best;
@@ -258,7 +265,7 @@ class Dmda final : public Policy {
     std::array<std::pair<const CostModel::Pair*, double>, 8> seen{};
     size_t n_seen = 0;
     for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d) {
-      if (!t.can_run(d)) continue;
+      if (capable ? !(*capable)[d] : !t.can_run(d)) continue;
       Dev& dev = *devs_[d];
       const CostModel::Pair* p = pairs[d];
       double exec = -1;
@@ -488,7 +495,8 @@ class Dmda final : public Policy {
 
   const bool by_priority_;
   DeviceQueue unknown_;  // tasks no device has a prediction for yet
-  const std::string calibrate_;
+  enum Calibrate : uint8_t { kAuto, kForce, kOff };  // [scheduler] calibrate, parsed once
+  const Calibrate calibrate_;
   const uint32_t min_samples_;
   const std::string dir_;
   Context* ctx_ = nullptr;
