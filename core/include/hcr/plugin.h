@@ -365,7 +365,9 @@ typedef struct hcr_launch_args {
 
 /* "gemm_f32", "gemm_f64" (and "gemm_f16", "gemm_bf16" with f32 accumulation where offered):
  * args[0] = A (read, m x k), args[1] = B (read, k x n), args[2] = C (read-write, m x n);
- * C = alpha * A * B + beta * C, params = hcr_gemm_params_t. */
+ * C = alpha * A * B + beta * C, params = hcr_gemm_params_t. With beta == 0 C's old contents are
+ * not read at all (BLAS semantics: NaN or garbage there must not leak into the result), so the
+ * runtime may hand a C that was never written. */
 typedef struct hcr_gemm_params {
   size_t struct_size;
   double alpha;
