@@ -173,6 +173,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[runtime\n", "bad.toml:1:"},
         BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
 
+TEST(Config, TheSampleFilesParse) {
+  // What the README points users at must load as it stands.
+  for (const char* name : {"devices.toml", "opencl.toml", "sim_machine.toml"}) {
+    const std::string path = std::string(HCR_SOURCE_DIR) + "/samples/" + name;
+    Config c;
+    ASSERT_NO_THROW(c = Config::load(path)) << path;
+    EXPECT_EQ(c.origin, path);
+    EXPECT_FALSE(c.backends.empty()) << path << ": no [[backend]] table";
+  }
+  Config d = Config::load(std::string(HCR_SOURCE_DIR) + "/samples/devices.toml");
+  EXPECT_EQ(d.task_timeout, 0.0);
+  EXPECT_EQ(d.writeback, "lazy");
+  EXPECT_TRUE(d.prefetch);
+}
+
 TEST(Config, LoadNamesAMissingFile) {
   Error e = expect_error([] { Config::load("/nonexistent/devices.toml"); });
   EXPECT_EQ(e.code(), ErrorCode::config);
