@@ -94,28 +94,29 @@ void BM_SgemmHcrVsDirect(benchmark::State& state) {
                  std::to_string(all_cores()) + " cores");
 }
 
-// Two FMAs per cycle per core need ten or more independent chains to hide the latency.
-__attribute__((noinline)) float fma_chains(long iters) {
-  __m256 a0 = _mm256_set1_ps(1.f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
-         a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+// Two FMAs per cycle per core need ten or more independent chains to hide the latency. Each chain
+// starts from its own value: chains with equal inputs are one computation to the compiler, which
+// merged all twelve into one (a latency-bound chain that "measured" more than the peak).
+__attribute__((noinline)) float fma_chains(long iters, float seed) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(seed + 0.001f * static_cast<float>(i));
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
   for (long i = 0; i < iters; ++i) {
-    a0 = _mm256_fmadd_ps(a0, m, c);
-    a1 = _mm256_fmadd_ps(a1, m, c);
-    a2 = _mm256_fmadd_ps(a2, m, c);
-    a3 = _mm256_fmadd_ps(a3, m, c);
-    a4 = _mm256_fmadd_ps(a4, m, c);
-    a5 = _mm256_fmadd_ps(a5, m, c);
-    a6 = _mm256_fmadd_ps(a6, m, c);
-    a7 = _mm256_fmadd_ps(a7, m, c);
-    a8 = _mm256_fmadd_ps(a8, m, c);
-    a9 = _mm256_fmadd_ps(a9, m, c);
-    a10 = _mm256_fmadd_ps(a10, m, c);
-    a11 = _mm256_fmadd_ps(a11, m, c);
+    a[0] = _mm256_fmadd_ps(a[0], m, c);
+    a[1] = _mm256_fmadd_ps(a[1], m, c);
+    a[2] = _mm256_fmadd_ps(a[2], m, c);
+    a[3] = _mm256_fmadd_ps(a[3], m, c);
+    a[4] = _mm256_fmadd_ps(a[4], m, c);
+    a[5] = _mm256_fmadd_ps(a[5], m, c);
+    a[6] = _mm256_fmadd_ps(a[6], m, c);
+    a[7] = _mm256_fmadd_ps(a[7], m, c);
+    a[8] = _mm256_fmadd_ps(a[8], m, c);
+    a[9] = _mm256_fmadd_ps(a[9], m, c);
+    a[10] = _mm256_fmadd_ps(a[10], m, c);
+    a[11] = _mm256_fmadd_ps(a[11], m, c);
   }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
   float out[8];
   _mm256_storeu_ps(out, s);
   return out[0];
@@ -127,7 +128,8 @@ void BM_FmaPeakAllCores(benchmark::State& state) {
   std::atomic<float> sink{0};
   for (auto _ : state) {
     std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) threads.emplace_back([&] { sink = sink + fma_chains(iters); });
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { sink = sink + fma_chains(iters, 1.0f + static_cast<float>(i)); });
     for (auto& t : threads) t.join();
   }
   gflops(state, static_cast<double>(n) * iters * 12 * 16);  // 12 FMAs x 8 lanes x 2 flops
