@@ -2,7 +2,8 @@
 // against an offline HEFT that knows the true costs; warm-start runs from a saved model; and the
 // cost of one placement decision with 64 devices.
 //
-//   build/bin/sched_bench [--iterations N] [--quick] [--gantt DIR]
+//   build/bin/sched_bench [--iterations N] [--quick] [--gantt DIR] [--case MACHINE/WORKLOAD]
+//                         [--policy NAME]
 //
 // The simulated devices compute nothing (timing only) and hold each task for its modelled
 // duration, stretched by the machine's time_scale so that runtime overhead stays small next to
@@ -207,7 +208,10 @@ double exec_time(const Machine& m, const SimDevice& d, const WTask& t) {
   return t.flops / (d.gflops * 1e9 * (f == d.factors.end() ? 1.0 : f->second)) * m.time_scale;
 }
 
-double heft(const Machine& m, const Workload& w) {
+// `online`: instead of HEFT's order (highest upward rank first, copies planned as early as the
+// link allows), place each task at the moment it becomes ready, by the same earliest-finish rule,
+// with its copies starting then: what dmda does, with exact costs and no runtime overhead.
+double heft(const Machine& m, const Workload& w, bool online = false) {
   const size_t n = w.tasks.size();
   // Predecessors through data (sequential consistency), for ranks.
   std::vector<std::vector<int>> succ(n);
@@ -282,8 +286,9 @@ double heft(const Machine& m, const Workload& w) {
   }
   std::vector<int> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = int(i);
-  // Highest rank first; ties keep submission order, which is a topological order.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[size_t(a)] > rank[size_t(b)]; });
+  // Highest rank first; ties keep submission order, which is a topological order. (Online:
+  // submission order among tasks ready at the same time.)
+  if (!online) std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[size_t(a)] > rank[size_t(b)]; });
   // Respect dependencies: a task is scheduled only once its predecessors are.
   std::vector<int> preds(n, 0);
   for (size_t i = 0; i < n; ++i)
@@ -299,9 +304,10 @@ double heft(const Machine& m, const Workload& w) {
   for (size_t scheduled = 0; scheduled < n; ++scheduled) {
     int pick = -1;
     for (int t : order)
-      if (!done[size_t(t)] && preds[size_t(t)] == 0) {
+      if (!done[size_t(t)] && preds[size_t(t)] == 0 &&
+          (pick < 0 || (online && ready_at[size_t(t)] < ready_at[size_t(pick)]))) {
         pick = t;
-        break;
+        if (!online) break;
       }
     const WTask& t = w.tasks[size_t(pick)];
     double best_eft = INFINITY;
@@ -323,7 +329,7 @@ double heft(const Machine& m, const Workload& w) {
         double best_arrival = INFINITY;
         for (auto& [src, since] : v) {
           // One plugin: device to device is one copy, on the destination's engine.
-          double start = std::max(since, in[size_t(p.node)]);
+          double start = std::max({since, in[size_t(p.node)], online ? ready_at[size_t(pick)] : 0.0});
           double arrival = start + copy_time(src, p.node, bytes);
           best_arrival = std::min(best_arrival, arrival);
         }
@@ -370,27 +376,33 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int iterations = 5;
   bool quick = false;
-  std::string gantt_dir;  // --gantt DIR: a chart of one more dmda iteration per case
+  std::string gantt_dir;  // --gantt DIR: a chart and a trace of one more dmda iteration per case
+  std::string only_case, only_policy;  // --case hetero/cholesky, --policy dmda: just those
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--gantt") && i + 1 < argc) gantt_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
+    else if (!std::strcmp(argv[i], "--policy") && i + 1 < argc) only_policy = argv[++i];
   }
   if (quick) iterations = 3;
   hcr::log::set_level(hcr::LogLevel::error);
-  const std::vector<std::string> policies = {"eager", "random", "ws", "dmda", "dmdas"};
+  std::vector<std::string> policies = {"eager", "random", "ws", "dmda", "dmdas"};
+  if (!only_policy.empty()) policies = {only_policy};
   const std::vector<std::pair<Machine, Workload>> cases = {
       {hetero(), gemm_mixed()}, {hetero(), bag()},      {hetero(), cholesky()},
       {affinity(), bag()},      {affinity(), cholesky()}};
 
   std::printf("makespans in seconds (median of iterations %d..%d, after warm-up), ratio to HEFT\n\n",
               std::min(3, iterations), iterations);
-  std::printf("%-10s %-11s %8s", "machine", "workload", "HEFT");
+  std::printf("%-10s %-11s %8s %6s", "machine", "workload", "HEFT", "EFT");
   for (auto& p : policies) std::printf(" %15s", p.c_str());
   std::printf("  %s\n", "dmda cold-start*");
   for (auto& [machine, work] : cases) {
+    if (!only_case.empty() && only_case != machine.name + "/" + work.name) continue;
     double ref = heft(machine, work);
-    std::printf("%-10s %-11s %8.3f", machine.name.c_str(), work.name.c_str(), ref);
+    std::printf("%-10s %-11s %8.3f %6.2f", machine.name.c_str(), work.name.c_str(), ref,
+                heft(machine, work, /*online=*/true) / ref);
     for (auto& policy : policies) {
       hcr::Runtime rt(sim_config(machine, work, policy, "off"));
       std::vector<double> warm;
@@ -399,10 +411,12 @@ int main(int argc, char** argv) {
         if (it >= std::min(3, iterations)) warm.push_back(s);
       }
       double med = median(warm);
-      if (!gantt_dir.empty() && policy == "dmda") {
+      if (!gantt_dir.empty() && (policy == "dmda" || !only_policy.empty())) {
         rt.start_trace();
         run_once(rt, work);
-        rt.write_gantt(gantt_dir + "/" + machine.name + "-" + work.name + ".svg");
+        const std::string base = gantt_dir + "/" + machine.name + "-" + work.name + "-" + policy;
+        rt.write_gantt(base + ".svg");
+        rt.write_trace(base + ".json");
         rt.stop_trace();
       }
       std::printf(" %7.3f (%4.2f)", med, med / ref);
@@ -426,16 +440,24 @@ int main(int argc, char** argv) {
   }
   std::printf("\n* first iteration of a new runtime that loaded the model an earlier run saved "
               "(median of 3 runs)\n");
+  std::printf("  EFT: dmda's rule itself offline (exact costs, no runtime overhead, each task placed when it "
+              "becomes ready, FIFO devices)\n");
 
+  if (!only_case.empty()) return 0;
   // Decision cost: 64 devices of 4 architectures, a warm model, tasks submitted as fast as the
-  // submitting thread can: submit + placement per task, dmda against eager on the same machine.
+  // submitting thread can. Two figures per policy: the placement decision itself (the time the
+  // runtime measures around the policy's push, with the counters on) and the whole submission
+  // (submit + decision + everything the submitting thread does for the task), dmda against
+  // eager on the same machine.
   Machine wide{"wide64", 1, {}};
   for (int i = 0; i < 64; ++i)
     wide.devices.push_back({"d" + std::to_string(i), 100.0 * (1 + i % 4), false, 10e9, 1e-5, 1, {}});
   Workload tiny{"tiny", {{16, 16}}, {}, {{"k1", 1e3}}};
-  std::printf("\nplacement cost with 64 simulated devices (own memory), per task:\n");
-  for (const char* policy : {"eager", "dmda"}) {
+  std::printf("\nplacement with 64 simulated devices (own memory), per task, median of 5 x 20000:\n");
+  std::printf("  %-6s %12s %12s\n", "policy", "decision", "submission");
+  for (const char* policy : {"eager", "dmda", "dmdas"}) {
     hcr::Config c = sim_config(wide, tiny, policy, "off");
+    c.counters = true;
     for (int i = 0; i < 64; ++i)  // four architectures of sixteen identical devices each
       c.backends[0].options.push_back({"device." + std::to_string(i) + ".arch",
                                        "arch" + std::to_string(i % 4)});
@@ -444,16 +466,20 @@ int main(int argc, char** argv) {
     auto in = rt.vector<float>(16);
     for (int i = 0; i < 2000; ++i) rt.submit(hcr::Task(k).read(in));  // warm the model
     rt.wait_all();
-    std::vector<double> per_task;
+    std::vector<double> per_task, per_decision;
     for (int rep = 0; rep < 5; ++rep) {
       const int n = 20000;
+      const hcr::RuntimeStats before = rt.stats();
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < n; ++i) rt.submit(hcr::Task(k).read(in));
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       rt.wait_all();
+      const hcr::RuntimeStats after = rt.stats();
       per_task.push_back(s / n * 1e6);
+      per_decision.push_back((after.decision_seconds - before.decision_seconds) /
+                             double(std::max<uint64_t>(1, after.decisions - before.decisions)) * 1e6);
     }
-    std::printf("  %-6s %.2f us (median of 5 x 20000 submissions)\n", policy, median(per_task));
+    std::printf("  %-6s %9.2f us %9.2f us\n", policy, median(per_decision), median(per_task));
   }
   return 0;
 }

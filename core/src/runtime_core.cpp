@@ -237,7 +237,15 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     finish(t, no_device_error(*t));
     return;
   }
-  sched::DeviceId d = policy_->push(sched::TaskRef(t));
+  sched::DeviceId d;
+  if (launch_flags_ != 0) {  // counters on: what the decision costs
+    const int64_t t0 = TraceRecorder::now_ns();
+    d = policy_->push(sched::TaskRef(t));
+    decision_ns_.fetch_add(TraceRecorder::now_ns() - t0, std::memory_order_relaxed);
+    decisions_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    d = policy_->push(sched::TaskRef(t));
+  }
   // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
   // this task, or this sees the count and drains again (the task may sit on that device or in a
   // shared queue no device can take it from).
@@ -816,6 +824,8 @@ RuntimeStats RuntimeCore::stats() const {
   s.submitted = submitted_.load(std::memory_order_relaxed);
   s.completed = completed_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
+  s.decisions = decisions_.load(std::memory_order_relaxed);
+  s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.data = data_.counters();
   for (size_t i = 0, n = device_count(); i < n; ++i) {
     const auto& d = dev_[i];

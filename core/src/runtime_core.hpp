@@ -206,6 +206,9 @@ class RuntimeCore final : public sched::Context {
   std::atomic<uint64_t> completed_{0};
   alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> failed_{0};
+  // Time spent in the policy's placement decisions (push), measured with the counters.
+  alignas(64) std::atomic<uint64_t> decisions_{0};
+  std::atomic<int64_t> decision_ns_{0};
 };
 
 /// Error for a task whose data predecessor failed, carrying the original message.

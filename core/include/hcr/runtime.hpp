@@ -82,6 +82,10 @@ struct RuntimeStats {
   uint64_t completed = 0;
   uint64_t failed = 0;
   double wall_seconds = 0;              ///< since the runtime started
+  /// Placement decisions (the policy's push) and the time they took, measured when execution
+  /// times are (policies that learn, Config::counters); else 0.
+  uint64_t decisions = 0;
+  double decision_seconds = 0;
   std::vector<DeviceCounters> devices;  ///< indexed by Device::id
   DataCounters data;                    ///< transfers, hits, misses, evictions per memory node
   /// The scheduler's predictions against measurements (policies that predict: dmda, dmdas).
