@@ -1,19 +1,43 @@
 // Tiled gemm: one task per C tile and k step, on tiles (sub-buffers) of A, B and C.
+#include "buffer_state.hpp"
+
 #include <hcr/blas.hpp>
 
 #include <string>
+#include <vector>
 
 namespace hcr::blas {
 
 namespace {
 std::string shape(size_t r, size_t c) { return std::to_string(r) + "x" + std::to_string(c); }
+
+// What would stop partitioning an operand, found before any is partitioned: a failure half way
+// would leave the others partitioned, unusable.
+void check_operand(Runtime& rt, detail::BufferState& s, const char* name) {
+  if (s.rt.get() != &rt.core())
+    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " +
+                                                 describe(s) + ") belongs to another runtime");
+  if (s.detached.load(std::memory_order_acquire))
+    throw Error(ErrorCode::invalid_argument,
+                std::string("gemm: ") + name + " (a " + describe(s) +
+                    ") no longer exists: the buffer was unpartitioned");
+  s.lock.lock();
+  const bool partitioned = s.partitioned;
+  s.lock.unlock();
+  if (partitioned)
+    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " +
+                                                 describe(s) +
+                                                 ") is partitioned: unpartition it first");
+}
 }  // namespace
 
 template <class T>
 Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>& c, size_t tile,
            T alpha, T beta) {
-  if (!a.valid() || !b.valid() || !c.valid())
-    throw Error(ErrorCode::invalid_argument, "gemm: an empty Buffer handle");
+  for (auto [x, name] : {std::pair{&a, "A"}, std::pair{&b, "B"}, std::pair{&c, "C"}})
+    if (!x->valid())
+      throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name +
+                                                   " is an empty Buffer handle");
   const size_t m = a.rows(), k = a.cols(), n = b.cols();
   if (b.rows() != k || c.rows() != m || c.cols() != n)
     throw Error(ErrorCode::invalid_argument,
@@ -22,12 +46,29 @@ Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>&
                     " (need A m x k, B k x n, C m x n)");
   if (tile == 0) throw Error(ErrorCode::invalid_argument, "gemm: tile size 0");
   if (c == a || c == b) throw Error(ErrorCode::invalid_argument, "gemm: C must not alias A or B");
+  check_operand(rt, *a.state(), "A");
+  check_operand(rt, *b.state(), "B");
+  check_operand(rt, *c.state(), "C");
 
   Kernel kernel = rt.kernel(gemm_kernel_name<T>());
   Buffer<T> ba = a, bb = b, bc = c;
-  Tiles<T> ta = ba.partition(tile, tile);
-  Tiles<T> tb = (b == a) ? ta : bb.partition(tile, tile);
-  Tiles<T> tc = bc.partition(tile, tile);
+  std::vector<Buffer<T>*> split;  // joined again if anything below throws
+  Tiles<T> ta, tb, tc;
+  try {
+    ta = ba.partition(tile, tile);
+    split.push_back(&ba);
+    if (b == a) {
+      tb = ta;
+    } else {
+      tb = bb.partition(tile, tile);
+      split.push_back(&bb);
+    }
+    tc = bc.partition(tile, tile);
+    split.push_back(&bc);
+  } catch (...) {
+    for (Buffer<T>* x : split) x->unpartition();
+    throw;
+  }
 
   const size_t kt = ta.cols();
   for (size_t i = 0; i < tc.rows(); ++i)

@@ -53,10 +53,10 @@ void null_buffer() { throw Error(ErrorCode::invalid_argument, "use of an empty B
 
 namespace {
 void check_usable(BufferState* b, const char* what) {
-  b->rt->check_alive();
+  b->rt->check_alive(what);
   if (b->detached.load(std::memory_order_acquire))
-    throw Error(ErrorCode::invalid_argument,
-                std::string(what) + ": a tile of a buffer that was unpartitioned");
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": the " + describe(*b) +
+                                                 " no longer exists: the buffer was unpartitioned");
 }
 
 // Submits a task that runs nowhere, with the given buffer accesses.
@@ -70,12 +70,27 @@ TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
 
 HostAccess buffer_acquire(BufferState* b, Access mode) {
   check_usable(b, "acquire");
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
+    throw Error(ErrorCode::invalid_argument,
+                "acquire: access mode " + std::to_string(static_cast<int>(mode)) +
+                    " is not read, write or read_write");
   b->lock.lock();
   bool partitioned = b->partitioned;
   b->lock.unlock();
   if (partitioned)
     throw Error(ErrorCode::invalid_argument,
                 "acquire of a partitioned " + shape_text(*b) + " buffer: unpartition it first");
+  // A second view of the same data from the thread that holds the first would wait for itself,
+  // and so would a kernel waiting for data its own task uses.
+  b->rt->check_view_conflict(*b, mode);
+  if (const TaskNode* running = running_cpu_task(); running != nullptr && running->rt == b->rt.get())
+    for (const ArgRec& a : running->args)
+      if (a.buffer == b && (writes(mode) || writes(a.access)))
+        throw Error(ErrorCode::invalid_argument,
+                    "acquire(" + std::string(access_name(mode)) + ") of a " + describe(*b) +
+                        " inside kernel '" + running->kernel->name + "', whose task has it as " +
+                        access_name(a.access) +
+                        " argument: it would wait forever for that task; use ctx.arg() instead");
   TaskNode* t = make_join(*b->rt, TaskKind::host_access);
   retain(b);
   t->args.push_back({b, mode});
@@ -89,11 +104,15 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
     std::exception_ptr e = t->error;
     std::rethrow_exception(e);
   }
+  b->rt->view_granted(t);
   return {b->host, std::move(token)};
 }
 
 void buffer_release(TaskNode* token) noexcept {
-  if (token->state.load(std::memory_order_acquire) == kPending) token->rt->finish(token, nullptr);
+  token->rt->view_released(token);
+  // Whoever moves `granted` from 1 ends the access (here, or the runtime's end while this view
+  // was still held: RuntimeCore::end_views_of_this_thread).
+  if (token->granted.exchange(2, std::memory_order_acq_rel) == 1) token->rt->finish(token, nullptr);
   release(token);
 }
 
@@ -149,7 +168,7 @@ TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
 }
 
 Ref<TaskNode> buffer_unpartition(BufferState* b) {
-  b->rt->check_alive();
+  b->rt->check_alive("unpartition");
   b->lock.lock();
   if (!b->partitioned) {
     b->lock.unlock();
@@ -159,6 +178,22 @@ Ref<TaskNode> buffer_unpartition(BufferState* b) {
   std::vector<BufferState*> alive;
   for (BufferState* slot : b->tiles)
     if (slot && try_retain(slot)) alive.push_back(slot);
+  // A tile partitioned in turn: tasks on its own tiles are not in its frontier, so the join
+  // could not wait for them. Its tiles must be joined first.
+  for (BufferState* c : alive) {
+    c->lock.lock();
+    const bool nested = c->partitioned;
+    c->lock.unlock();
+    if (nested) {
+      const std::string what = shape_text(*c) + " tile at (" + std::to_string(c->row0) + ", " +
+                               std::to_string(c->col0) + ")";
+      b->lock.unlock();  // first: dropping the last reference to a tile takes b->lock
+      for (BufferState* x : alive) release(x);
+      throw Error(ErrorCode::invalid_argument,
+                  "unpartition of a " + shape_text(*b) + " buffer whose " + what +
+                      " is partitioned itself: unpartition that tile first");
+    }
+  }
   b->tiles.clear();
   b->lock.unlock();
 
@@ -189,7 +224,7 @@ namespace hcr {
 
 detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size_t cols, void* data,
                                                       size_t ld) {
-  core_->check_alive();
+  core_->check_alive("buffer");
   if (rows == 0 || cols == 0)
     throw Error(ErrorCode::invalid_argument, "buffer of " + std::to_string(rows) + "x" +
                                                  std::to_string(cols) +

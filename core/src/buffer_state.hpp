@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace hcr::detail {
@@ -50,5 +51,24 @@ struct BufferState {
   size_t bytes() const noexcept { return rows * cols * elem; }
   ~BufferState();
 };
+
+/// For messages: "4x4 f32 buffer", "2x2 f32 tile at (0, 2) of a 4x4 buffer".
+inline std::string describe(const BufferState& b) {
+  std::string s = std::to_string(b.rows) + "x" + std::to_string(b.cols) + " " +
+                  std::string(dtype_name(b.dtype));
+  if (!b.parent) return s + " buffer";
+  return s + " tile at (" + std::to_string(b.row0) + ", " + std::to_string(b.col0) + ") of a " +
+         std::to_string(b.parent->rows) + "x" + std::to_string(b.parent->cols) + " buffer";
+}
+
+/// "read", "write", "read_write".
+inline const char* access_name(Access a) noexcept {
+  switch (a) {
+    case Access::read: return "read";
+    case Access::write: return "write";
+    case Access::read_write: return "read_write";
+  }
+  return "?";
+}
 
 }  // namespace hcr::detail

@@ -12,12 +12,19 @@ namespace hcr {
 
 namespace {
 
+thread_local const detail::TaskNode* tl_running = nullptr;
+
 // Runs a CpuFunction for a plugin. The task is the launch's host token: an exception is kept on
 // the task unchanged (the Event rethrows it) and summarised for the plugin's error.
 int cpu_trampoline(void* user_data, const hcr_exec_context_t* ctx, char* message,
                    size_t message_size) {
   auto* impl = static_cast<detail::KernelImpl*>(user_data);
   auto* task = static_cast<detail::TaskNode*>(ctx->host_token);
+  struct Running {  // a kernel may run another inline (a plugin completing at once)
+    const detail::TaskNode* outer = tl_running;
+    explicit Running(const detail::TaskNode* t) noexcept { tl_running = t; }
+    ~Running() { tl_running = outer; }
+  } running(task);
   try {
     TaskContext tc(ctx, task);
     impl->cpu(tc);
@@ -35,8 +42,17 @@ int cpu_trampoline(void* user_data, const hcr_exec_context_t* ctx, char* message
 
 detail::KernelState& checked(const detail::Ref<detail::KernelState>& s) {
   if (!s) throw Error(ErrorCode::invalid_argument, "use of an empty Kernel handle");
-  s->rt->check_alive();
+  if (!s->rt->alive()) s->rt->check_alive("kernel '" + s->name + "'");
   return *s;
+}
+
+// An implementation for no backend would never be offered to one: the task would fail later, at
+// run time, with "no device", far from the mistake.
+void check_api(const detail::KernelState& k, const std::string& api, const char* what) {
+  if (api.empty())
+    throw Error(ErrorCode::invalid_argument,
+                "kernel '" + k.name + "': " + what + " implementation for backend '': name the "
+                "backend it is for (\"cuda\", \"opencl\", ...)");
 }
 
 // Adds an implementation and makes devices that could not run the kernel ask again.
@@ -50,6 +66,8 @@ void add_impl(detail::KernelState& k, std::unique_ptr<detail::KernelImpl> impl) 
 }
 
 }  // namespace
+
+const detail::TaskNode* detail::running_cpu_task() noexcept { return tl_running; }
 
 const std::string& Kernel::name() const {
   if (!s_) throw Error(ErrorCode::invalid_argument, "use of an empty Kernel handle");
@@ -71,6 +89,7 @@ Kernel& Kernel::cpu(CpuFunction fn) {
 
 Kernel& Kernel::native(std::string api, hcr_kernel_fn fn, void* user_data) {
   auto& k = checked(s_);
+  check_api(k, api, "a native");
   if (fn == nullptr)
     throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': null native function");
   auto impl = std::make_unique<detail::KernelImpl>();
@@ -85,6 +104,7 @@ Kernel& Kernel::native(std::string api, hcr_kernel_fn fn, void* user_data) {
 Kernel& Kernel::source(std::string api, std::string text, std::string build_options,
                        std::string entry) {
   auto& k = checked(s_);
+  check_api(k, api, "a source");
   if (text.empty()) throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': empty source");
   auto impl = std::make_unique<detail::KernelImpl>();
   impl->kind = HCR_IMPL_SOURCE;
@@ -99,6 +119,7 @@ Kernel& Kernel::source(std::string api, std::string text, std::string build_opti
 Kernel& Kernel::binary(std::string api, std::string path, std::string build_options,
                        std::string entry) {
   auto& k = checked(s_);
+  check_api(k, api, "a binary");
   if (path.empty())
     throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': empty binary path");
   auto impl = std::make_unique<detail::KernelImpl>();

@@ -14,6 +14,11 @@
 namespace hcr::detail {
 
 class RuntimeCore;
+struct TaskNode;
+
+/// The task whose C++ CPU implementation runs on this thread, or null: calls from inside a kernel
+/// that would wait for the kernel's own task are refused.
+const TaskNode* running_cpu_task() noexcept;
 
 struct KernelImpl {
   hcr_impl_kind_t kind = HCR_IMPL_BUILTIN;

@@ -9,8 +9,10 @@
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace hcr::detail {
 
@@ -152,7 +154,7 @@ void RuntimeCore::shutdown() noexcept {
 // ---- kernels --------------------------------------------------------------------------------
 
 Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
-  check_alive();
+  check_alive("kernel");
   if (name.empty()) throw Error(ErrorCode::invalid_argument, "a kernel needs a name");
   std::lock_guard<std::mutex> lock(kernels_mutex_);
   auto it = kernels_.find(name);
@@ -235,8 +237,11 @@ void RuntimeCore::resolve(KernelState& k) {
 // ---- tasks ----------------------------------------------------------------------------------
 
 TaskNode* task_create(KernelState* kernel) {
-  if (kernel == nullptr) throw Error(ErrorCode::invalid_argument, "a task needs a valid kernel");
-  kernel->rt->check_alive();
+  if (kernel == nullptr)
+    throw Error(ErrorCode::invalid_argument,
+                "Task: a task needs a valid kernel, not an empty Kernel handle");
+  if (!kernel->rt->alive())  // the message is built only then: this is the submit path
+    kernel->rt->check_alive("Task: kernel '" + kernel->name + "'");
   auto* t = new TaskNode;
   t->rt = kernel->rt.get();
   retain(kernel);
@@ -244,24 +249,42 @@ TaskNode* task_create(KernelState* kernel) {
   return t;
 }
 
+// The same buffer twice in one task is allowed, whatever the modes (an in-place kernel given its
+// input and output as one buffer): dependencies and data movement use the union of the modes, and
+// every argument sees the same memory.
 void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
-  if (b == nullptr) throw Error(ErrorCode::invalid_argument, "task argument is an empty buffer");
-  if (b->rt.get() != t->rt)
-    throw Error(ErrorCode::invalid_argument, "buffer belongs to another runtime");
+  // The checks are a few compares; messages are only built on failure (the submit path).
+  auto call = [&] {
+    return std::string("Task::") + access_name(mode) + ": argument " +
+           std::to_string(t->args.size());
+  };
   if (mode != Access::read && mode != Access::write && mode != Access::read_write)
     throw Error(ErrorCode::invalid_argument,
-                "access mode " + std::to_string(static_cast<int>(mode)) + " is not read, write "
-                                                                          "or read_write");
+                "Task::arg: argument " + std::to_string(t->args.size()) + ": access mode " +
+                    std::to_string(static_cast<int>(mode)) + " is not read, write or read_write");
+  if (b == nullptr) throw Error(ErrorCode::invalid_argument, call() + " is an empty Buffer handle");
+  if (b->rt.get() != t->rt) {
+    if (!b->rt->alive())
+      throw Error(ErrorCode::shutdown,
+                  call() + " (a " + describe(*b) + ") belongs to a runtime that has ended");
+    throw Error(ErrorCode::invalid_argument, call() + " (a " + describe(*b) +
+                                                 ") belongs to another runtime than kernel '" +
+                                                 t->kernel->name + "'");
+  }
   retain(b);
   t->args.push_back({b, mode});
 }
 
 void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
   if (t->param_offsets.size() >= 64)
-    throw Error(ErrorCode::invalid_argument, "more than 64 parameters");
+    throw Error(ErrorCode::invalid_argument, "Task::param: parameter " +
+                                                 std::to_string(t->param_offsets.size()) +
+                                                 " is one too many (at most 64)");
   size_t off = (t->params.size() + align - 1) / align * align;
   if (off + size > 0xffff)
-    throw Error(ErrorCode::invalid_argument, "parameters exceed 64 KiB");
+    throw Error(ErrorCode::invalid_argument,
+                "Task::param: a " + std::to_string(size) + "-byte parameter after " +
+                    std::to_string(off) + " bytes of them exceeds 64 KiB");
   t->params.resize(off + size);
   std::memcpy(t->params.data() + off, data, size);
   t->param_offsets.push_back(static_cast<uint32_t>(off));
@@ -270,19 +293,24 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
 void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
 
 void task_pin(TaskNode* t, uint32_t device) {
-  if (device >= t->rt->device_count())
+  const uint32_t n = t->rt->device_count();
+  if (device >= n)
     throw Error(ErrorCode::invalid_argument,
-                "device " + std::to_string(device) + " does not exist (the runtime has " +
-                    std::to_string(t->rt->device_count()) + ")");
+                "Task::on: device " + std::to_string(device) + " does not exist (the runtime has " +
+                    std::to_string(n) + (n == 1 ? " device)" : " devices)"));
   t->pinned = static_cast<int32_t>(device);
 }
 
+// An empty Event stands for work that is already done (Event::ready() is true): after() ignores
+// it, so that `Event last; ... Task(k).after(last)` chains need no special first step.
 void task_add_dependency(TaskNode* t, TaskNode* before) {
   if (before == nullptr) return;
   if (before->rt != t->rt)
-    throw Error(ErrorCode::invalid_argument, "dependency on a task of another runtime");
+    throw Error(ErrorCode::invalid_argument,
+                std::string("Task::after: the event is of a task of another runtime") +
+                    (before->kernel ? " (kernel '" + before->kernel->name + "')" : std::string()));
   if (!before->submitted)
-    throw Error(ErrorCode::invalid_argument, "dependency on a task that was never submitted");
+    throw Error(ErrorCode::invalid_argument, "Task::after: a task that was never submitted");
   retain(before);
   t->after.push_back(before);
 }
@@ -344,26 +372,29 @@ Task& Task::operator=(Task&& o) noexcept {
 Task::~Task() {
   if (t_) detail::release(t_);
 }
-TaskNode* Task::node_or_throw() const {
-  if (!t_) throw Error(ErrorCode::invalid_argument, "task was already submitted");
+TaskNode* Task::node_or_throw(const char* what) const {
+  if (!t_)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": the task is empty (already submitted, or moved from)");
   return t_;
 }
 Task& Task::arg(detail::BufferState* b, Access mode) {
-  detail::task_add_arg(node_or_throw(), b, mode);
+  detail::task_add_arg(node_or_throw("Task::arg"), b, mode);
   return *this;
 }
+// Any int is a priority: higher runs earlier, negative ones after the default 0.
 Task& Task::priority(int p) {
-  detail::task_set_priority(node_or_throw(), p);
+  detail::task_set_priority(node_or_throw("Task::priority"), p);
   return *this;
 }
 Task& Task::after(const Event& e) {
-  detail::task_add_dependency(node_or_throw(), e.node());
+  detail::task_add_dependency(node_or_throw("Task::after"), e.node());
   return *this;
 }
 Task& Task::grid(uint64_t x, uint64_t y, uint64_t z) {
-  detail::TaskNode* t = node_or_throw();
+  detail::TaskNode* t = node_or_throw("Task::grid");
   if (x == 0 || y == 0 || z == 0)
-    throw Error(ErrorCode::invalid_argument, "grid of " + std::to_string(x) + "x" +
+    throw Error(ErrorCode::invalid_argument, "Task::grid: " + std::to_string(x) + "x" +
                                                  std::to_string(y) + "x" + std::to_string(z) +
                                                  ": every dimension must be at least 1");
   t->global_size[0] = x;
@@ -371,15 +402,23 @@ Task& Task::grid(uint64_t x, uint64_t y, uint64_t z) {
   t->global_size[2] = z;
   return *this;
 }
+// block(0) lets the backend choose and a 0 in y or z counts as 1 (every backend agrees). A 0 in x
+// beside a y or z above 1 is contradictory, and backends read it differently (OpenCL chooses,
+// CUDA takes 1 x y x z): refused.
 Task& Task::block(uint32_t x, uint32_t y, uint32_t z) {
-  detail::TaskNode* t = node_or_throw();
+  detail::TaskNode* t = node_or_throw("Task::block");
+  if (x == 0 && (y > 1 || z > 1))
+    throw Error(ErrorCode::invalid_argument,
+                "Task::block: " + std::to_string(x) + "x" + std::to_string(y) + "x" +
+                    std::to_string(z) + ": x = 0 lets the backend choose the whole block, so y "
+                                        "and z must be 1");
   t->local_size[0] = x;
   t->local_size[1] = y;
   t->local_size[2] = z;
   return *this;
 }
 Task& Task::on(uint32_t device) {
-  detail::task_pin(node_or_throw(), device);
+  detail::task_pin(node_or_throw("Task::on"), device);
   return *this;
 }
 TaskNode* Task::release() noexcept { return std::exchange(t_, nullptr); }
@@ -397,17 +436,63 @@ Config with_environment(Config c) {
   if (const char* v = std::getenv("HCR_TRACE"); v && *v) c.trace_file = v;
   return c;
 }
+
+// A Config built by hand skips the TOML parser's checks: the same ranges hold here, so that a bad
+// value is an error at start, not a device quarantined at its first fault (quarantine_failures 0),
+// a timeout that overflows the clock (task_timeout inf) or a word the code never compares with
+// (writeback "eagre"). The policy name is checked where the policy is made.
+Config validated(Config c) {
+  auto fail = [&](const std::string& key, const std::string& what) {
+    throw Error(ErrorCode::config, c.origin + ": " + key + ": " + what);
+  };
+  auto seconds = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  if (c.quarantine_failures < 1 || c.quarantine_failures > 1000000)
+    fail("runtime.quarantine_failures",
+         std::to_string(c.quarantine_failures) + " is not 1 to 1000000");
+  if (!(c.quarantine_window > 0) || !std::isfinite(c.quarantine_window))
+    fail("runtime.quarantine_window",
+         seconds(c.quarantine_window) + " is not a positive number of seconds");
+  // The clock counts nanoseconds in 64 bits: about 292 years.
+  if (!(c.task_timeout >= 0) || !(c.task_timeout <= 1e9))
+    fail("runtime.task_timeout",
+         seconds(c.task_timeout) + " is not a number of seconds from 0 (no limit) to 1e9");
+  if (c.calibrate != "auto" && c.calibrate != "force" && c.calibrate != "off")
+    fail("scheduler.calibrate", "'" + c.calibrate + "' is not one of auto, force, off");
+  if (c.calibrate_samples < 1 || c.calibrate_samples > 1000)
+    fail("scheduler.calibrate_samples", std::to_string(c.calibrate_samples) + " is not 1 to 1000");
+  if (c.lookahead < -1 || c.lookahead > 1024)
+    fail("data.lookahead", std::to_string(c.lookahead) + " is not -1 or 0 to 1024");
+  if (c.writeback != "lazy" && c.writeback != "eager")
+    fail("data.writeback", "'" + c.writeback + "' is not lazy or eager");
+  for (size_t i = 0; i < c.backends.size(); ++i) {
+    const BackendConfig& b = c.backends[i];
+    const std::string which = "backend " + std::to_string(i) +
+                              (b.origin.empty() ? std::string() : " (" + b.origin + ")");
+    if (b.name.empty()) fail(which, "every backend needs a name");
+    if (!b.memory_limit.empty() && !detail::parse_memory_limit(b.memory_limit))
+      fail(which, "memory_limit '" + b.memory_limit +
+                      "' is not a size (\"4GiB\", \"512MB\", bytes) or a share (\"75%\")");
+  }
+  return c;
+}
 }  // namespace
 
 Runtime::Runtime() : Runtime(Config{}) {}
 
 Runtime::Runtime(Config config)
-    : core_(std::make_shared<detail::RuntimeCore>(with_environment(std::move(config)))) {
+    : core_(std::make_shared<detail::RuntimeCore>(validated(with_environment(std::move(config))))) {
   core_->start(core_);
 }
 
 Runtime::~Runtime() {
-  if (core_) core_->shutdown();
+  if (!core_) return;
+  // Views this thread still holds would keep the wait below from ever ending.
+  core_->end_views_of_this_thread();
+  core_->shutdown();
 }
 
 std::vector<Device> Runtime::devices() const { return core_->devices_snapshot(); }
@@ -423,23 +508,28 @@ Kernel Runtime::kernel(std::string_view name) { return Kernel(core_->kernel(name
 
 Event Runtime::submit(Task& task) {
   TaskNode* t = task.release();
-  if (t == nullptr) throw Error(ErrorCode::invalid_argument, "task was already submitted");
+  if (t == nullptr)
+    throw Error(ErrorCode::invalid_argument,
+                "Runtime::submit: the task is empty (already submitted, or moved from)");
   detail::Ref<TaskNode> owned = detail::Ref<TaskNode>::adopt(t);
   if (t->rt != core_.get())
-    throw Error(ErrorCode::invalid_argument, "task's kernel belongs to another runtime");
-  core_->check_alive();
-  for (const detail::ArgRec& a : t->args) {
-    if (a.buffer->detached.load(std::memory_order_acquire))
+    throw Error(ErrorCode::invalid_argument, "Runtime::submit: the task's kernel '" +
+                                                 t->kernel->name +
+                                                 "' belongs to another runtime");
+  core_->check_alive("Runtime::submit");
+  for (size_t i = 0; i < t->args.size(); ++i) {
+    detail::BufferState* b = t->args[i].buffer;
+    if (b->detached.load(std::memory_order_acquire))
       throw Error(ErrorCode::invalid_argument,
-                  "a tile of a buffer that was unpartitioned: the tile no longer exists");
-    a.buffer->lock.lock();
-    bool partitioned = a.buffer->partitioned;
-    a.buffer->lock.unlock();
+                  "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
+                      ") no longer exists: the buffer was unpartitioned");
+    b->lock.lock();
+    bool partitioned = b->partitioned;
+    b->lock.unlock();
     if (partitioned)
       throw Error(ErrorCode::invalid_argument,
-                  "buffer of " + std::to_string(a.buffer->rows) + "x" +
-                      std::to_string(a.buffer->cols) +
-                      " is partitioned: use its tiles, or unpartition it first");
+                  "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
+                      ") is partitioned: use its tiles, or unpartition it first");
   }
   core_->resolve(*t->kernel);
   Event e(owned);
@@ -447,7 +537,14 @@ Event Runtime::submit(Task& task) {
   return e;
 }
 
-void Runtime::wait_all() { core_->wait_all(); }
+void Runtime::wait_all() {
+  if (const TaskNode* t = detail::running_cpu_task(); t != nullptr && t->rt == core_.get())
+    throw Error(ErrorCode::invalid_argument,
+                "Runtime::wait_all inside kernel '" + t->kernel->name +
+                    "' would wait forever: the kernel's own task is unfinished work");
+  core_->check_no_view_held("Runtime::wait_all");
+  core_->wait_all();
+}
 
 RuntimeStats Runtime::stats() const { return core_->stats(); }
 

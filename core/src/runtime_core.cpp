@@ -124,8 +124,98 @@ void compute_footprint(TaskNode* t) noexcept {
   t->footprint_valid = true;
 }
 
-void RuntimeCore::check_alive() const {
-  if (!alive()) throw Error(ErrorCode::shutdown, "the runtime has ended");
+void RuntimeCore::check_alive(std::string_view what) const {
+  if (!alive())
+    throw Error(ErrorCode::shutdown,
+                what.empty() ? "the runtime has ended" : std::string(what) + ": the runtime has ended");
+}
+
+// ---- host views -------------------------------------------------------------------------------
+
+namespace {
+bool is_tile_of(const BufferState* tile, const BufferState* whole) noexcept {
+  for (const BufferState* p = tile->parent.get(); p != nullptr; p = p->parent.get())
+    if (p == whole) return true;
+  return false;
+}
+}  // namespace
+
+void RuntimeCore::view_granted(TaskNode* token) {
+  std::lock_guard<std::mutex> g(views_mutex_);
+  views_.emplace_back(token, std::this_thread::get_id());
+}
+
+void RuntimeCore::view_released(TaskNode* token) noexcept {
+  std::lock_guard<std::mutex> g(views_mutex_);
+  for (size_t i = 0; i < views_.size(); ++i)
+    if (views_[i].first == token) {
+      views_[i] = views_.back();
+      views_.pop_back();
+      return;
+    }
+}
+
+void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> g(views_mutex_);
+  for (auto& [token, holder] : views_) {
+    if (holder != me) continue;  // another thread's view: it will be released there
+    const ArgRec& held = token->args[0];
+    std::string why;
+    if (held.buffer == &b) {
+      if (writes(mode) || writes(held.access))  // two reads share; anything else waits
+        why = "this thread holds a " + std::string(access_name(held.access)) + " view of it";
+    } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
+      // Partition and unpartition order tiles and the whole by a join that writes both.
+      why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +
+            describe(*held.buffer) + (is_tile_of(&b, held.buffer) ? ", which it is a tile of"
+                                                                 : ", one of its tiles");
+    }
+    if (!why.empty())
+      throw Error(ErrorCode::invalid_argument,
+                  "acquire(" + std::string(access_name(mode)) + ") of a " + describe(b) +
+                      " would wait forever: " + why + "; release that view first");
+  }
+}
+
+void RuntimeCore::check_no_view_held(std::string_view what) const {
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> g(views_mutex_);
+  for (auto& [token, holder] : views_)
+    if (holder == me)
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(what) + " would wait forever: this thread holds a " +
+                      access_name(token->args[0].access) + " view of a " +
+                      describe(*token->args[0].buffer) +
+                      " (Buffer::acquire), which counts as unfinished work until released");
+}
+
+void RuntimeCore::end_views_of_this_thread() noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<TaskNode*> mine;
+  {
+    std::lock_guard<std::mutex> g(views_mutex_);
+    for (size_t i = 0; i < views_.size();)
+      if (views_[i].second == me) {
+        retain(views_[i].first);
+        mine.push_back(views_[i].first);
+        views_[i] = views_.back();
+        views_.pop_back();
+      } else {
+        ++i;
+      }
+  }
+  for (TaskNode* t : mine) {
+    HCR_LOG(error, "the runtime ends while this thread holds a "
+                       << access_name(t->args[0].access) << " view of a "
+                       << describe(*t->args[0].buffer)
+                       << " (Buffer::acquire): the view is released now, tasks waiting for it run; "
+                          "release views before the runtime ends");
+    // Whoever moves `granted` from 1 ends the access: the HostView's own release later only
+    // drops its reference.
+    if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, nullptr);
+    release(t);
+  }
 }
 
 void RuntimeCore::submit(TaskNode* t) {
@@ -608,7 +698,13 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
 // ---- hot-plug ---------------------------------------------------------------------------------
 
 PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConfig& backend) {
-  check_alive();
+  check_alive("load_plugin");
+  // A relative path is the application's to give (it names a file, resolved against the working
+  // directory here, never searched for); the absolute-only rule is for search directories.
+  if (!backend.enabled)
+    throw Error(ErrorCode::invalid_argument,
+                "load_plugin: '" + path + "' with a backend table that says enabled = false" +
+                    (backend.origin.empty() ? std::string() : " (" + backend.origin + ")"));
   std::error_code ec;
   const std::filesystem::path file = std::filesystem::absolute(path, ec);
   if (path.empty() || ec || !std::filesystem::is_regular_file(file, ec))
@@ -618,7 +714,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
   PluginRecord rec;
   {
     std::lock_guard<std::mutex> g(add_mutex_);
-    check_alive();
+    check_alive("load_plugin");
     std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec);
     report_.plugins.push_back(rec);
     if (!inst)
@@ -647,7 +743,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
 }
 
 void RuntimeCore::remove_device(uint32_t id) {
-  check_alive();
+  check_alive("remove_device");
   std::lock_guard<std::mutex> g(add_mutex_);
   const uint32_t n = device_count();
   if (id >= n)
@@ -739,8 +835,9 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
   };
   std::string msg = "no device can run kernel '" + k.name + "'";
   if (t.pinned >= 0) {
-    msg = "kernel '" + k.name + "' cannot run on device '" + dev_[t.pinned]->info.name +
-          "', the only one the task allows: " + reason(static_cast<size_t>(t.pinned));
+    msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
+          dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
+          reason(static_cast<size_t>(t.pinned));
   } else if (device_count() == 0) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {

@@ -58,7 +58,8 @@ class RuntimeCore final : public sched::Context {
   /// Waits for everything, releases kernels and plugins. Idempotent.
   void shutdown() noexcept;
   bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
-  void check_alive() const;
+  /// Throws Error(shutdown) once the runtime has ended; `what` names the call in the message.
+  void check_alive(std::string_view what = {}) const;
 
   // sched::Context
   const std::vector<Device>& devices() const noexcept override { return devices_; }
@@ -125,6 +126,20 @@ class RuntimeCore final : public sched::Context {
   /// A snapshot of the devices (they may join while the caller looks).
   std::vector<Device> devices_snapshot() const;
   LoadReport report_snapshot() const;
+
+  // Host views (Buffer::acquire) not yet released, with the thread that acquired each. A thread
+  // that holds a view and then waits for something that waits for the view never returns: these
+  // turn the cases that can be seen from here into errors. A view handed to another thread still
+  // counts as its acquiring thread's.
+  void view_granted(TaskNode* token);
+  void view_released(TaskNode* token) noexcept;
+  /// Throws when this thread holds a view that an acquire of `b` for `mode` would wait for.
+  void check_view_conflict(const BufferState& b, Access mode) const;
+  /// Throws when this thread holds any view (`what` would wait for its release).
+  void check_no_view_held(std::string_view what) const;
+  /// Runtime destruction: ends the views this thread still holds, with an error for each, so
+  /// that the destructor's wait can end.
+  void end_views_of_this_thread() noexcept;
 
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
@@ -196,6 +211,9 @@ class RuntimeCore final : public sched::Context {
 
   std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
+
+  mutable std::mutex views_mutex_;
+  std::vector<std::pair<TaskNode*, std::thread::id>> views_;  // borrowed: the HostView holds a ref
 
   std::atomic<bool> alive_{true};
   std::atomic<size_t> next_offer_{0};

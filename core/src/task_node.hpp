@@ -43,7 +43,7 @@ struct TaskNode {
   std::atomic<uint32_t> refs{1};
   std::atomic<int32_t> pending{1};  // unresolved dependencies + 1 held while submitting
   std::atomic<uint32_t> state{kPending};
-  std::atomic<uint32_t> granted{0};  // host_access: the host may touch the data
+  std::atomic<uint32_t> granted{0};  // host_access: 1 the host may touch the data, 2 released
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
   int32_t priority = 0;

@@ -18,6 +18,16 @@ const PluginRecord* find_record(const LoadReport& r, const std::string& file_par
   return nullptr;
 }
 
+// What the loader says of libother-machine.so, the stub with its ELF header's machine rewritten
+// (tests/plugins/retarget.cmake): aarch64, or x86-64 on an aarch64 host.
+#if defined(__x86_64__)
+constexpr const char* kOtherMachine = "built for aarch64, this machine is x86-64";
+#elif defined(__aarch64__)
+constexpr const char* kOtherMachine = "built for x86-64, this machine is aarch64";
+#else
+constexpr const char* kOtherMachine = "cannot load";  // no machine check on this host
+#endif
+
 std::vector<std::string> read_lines(const fs::path& p) {
   std::ifstream in(p);
   std::vector<std::string> lines;
@@ -47,6 +57,7 @@ TEST(PluginLoader, EveryBrokenLibraryIsSkippedWithItsReason) {
       {"libbroken-returns_null.so", "hcr_plugin_get_api returned NULL"},
       {"libnot-a-library.so", "cannot load"},
       {"libtruncated.so", "cannot load"},
+      {"libother-machine.so", kOtherMachine},
   };
   for (const Case& k : cases) {
     const PluginRecord* rec = find_record(r, k.file);
@@ -63,6 +74,36 @@ TEST(PluginLoader, EveryBrokenLibraryIsSkippedWithItsReason) {
   ASSERT_EQ(rt.devices().size(), 1u);
   EXPECT_EQ(rt.devices()[0].name, "stub0");
   rt.submit(Task(rt.kernel("noop"))).get();
+}
+
+TEST(PluginLoader, ALibraryForAnotherMachineIsSkippedNamingBothMachines) {
+  const fs::path file = fs::path(HCR_TEST_BROKEN_DIR) / "libother-machine.so";
+  Config c;
+  c.use_environment = false;
+  c.plugin_paths = {HCR_TEST_BROKEN_DIR, HCR_TEST_GOOD_DIR};
+  c.backends = {{"stub", true, {}, "test"}};
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(c);
+  // Named nowhere in the configuration, it is opened all the same (its name is no libhcr-<name>),
+  // refused from its header before dlopen sees it, and the warning names the file and both
+  // machines on one line.
+  const LoadReport report = rt.load_report();
+  const PluginRecord* rec = find_record(report, "libother-machine.so");
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->status, PluginRecord::Status::skipped);
+  EXPECT_EQ(rec->reason, std::string("cannot load: ") + kOtherMachine);
+  bool named = false;
+  for (const std::string& line : log.lines())
+    named = named || (line.find(file.string()) != std::string::npos &&
+                      line.find(kOtherMachine) != std::string::npos);
+  EXPECT_TRUE(named) << "no warning names " << file << " and '" << kOtherMachine << "'";
+  EXPECT_EQ(rt.devices().size(), 1u);  // the real stub loads
+  // Hot-plugged, it is refused the same way, naming the file.
+  Error e = test::expect_error([&] { rt.load_plugin(file.string(), {"stub", true, {}, "test"}); });
+  EXPECT_EQ(e.code(), ErrorCode::plugin);
+  EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find(kOtherMachine), std::string::npos) << e.what();
+  EXPECT_EQ(rt.devices().size(), 1u);
 }
 
 TEST(PluginLoader, StubRecordsTheCallSequence) {

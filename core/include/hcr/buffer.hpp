@@ -113,7 +113,10 @@ class Buffer {
   size_t bytes() const { return size() * sizeof(T); }
 
   /// Blocks until every earlier task that writes (for read) or uses (for write) this buffer has
-  /// finished and the host copy is current; later tasks wait for the view's release.
+  /// finished and the host copy is current; later tasks wait for the view's release. Throws
+  /// Error(invalid_argument) instead of waiting forever when this thread holds a view it would
+  /// wait for (a write view and any other view of the same data, or of a tile or the whole), or
+  /// when called inside a kernel whose task uses the buffer.
   HostView<T> acquire(Access mode = Access::read_write) const {
     auto shape_ = shape();
     auto h = detail::buffer_acquire(state_or_throw(), mode);

@@ -59,7 +59,8 @@ struct BackendConfig {
   std::string memory_limit;
 };
 
-/// The whole configuration. Plain data: build one by hand or with load()/parse().
+/// The whole configuration. Plain data: build one by hand or with load()/parse(). The Runtime
+/// refuses a number or word out of range in a hand-built one as the parser would.
 struct HCR_API Config {
   std::vector<std::string> plugin_paths;  ///< absolute directories, searched first
   /// Unset: leave the process-wide level alone (HCR_LOG, or warn).

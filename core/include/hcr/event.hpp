@@ -17,7 +17,8 @@ HCR_API int task_device(const TaskNode* t) noexcept;
 }  // namespace detail
 
 /// Completion of one submitted task (or of an operation made of tasks, such as blas::gemm).
-/// Cheap to copy. Thread-safe.
+/// Cheap to copy. Thread-safe. An empty (default-constructed) Event stands for work already done:
+/// ready() is true, wait() and get() return at once, and Task::after() ignores it.
 class Event {
  public:
   Event() = default;

@@ -43,7 +43,11 @@ struct MatrixView {
   bool contiguous() const noexcept { return rows <= 1 || ld == cols; }
   /// The elements as one span; only for contiguous views.
   std::span<T> span() const {
-    if (!contiguous()) throw Error(ErrorCode::invalid_argument, "span() of a strided view");
+    if (!contiguous())
+      throw Error(ErrorCode::invalid_argument,
+                  "span() of a " + std::to_string(rows) + "x" + std::to_string(cols) +
+                      " view with leading dimension " + std::to_string(ld) +
+                      ": its rows are not contiguous");
     return {data, size()};
   }
 };

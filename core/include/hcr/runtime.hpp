@@ -96,6 +96,8 @@ class HCR_API Runtime {
  public:
   /// Default configuration (every plugin found), with HCR_* environment overrides.
   Runtime();
+  /// Throws Error(config) naming the key and the value for a value outside what the TOML parser
+  /// accepts (a Config built by hand skips the parser).
   explicit Runtime(Config config);
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -130,8 +132,14 @@ class HCR_API Runtime {
     return Buffer<T>(make_buffer(dtype_of_v<T>, 1, n, nullptr, n));
   }
   /// Registers host memory the caller owns: it must outlive every task that uses the buffer.
+  /// `ld` (elements between row starts) defaults to `cols`.
   template <class T>
   Buffer<T> wrap(T* data, size_t rows, size_t cols, size_t ld = 0) {
+    if (data == nullptr)  // make_buffer would allocate: the caller's writes would go nowhere
+      throw Error(ErrorCode::invalid_argument,
+                  "wrap: a null pointer for a " + std::to_string(rows) + "x" +
+                      std::to_string(cols) + " " + std::string(dtype_name(dtype_of_v<T>)) +
+                      " buffer");
     return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, data, ld == 0 ? cols : ld));
   }
 
@@ -142,7 +150,9 @@ class HCR_API Runtime {
   /// runtime, a partitioned buffer, a task already submitted).
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
-  /// Blocks until every task submitted so far has finished.
+  /// Blocks until every task submitted so far has finished. Throws Error(invalid_argument) where
+  /// it would never return: from inside a kernel of this runtime, or from a thread that holds a
+  /// host view (Buffer::acquire), which counts as unfinished work until released.
   void wait_all();
 
   RuntimeStats stats() const;

@@ -61,7 +61,7 @@ class HCR_API Task {
   template <class T>
   Task& param(const T& value) {
     static_assert(std::is_trivially_copyable_v<T>, "parameters are copied bytewise");
-    detail::task_add_param(node_or_throw(), &value, sizeof(T), alignof(T));
+    detail::task_add_param(node_or_throw("Task::param"), &value, sizeof(T), alignof(T));
     return *this;
   }
   /// Higher runs earlier among ready tasks, where the policy honours priorities.
@@ -81,7 +81,7 @@ class HCR_API Task {
   detail::TaskNode* release() noexcept;
 
  private:
-  detail::TaskNode* node_or_throw() const;
+  detail::TaskNode* node_or_throw(const char* what) const;
   detail::TaskNode* t_ = nullptr;
 };
 
