@@ -13,6 +13,7 @@
 
 #include <filesystem>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -781,10 +782,17 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   t->failed = static_cast<bool>(e);
   successors.swap(t->successors);
   t->lock.unlock();
+  // Successors this completion makes ready reach the policy highest priority first (among
+  // tasks ready at once, the application's priority decides who is placed first).
+  boost::container::small_vector<TaskNode*, 4> now_ready;
   for (const Edge& s : successors) {
     if (e && s.data) note_dependency_failure(s.task, e);
-    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(s.task);
+    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now_ready.push_back(s.task);
   }
+  if (now_ready.size() > 1)
+    std::stable_sort(now_ready.begin(), now_ready.end(),
+                     [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
+  for (TaskNode* r : now_ready) ready(r);
   // Counted before the task is seen finished, so stats() read after a wait include it.
   completed_.fetch_add(1, std::memory_order_relaxed);
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
