@@ -49,7 +49,7 @@ struct Machine {
 
 Machine hetero() {  // one fast GPU, two slower accelerators, a CPU: speeds differ by 10x and more
   return {"hetero",
-          20,
+          getenv("TS") ? atof(getenv("TS")) : 20,
           {{"gpu", 10000, false, 20e9, 10e-6, 1, {}},
            {"acc0", 1000, false, 10e9, 20e-6, 1, {}},
            {"acc1", 1000, false, 10e9, 20e-6, 1, {}},
@@ -58,7 +58,7 @@ Machine hetero() {  // one fast GPU, two slower accelerators, a CPU: speeds diff
 
 Machine affinity() {  // each accelerator is fast for one kind of kernel and slow for the other
   return {"affinity",
-          20,
+          getenv("TS") ? atof(getenv("TS")) : 20,
           {{"accA", 2000, false, 10e9, 20e-6, 1, {{"k1", 4.0}, {"k2", 0.25}, {"gemm_tile", 2.0}}},
            {"accB", 2000, false, 10e9, 20e-6, 1, {{"k1", 0.25}, {"k2", 4.0}, {"potrf", 2.0}}},
            {"cpu", 400, true, 0, 0, 2, {}}}};
@@ -128,23 +128,23 @@ Workload cholesky() {
   for (int i = 0; i < g * g; ++i) w.buffers.push_back({512, 512});
   auto T = [&](int i, int j) { return i * g + j; };
   using hcr::Access;
-  // Priorities as Cholesky codes set them (StarPU's example does the same): the panel of step k
-  // before its updates, earlier steps first, and the next panel's inputs (j == k + 1) early.
+  // Priorities as StarPU's Cholesky example sets them (its unbound priorities): the distance to
+  // the end of the factorisation, so that the critical path (potrf, the panel's trsm, the next
+  // diagonal update) goes first: potrf 2g - 2k, trsm 2g - 2k - i, syrk and gemm 2g - 2k - i - j.
   for (int k = 0; k < g; ++k) {
     w.tasks.push_back({"potrf", {{T(k, k), Access::read_write}}, w.kernel_flops["potrf"],
-                       3 * (g - k)});
+                       2 * g - 2 * k});
     for (int i = k + 1; i < g; ++i)
       w.tasks.push_back({"trsm", {{T(k, k), Access::read}, {T(i, k), Access::read_write}},
-                         w.kernel_flops["trsm"], 3 * (g - k) - 1});
+                         w.kernel_flops["trsm"], 2 * g - 2 * k - i});
     for (int i = k + 1; i < g; ++i) {
       w.tasks.push_back({"syrk", {{T(i, k), Access::read}, {T(i, i), Access::read_write}},
-                         w.kernel_flops["syrk"], i == k + 1 ? 3 * (g - k) - 1 : 3 * (g - k) - 2});
+                         w.kernel_flops["syrk"], 2 * g - 2 * k - 2 * i});
       for (int j = k + 1; j < i; ++j)
         w.tasks.push_back({"gemm_tile",
                            {{T(i, k), Access::read}, {T(j, k), Access::read},
                             {T(i, j), Access::read_write}},
-                           w.kernel_flops["gemm_tile"],
-                           j == k + 1 ? 3 * (g - k) - 1 : 3 * (g - k) - 2});
+                           w.kernel_flops["gemm_tile"], 2 * g - 2 * k - i - j});
     }
   }
   return w;

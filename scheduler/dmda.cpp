@@ -102,6 +102,7 @@ class Dmda final : public Policy {
     node_capacity_ = nodes + kSpareNodes;
     links_.resize(node_capacity_);
     link_free_at_ = std::make_unique<std::atomic<double>[]>(node_capacity_);
+    link_by_priority_ = std::make_unique<LinkByPriority[]>(node_capacity_);
     node_names_.assign(nodes, "host");
     for (const Device& d : devices) add_node(d);
     load();
@@ -196,13 +197,19 @@ class Dmda final : public Policy {
   }
 
   TaskRef pop(DeviceId d) override {
-    if (TaskRef t = devs_[d]->queue.pop_front(d)) return t;
+    if (TaskRef t = devs_[d]->queue.pop_front(d)) {
+      dequeued(t, d);
+      return t;
+    }
     if (unknown_.size() > 0) {
       // A task parked before its costs were known. d takes it to calibrate itself (one at a
       // time, until it has its samples), or when the model now sends it to d; with calibration
       // off and nothing known anywhere, first come first served.
       const double now = ctx_->now();
       bool explored = false;
+      // Devices the model sends a parked task to that sit idle: nothing else would ask them.
+      std::array<DeviceId, 16> idle_choices;
+      size_t n_idle = 0;
       TaskRef t = unknown_.pop_first(16, [&](TaskRef u) {
         if (!u.can_run(d)) return false;
         const auto& pairs = pairs_for(u);
@@ -213,8 +220,12 @@ class Dmda final : public Policy {
           return explored;
         }
         Choice c = choose(u, pairs, now, /*estimates=*/false);
+        if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
+            ctx_->in_flight(c.device) < devs_[c.device]->slots)
+          idle_choices[n_idle++] = c.device;
         return c.device == d || (c.device == kAnyDevice && calibrate_ == kOff);
       });
+      for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
       if (t) {
         t.set_policy_data(explored ? kExploreBit : 0);
         account(t, d);
@@ -237,20 +248,44 @@ class Dmda final : public Policy {
   // Adds a placed task's predicted work to its device, and its copies to the device's link: the
   // runtime prefetches at once, so the link is busy from now until they are through (time frees
   // it; nothing needs to be taken back).
-  void charge(TaskRef t, DeviceId d) {
+  // `queued`: the task waits in d's queue (rather than starting at once), where dmdas orders it.
+  void charge(TaskRef t, DeviceId d, bool queued = true) {
     Dev& dev = *devs_[d];
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
-    if (dev.node != 0 && xfer_ns(t.policy_data()) > 0) {
+    if (by_priority_ && queued) dev.queued.add(t.priority(), exec_ns(t.policy_data()));
+    if (dev.node != 0 && xfer_ns(t.policy_data()) > 0 && dev.node < node_capacity_) {
       const double now = ctx_->now();
-      if (std::atomic<double>* free_at = link_free_at(dev.node)) {
-        double was = free_at->load(std::memory_order_relaxed);
-        free_at->store(std::max(now, was) + static_cast<double>(xfer_ns(t.policy_data())) * 1e-9,
-                       std::memory_order_relaxed);
+      const double x = static_cast<double>(xfer_ns(t.policy_data())) * 1e-9;
+      if (by_priority_) {
+        link_by_priority_[dev.node].charge(t.priority(), now, x);
+      } else {
+        std::atomic<double>& free_at = link_free_at_[dev.node];
+        free_at.store(std::max(now, free_at.load(std::memory_order_relaxed)) + x,
+                      std::memory_order_relaxed);
       }
     }
   }
+  // When the copies queued on a node's inbound link that a task of priority `prio` waits behind
+  // are through: all of them (dmda), or those of tasks of at least its priority (dmdas: the data
+  // manager hands each engine the most urgent copy first).
+  double link_free(uint32_t node, int prio, double now) const {
+    if (node >= node_capacity_) return now;
+    if (by_priority_) return link_by_priority_[node].free_at(prio, now);
+    return std::max(now, link_free_at_[node].load(std::memory_order_relaxed));
+  }
   void discharge(TaskRef t, DeviceId d) {
     devs_[d]->pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
+  }
+  // A task charged as queued left d's queue (to run, to another device, or back to the core).
+  void dequeued(TaskRef t, DeviceId d) {
+    if (by_priority_) devs_[d]->queued.add(t.priority(), -exec_ns(t.policy_data()));
+  }
+  // Predicted work ahead of a task of priority `prio` on d: everything started, and (dmdas, whose
+  // queues run by priority) only the queued tasks it would not overtake.
+  int64_t ahead_ns(DeviceId d, int prio) const {
+    const Dev& dev = *devs_[d];
+    int64_t pending = dev.pending_ns.load(std::memory_order_relaxed);
+    return by_priority_ ? std::max<int64_t>(0, pending - dev.queued.below(prio)) : pending;
   }
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
@@ -259,6 +294,7 @@ class Dmda final : public Policy {
                 bool estimates, const std::bitset<kMaxDevices>* capable = nullptr) {
     const uint64_t fp = t.footprint();
     const double size = t.size();
+    const int prio = by_priority_ ? t.priority() : 0;
     Choice best;
     double best_finish = INFINITY;
     // Predictions are per architecture: devices of one kind share them.
@@ -283,14 +319,8 @@ class Dmda final : public Policy {
       if (exec < 0) continue;
       // Inputs arrive after the copies already queued on the device's link, then this one's.
       double xfer = copy_in(t, d);
-      double arrival =
-          xfer > 0 ? std::max(now, link_free_at(dev.node) ? link_free_at(dev.node)->load(
-                                                                    std::memory_order_relaxed)
-                                                              : now) +
-                         xfer
-                   : now;
-      double ready = now + static_cast<double>(dev.pending_ns.load(std::memory_order_relaxed)) *
-                               1e-9 / dev.slots;
+      double arrival = xfer > 0 ? link_free(dev.node, prio, now) + xfer : now;
+      double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
       double finish = std::max(ready, arrival) + exec;
       if (finish < best_finish) {
         best_finish = finish;
@@ -312,6 +342,10 @@ class Dmda final : public Policy {
     for (auto& [pending, v] : victims) {
       TaskRef t = devs_[v]->queue.pop_back(d);
       if (!t) continue;
+      if (t.policy_data() & kExploreBit) {  // sent there on purpose, to measure v: stays
+        devs_[v]->queue.push(t);
+        continue;
+      }
       const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
       Prediction here = model_.predict(*pairs[d], t.footprint(), t.size());
       Prediction there = model_.predict(*pairs[v], t.footprint(), t.size());
@@ -321,9 +355,10 @@ class Dmda final : public Policy {
       double finish_here = (here.known() ? here.seconds : INFINITY) +
                            (bytes_here > 0 ? links_.predict(0, devs_[d]->node, bytes_here) : 0);
       if (here.known() && finish_here < finish_there) {
+        dequeued(t, v);
         discharge(t, v);
-        t.set_policy_data(pack(here.seconds, copy_in(t, d), t.policy_data() & kExploreBit));
-        charge(t, d);
+        t.set_policy_data(pack(here.seconds, copy_in(t, d), /*explore=*/false));
+        charge(t, d, /*queued=*/false);
         return t;
       }
       devs_[v]->queue.push(t);  // better where it is: put it back
@@ -336,7 +371,7 @@ class Dmda final : public Policy {
     Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
     t.set_policy_data(pack(pr.known() ? pr.seconds : 0, copy_in(t, d),
                            (t.policy_data() & kExploreBit) != 0));
-    charge(t, d);
+    charge(t, d, /*queued=*/false);
   }
 
   void completed(TaskRef t, DeviceId d, double seconds) override {
@@ -353,6 +388,7 @@ class Dmda final : public Policy {
   std::vector<TaskRef> drain(DeviceId d) override {
     std::vector<TaskRef> queued = devs_[d]->queue.take_all();
     for (TaskRef t : queued) {
+      dequeued(t, d);
       discharge(t, d);
       if (t.policy_data() & kExploreBit) pairs_for(t)[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
       t.set_policy_data(0);
@@ -366,9 +402,38 @@ class Dmda final : public Policy {
   }
 
  private:
+  // Predicted work of the tasks waiting in a dmdas queue, per priority (few distinct ones in
+  // practice: a short sorted list).
+  class WorkByPriority {
+   public:
+    void add(int prio, int64_t ns) {
+      std::lock_guard<detail::SpinLock> lock(lock_);
+      auto it = std::lower_bound(w_.begin(), w_.end(), prio,
+                                 [](const std::pair<int, int64_t>& e, int p) { return e.first < p; });
+      if (it == w_.end() || it->first != prio) it = w_.insert(it, {prio, 0});
+      it->second += ns;
+      if (it->second == 0) w_.erase(it);
+    }
+    // Work queued with a priority below `prio` (what a task of `prio` overtakes).
+    int64_t below(int prio) const {
+      std::lock_guard<detail::SpinLock> lock(lock_);
+      int64_t sum = 0;
+      for (auto& [p, ns] : w_) {
+        if (p >= prio) break;
+        sum += ns;
+      }
+      return sum;
+    }
+
+   private:
+    mutable detail::SpinLock lock_;
+    std::vector<std::pair<int, int64_t>> w_;  // by ascending priority
+  };
+
   struct Dev {
     explicit Dev(bool by_priority) : queue(by_priority) {}
     DeviceQueue queue;
+    WorkByPriority queued;  // dmdas only
     alignas(64) std::atomic<int64_t> pending_ns{0};  // predicted work placed here, not finished
     uint32_t node = 0, slots = 1;
     std::string arch;
@@ -392,9 +457,31 @@ class Dmda final : public Policy {
     }
   }
   // The time a node's inbound link is busy until (a joined node past the capacity: none).
-  std::atomic<double>* link_free_at(uint32_t node) {
-    return node < node_capacity_ ? &link_free_at_[node] : nullptr;
-  }
+  // A link's time horizons per priority (dmdas): until when the copies of tasks of priority p or
+  // higher keep it busy, for the priorities copies were charged with (a short sorted list).
+  class LinkByPriority {
+   public:
+    void charge(int prio, double now, double seconds) {
+      std::lock_guard<detail::SpinLock> lock(lock_);
+      // Horizons already in the past hold nothing back: forget them.
+      std::erase_if(h_, [&](const std::pair<int, double>& e) { return e.second <= now; });
+      auto it = std::lower_bound(h_.begin(), h_.end(), prio,
+                                 [](const std::pair<int, double>& e, int p) { return e.first < p; });
+      if (it == h_.end() || it->first != prio)  // starts as what copies above it left
+        it = h_.insert(it, {prio, it == h_.end() ? now : std::max(now, it->second)});
+      for (auto i = h_.begin(); i <= it; ++i) i->second = std::max(now, i->second) + seconds;
+    }
+    double free_at(int prio, double now) const {
+      std::lock_guard<detail::SpinLock> lock(lock_);
+      auto it = std::lower_bound(h_.begin(), h_.end(), prio,
+                                 [](const std::pair<int, double>& e, int p) { return e.first < p; });
+      return it == h_.end() ? now : std::max(now, it->second);
+    }
+
+   private:
+    mutable detail::SpinLock lock_;
+    std::vector<std::pair<int, double>> h_;  // by ascending priority; non-increasing horizons
+  };
 
   // The model pair of each device for the task's kernel; built once per kernel.
   const std::vector<CostModel::Pair*>& pairs_for(TaskRef t) {
@@ -504,6 +591,7 @@ class Dmda final : public Policy {
   CostModel model_;
   LinkModel links_;
   std::unique_ptr<std::atomic<double>[]> link_free_at_;  // when each node's inbound copies end
+  std::unique_ptr<LinkByPriority[]> link_by_priority_;   // the same per priority (dmdas)
   std::vector<std::string> node_names_;
   static constexpr uint32_t kSpareNodes = 8;
   uint32_t node_capacity_ = 0;

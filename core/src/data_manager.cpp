@@ -180,7 +180,8 @@ bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
   return false;
 }
 
-void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies) {
+void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies,
+                             int priority) {
   BufferData& d = data(b);
   set_fetching(b, n, true);
   auto device_source = [&](bool same_plugin_only) -> int {
@@ -196,7 +197,7 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
     ++d.replicas[src].pins;
     ++d.replicas[src].copies_out;
     retain(&b);
-    copies.push_back({&b, src, to, false});
+    copies.push_back({&b, src, to, false, priority});
   };
   if (n == 0) {
     int s = device_source(false);
@@ -214,7 +215,7 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
     // Another plugin's memory holds it: through the host.
     Replica& host = d.replicas[0];
     host.forward.push_back(n);
-    if (!host.fetching) plan_fetch(b, 0, copies);
+    if (!host.fetching) plan_fetch(b, 0, copies, priority);
   }
 }
 
@@ -292,7 +293,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         // any copy still reading this replica.
         bool busy = r.fetching || r.evicting || (writes(a.access) && r.copies_out != 0);
         if (!busy && reads(a.access) && !r.valid) {
-          plan_fetch(b, n, copies);
+          plan_fetch(b, n, copies, t->priority);
           busy = r.fetching;
         }
         if (reads(a.access)) ++(busy ? misses_ : hits_);
@@ -336,13 +337,31 @@ void DataManager::prefetch(TaskNode* t, uint32_t n) {
         node.resident.insert(&b);
       }
       r.last_use = ++clock_;
-      plan_fetch(b, n, copies);
+      plan_fetch(b, n, copies, t->priority);
     }
   }
   for (const Copy& c : copies) issue(c);
 }
 
+DataManager::Lane& DataManager::lane(const Copy& c) noexcept {
+  return c.dst != 0 ? nodes_[c.dst].in : nodes_[c.src].out;
+}
+
 void DataManager::issue(const Copy& c) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Lane& l = lane(c);
+    if (l.in_flight >= Lane::kDepth) {
+      l.waiting.push({c.priority, l.seq++, c});
+      lane_waiting_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    ++l.in_flight;
+  }
+  start(c);
+}
+
+void DataManager::start(const Copy& c) noexcept {
   BufferState& b = *c.b;
   auto* tr = new Transfer{this, c, nullptr, nullptr, b.bytes(), std::chrono::steady_clock::now()};
   {
@@ -405,7 +424,7 @@ void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_complet
 }
 
 void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
-  const Copy& c = tr->copy;
+  const Copy c = tr->copy;  // by value: the lane is found after tr is gone
   BufferState& b = *c.b;
   std::exception_ptr failure;
   if (error != nullptr) {
@@ -474,6 +493,21 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   }
   release(&b);  // the copy's reference
   delete tr;
+  bool next = false;
+  Copy queued{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Lane& l = lane(c);
+    if (!l.waiting.empty()) {  // the lane's slot passes to its most urgent waiting copy
+      queued = l.waiting.top().copy;
+      l.waiting.pop();
+      lane_waiting_.fetch_sub(1, std::memory_order_relaxed);
+      next = true;
+    } else {
+      --l.in_flight;
+    }
+  }
+  if (next) start(queued);
   for (const Copy& m : more) issue(m);
   for (TaskNode* t : ready) rt_.data_ready(t);
   for (TaskNode* t : retry) rt_.retry_acquire(t);
@@ -738,9 +772,26 @@ void DataManager::forget(BufferState& b) noexcept {
     if (d.replicas[n].mem != nullptr) free_replica(b, n);
 }
 
+void DataManager::drain_lanes() noexcept {
+  // A lane starts its next copy from the completion of the one before, so one synchronize may
+  // return while the lane still holds copies: until every lane is empty and idle.
+  for (;;) {
+    for (uint32_t n = 1; n < nodes_.size(); ++n) {
+      DeviceState& dev = *nodes_[n].device;
+      if (hcr_error_t* e = dev.plugin->api->synchronize(dev.plugin->handle, dev.index))
+        HCR_LOG(warn, "synchronize '" << dev.info.name << "': " << take_error(dev.plugin->api, e));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    bool idle = lane_waiting_.load(std::memory_order_relaxed) == 0;
+    for (uint32_t n = 1; n < nodes_.size() && idle; ++n)
+      idle = nodes_[n].in.in_flight == 0 && nodes_[n].out.in_flight == 0;
+    if (idle) return;
+  }
+}
+
 void DataManager::shutdown() noexcept {
   if (!active()) return;
-  // Copies in flight (prefetches, write-backs) have completed: the plugins were synchronised.
+  drain_lanes();  // prefetches and write-backs still on their way
   std::vector<BufferState*> resident;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -758,11 +809,7 @@ void DataManager::shutdown() noexcept {
     }
     for (const Copy& c : copies) issue(c);
   }
-  for (uint32_t n = 1; n < nodes_.size(); ++n) {
-    DeviceState& dev = *nodes_[n].device;
-    if (hcr_error_t* e = dev.plugin->api->synchronize(dev.plugin->handle, dev.index))
-      HCR_LOG(warn, "synchronize '" << dev.info.name << "': " << take_error(dev.plugin->api, e));
-  }
+  drain_lanes();
   std::lock_guard<std::mutex> lock(mutex_);
   for (BufferState* b : resident) {
     if (!data(*b).replicas[0].valid)

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <deque>
+#include <limits>
+#include <queue>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -119,10 +121,30 @@ class DataManager {
   DataCounters counters() const;
 
  private:
+  static constexpr int kUrgent = std::numeric_limits<int>::max();
   struct Copy {
     BufferState* b;  // holds a reference until the copy completes
     uint32_t src, dst;
     bool evict;      // a write-back before freeing the source replica
+    int priority = kUrgent;  // of the task that needs it; write-backs and refetches go first
+  };
+  // The copies of one device's engine in one direction: a few in flight in the plugin (so that
+  // it never idles between two), the rest waiting here, the most urgent task's first. Copies
+  // handed to a plugin run in the order given; without this a copy for an urgent task would
+  // wait behind every prefetch placed before it.
+  struct Lane {
+    static constexpr uint32_t kDepth = 2;
+    uint32_t in_flight = 0;
+    uint64_t seq = 0;
+    struct Waiting {
+      int priority;
+      uint64_t seq;
+      Copy copy;
+      bool operator<(const Waiting& o) const {
+        return priority != o.priority ? priority < o.priority : seq > o.seq;
+      }
+    };
+    std::priority_queue<Waiting> waiting;
   };
   struct Transfer;
   struct WriteThrough;
@@ -130,6 +152,7 @@ class DataManager {
   void finish_write_through(WriteThrough* wt) noexcept;
   struct NodeState {
     DeviceState* device = nullptr;
+    Lane in, out;  // copies into this node, and out of it to host memory
     std::string name;
     uint64_t limit = 0, used = 0;
     std::unordered_set<BufferState*> resident;  // buffers with an allocation here
@@ -145,8 +168,15 @@ class DataManager {
   bool make_room(uint32_t node, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
   void free_replica(BufferState& b, uint32_t node) noexcept;
   // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
-  void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies);
+  void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies,
+                  int priority = kUrgent);
+  // Hands a copy to its device's lane: started now, or when an earlier one of the lane is done.
   void issue(const Copy& c) noexcept;
+  void start(const Copy& c) noexcept;  // hands it to the plugin
+  void drain_lanes() noexcept;         // until every copy handed to a lane has completed
+  Lane& lane(const Copy& c) noexcept;  // lock held
+  // Copies waiting in lanes, not yet handed to a plugin (shutdown waits for them).
+  std::atomic<uint64_t> lane_waiting_{0};
   static void on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void copy_done(Transfer* tr, hcr_error_t* error) noexcept;
   // Releases the tasks waiting on `b`'s replica on `node` that may go now: once nothing is copied

@@ -385,8 +385,24 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
       launch(t.node(), d);
     }
     d.pumping.store(false, std::memory_order_release);
-    if (d.pump_requests.load(std::memory_order_acquire) == seen) return launched;
+    if (d.pump_requests.load(std::memory_order_acquire) == seen) break;
   }
+  if (wakes_.load(std::memory_order_acquire) != 0) pump_woken();
+  return launched;
+}
+
+void RuntimeCore::wake(sched::DeviceId d) noexcept {
+  if (d < device_count() && !dev_[d]->wake_requested.exchange(true, std::memory_order_acq_rel))
+    wakes_.fetch_add(1, std::memory_order_release);
+}
+
+// Pumps the devices the policy asked to wake, after the policy call that asked has returned.
+void RuntimeCore::pump_woken() noexcept {
+  for (size_t i = 0, n = device_count(); i < n && wakes_.load(std::memory_order_acquire) != 0; ++i)
+    if (dev_[i]->wake_requested.exchange(false, std::memory_order_acq_rel)) {
+      wakes_.fetch_sub(1, std::memory_order_acq_rel);
+      if (usable(i)) pump(*dev_[i]);
+    }
 }
 
 void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {

@@ -35,6 +35,7 @@ struct DeviceState {
   alignas(64) std::atomic<uint32_t> in_flight{0};
   std::atomic<uint32_t> pump_requests{0};
   std::atomic<bool> pumping{false};
+  std::atomic<bool> wake_requested{false};  // the policy asked for a pump (Context::wake)
   alignas(64) std::atomic<uint64_t> tasks{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
@@ -72,6 +73,7 @@ class RuntimeCore final : public sched::Context {
   double now() const noexcept override;
   uint64_t bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept override;
   double plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept override;
+  void wake(sched::DeviceId d) noexcept override;
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
@@ -148,6 +150,7 @@ class RuntimeCore final : public sched::Context {
   void dispatch(TaskNode* t) noexcept;
   // Hands device d tasks from the policy while it has free slots; returns how many it launched.
   uint32_t pump(DeviceState& d) noexcept;
+  void pump_woken() noexcept;  // pumps the devices Context::wake asked for
   void launch(TaskNode* t, DeviceState& d) noexcept;
   // Data in place: hands the kernel to the plugin.
   void start_kernel(TaskNode* t, DeviceState& d) noexcept;
@@ -224,6 +227,8 @@ class RuntimeCore final : public sched::Context {
   std::atomic<uint64_t> completed_{0};
   alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> failed_{0};
+  // Devices the policy asked to wake (Context::wake) and not pumped yet.
+  std::atomic<uint32_t> wakes_{0};
   // Time spent in the policy's placement decisions (push), measured with the counters.
   alignas(64) std::atomic<uint64_t> decisions_{0};
   std::atomic<int64_t> decision_ns_{0};

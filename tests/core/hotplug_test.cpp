@@ -126,8 +126,11 @@ TEST(HotPlug, ARemovedDeviceWritesHomeWhatOnlyItHeld) {
   RuntimeStats s = rt.stats();
   EXPECT_EQ(s.devices[1].health, DeviceHealth::removed);
   EXPECT_GT(s.data.writebacks, writebacks) << "nothing was written home";
-  for (const auto& node : s.data.nodes)
-    if (node.id == rt.devices()[1].memory_node) EXPECT_EQ(node.used, 0u) << "memory not freed";
+  for (const auto& node : s.data.nodes) {
+    if (node.id == rt.devices()[1].memory_node) {
+      EXPECT_EQ(node.used, 0u) << "memory not freed";
+    }
+  }
   EXPECT_EQ(x.to_vector(), std::vector<float>(1024, 7.0f));
   // Out of scheduling for good: pinned work fails naming it, other work runs elsewhere.
   Error e = test::expect_error([&] { rt.submit(Task(fill).write(x).on(1)).get(); });

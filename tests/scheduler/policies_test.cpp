@@ -5,6 +5,7 @@
 #include "../test_support.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -101,6 +102,57 @@ TEST(Dmda, CalibrationOfASlowDeviceIsBounded) {
   auto n = tasks_per_device(rt);
   EXPECT_GE(n[1], 3u) << "the slow device is measured (calibrate_samples = 3)";
   EXPECT_LE(n[1], 9u) << "but not fed work it cannot finish in time";
+}
+
+// Tasks of several kernels parked before anything was known about them (no plugin estimate) are
+// taken once calibration says where they go, however the calibration tasks race: a calibration
+// task moved to another device used to leak its device's calibration slot (no more samples for
+// that device, so its parked tasks were refused everywhere), and a device the model chose while
+// it sat idle was never asked. Both hung wait_all; a hang here fails after a minute.
+TEST(Dmda, ParkedTasksOfSeveralKernelsAllRun) {
+  Options o = {{"time_scale", "1"}};
+  const char* names[] = {"gpu", "acc0", "acc1", "cpu"};
+  const char* gflops[] = {"10000", "1000", "1000", "400"};
+  for (int i = 0; i < 4; ++i) {
+    const std::string p = "device." + std::to_string(i) + ".";
+    o.push_back({p + "name", names[i]});
+    o.push_back({p + "gflops", gflops[i]});
+    o.push_back({p + "host_memory", i == 3 ? "true" : "false"});
+    if (i == 3) o.push_back({p + "concurrency", "2"});
+  }
+  o.push_back({"kernel.k1.flops", "4e8"});
+  o.push_back({"kernel.k2.flops", "4e8"});
+  o.push_back({"kernel.k3.flops", "1e8"});
+  for (const char* policy : {"dmda", "dmdas"})
+    for (int round = 0; round < 30; ++round) {
+      Runtime rt(sim_machine(o, policy));
+      Kernel k[] = {rt.kernel("k1").cpu([](TaskContext&) {}), rt.kernel("k2").cpu([](TaskContext&) {}),
+                    rt.kernel("k3").cpu([](TaskContext&) {})};
+      std::vector<Buffer<float>> in, out;
+      for (int i = 0; i < 120; ++i) {
+        in.push_back(rt.buffer<float>(64, 64));
+        out.push_back(rt.buffer<float>(64, 64));
+        rt.submit(Task(k[(i * 7) % 3]).read(in.back()).write(out.back()));
+      }
+      std::mutex m;
+      std::condition_variable cv;
+      bool done = false;
+      std::thread waiter([&] {
+        rt.wait_all();
+        std::lock_guard<std::mutex> lock(m);
+        done = true;
+        cv.notify_all();
+      });
+      std::unique_lock<std::mutex> lock(m);
+      if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; })) {
+        ADD_FAILURE() << policy << " round " << round << ": " << 120 - rt.stats().completed
+                      << " tasks never ran";
+        std::_Exit(1);  // the runtime cannot be ended: its work never finishes
+      }
+      lock.unlock();
+      waiter.join();
+      EXPECT_EQ(rt.stats().completed, 120u);
+    }
 }
 
 TEST(Dmda, SavedModelPlacesWellFromTheFirstTask) {

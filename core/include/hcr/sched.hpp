@@ -83,6 +83,11 @@ class Context {
   /// The plugin's own first estimate of `task`'s duration on d, if it offers one (seconds < 0:
   /// none). Meant for tasks the model knows nothing about: it calls into the plugin.
   virtual double plugin_estimate(TaskRef task, DeviceId d) const noexcept = 0;
+  /// Asks the core to offer device d its work again (pop(d)) soon, from this thread once the
+  /// policy call in progress has returned. For a policy that, asked by one device, finds work
+  /// meant for another device that is idle: an idle device is otherwise asked only when a task
+  /// is pushed or one of its own finishes. Cheap; safe to call under the policy's locks.
+  virtual void wake(DeviceId /*d*/) noexcept {}
 };
 
 class Policy {
