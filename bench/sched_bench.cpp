@@ -3,7 +3,7 @@
 // cost of one placement decision with 64 devices.
 //
 //   build/bin/sched_bench [--iterations N] [--quick] [--gantt DIR] [--case MACHINE/WORKLOAD]
-//                         [--policy NAME]
+//                         [--policy NAME] [--decisions]
 //
 // The simulated devices compute nothing (timing only) and hold each task for its modelled
 // duration, stretched by the machine's time_scale so that runtime overhead stays small next to
@@ -384,6 +384,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--gantt") && i + 1 < argc) gantt_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) only_case = argv[++i];
     else if (!std::strcmp(argv[i], "--policy") && i + 1 < argc) only_policy = argv[++i];
+    else if (!std::strcmp(argv[i], "--decisions")) only_case = "decisions";
   }
   if (quick) iterations = 3;
   hcr::log::set_level(hcr::LogLevel::error);
@@ -443,7 +444,7 @@ int main(int argc, char** argv) {
   std::printf("  EFT: dmda's rule itself offline (exact costs, no runtime overhead, each task placed when it "
               "becomes ready, FIFO devices)\n");
 
-  if (!only_case.empty()) return 0;
+  if (!only_case.empty() && only_case != "decisions") return 0;
   // Decision cost: 64 devices of 4 architectures, a warm model, tasks submitted as fast as the
   // submitting thread can. Two figures per policy: the placement decision itself (the time the
   // runtime measures around the policy's push, with the counters on) and the whole submission

@@ -18,6 +18,7 @@
 #include <array>
 #include <bitset>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -141,7 +142,7 @@ class Dmda final : public Policy {
     // The devices that can run it, asked once per decision (both passes below need them).
     std::bitset<kMaxDevices> capable;
     const DeviceId count = ctx_->device_count();
-    for (DeviceId d = 0; d < count; ++d) capable[d] = t.can_run(d);
+    ctx_->capable(t, count, capable);
 
     if (calibrate_ != kOff) {  // a pair not measured enough, with no calibration task out?
       uint32_t fewest = min_samples_;
@@ -297,11 +298,20 @@ class Dmda final : public Policy {
     const int prio = by_priority_ ? t.priority() : 0;
     Choice best;
     double best_finish = INFINITY;
+    const DeviceId n = ctx_->device_count();
+    std::bitset<kMaxDevices> asked;
+    if (capable == nullptr) {
+      ctx_->capable(t, n, asked);
+      capable = &asked;
+    }
+    // What each device would have to fetch, in one pass over the task's inputs.
+    std::array<uint64_t, kMaxDevices> fetch;
+    ctx_->bytes_to_fetch(t, n, fetch.data());
     // Predictions are per architecture: devices of one kind share them.
     std::array<std::pair<const CostModel::Pair*, double>, 8> seen{};
     size_t n_seen = 0;
-    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d) {
-      if (capable ? !(*capable)[d] : !t.can_run(d)) continue;
+    for (DeviceId d = 0; d < n; ++d) {
+      if (!(*capable)[d]) continue;
       Dev& dev = *devs_[d];
       const CostModel::Pair* p = pairs[d];
       double exec = -1;
@@ -318,7 +328,7 @@ class Dmda final : public Policy {
       }
       if (exec < 0) continue;
       // Inputs arrive after the copies already queued on the device's link, then this one's.
-      double xfer = copy_in(t, d);
+      double xfer = fetch[d] ? links_.predict(0, dev.node, fetch[d]) : 0;
       double arrival = xfer > 0 ? link_free(dev.node, prio, now) + xfer : now;
       double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
       double finish = std::max(ready, arrival) + exec;
@@ -413,9 +423,12 @@ class Dmda final : public Policy {
       if (it == w_.end() || it->first != prio) it = w_.insert(it, {prio, 0});
       it->second += ns;
       if (it->second == 0) w_.erase(it);
+      lowest_.store(w_.empty() ? INT_MAX : w_.front().first, std::memory_order_release);
     }
-    // Work queued with a priority below `prio` (what a task of `prio` overtakes).
+    // Work queued with a priority below `prio` (what a task of `prio` overtakes). Without a
+    // lock in the common case: nothing queued below it.
     int64_t below(int prio) const {
+      if (prio <= lowest_.load(std::memory_order_acquire)) return 0;
       std::lock_guard<detail::SpinLock> lock(lock_);
       int64_t sum = 0;
       for (auto& [p, ns] : w_) {
@@ -428,6 +441,7 @@ class Dmda final : public Policy {
    private:
     mutable detail::SpinLock lock_;
     std::vector<std::pair<int, int64_t>> w_;  // by ascending priority
+    std::atomic<int> lowest_{INT_MAX};        // w_'s lowest priority
   };
 
   struct Dev {
@@ -470,8 +484,13 @@ class Dmda final : public Policy {
       if (it == h_.end() || it->first != prio)  // starts as what copies above it left
         it = h_.insert(it, {prio, it == h_.end() ? now : std::max(now, it->second)});
       for (auto i = h_.begin(); i <= it; ++i) i->second = std::max(now, i->second) + seconds;
+      lowest_horizon_.store(h_.front().second, std::memory_order_relaxed);
+      lowest_.store(h_.front().first, std::memory_order_release);
     }
+    // Lock-free for a task at or below every charged priority (the common case: one priority).
     double free_at(int prio, double now) const {
+      if (prio <= lowest_.load(std::memory_order_acquire))
+        return std::max(now, lowest_horizon_.load(std::memory_order_relaxed));
       std::lock_guard<detail::SpinLock> lock(lock_);
       auto it = std::lower_bound(h_.begin(), h_.end(), prio,
                                  [](const std::pair<int, double>& e, int p) { return e.first < p; });
@@ -481,6 +500,8 @@ class Dmda final : public Policy {
    private:
     mutable detail::SpinLock lock_;
     std::vector<std::pair<int, double>> h_;  // by ascending priority; non-increasing horizons
+    std::atomic<int> lowest_{INT_MAX};       // h_'s lowest priority (none charged: any task)
+    std::atomic<double> lowest_horizon_{0};  // and its horizon, the latest of all
   };
 
   // The model pair of each device for the task's kernel; built once per kernel.

@@ -105,6 +105,18 @@ bool DataManager::valid_or_arriving(const BufferState& b, uint32_t node) const n
   return (bits >> (node % 64)) & 1u;
 }
 
+void DataManager::presence(const BufferState& b, uint64_t bits[2]) const noexcept {
+  const BufferData* d = b.data.load(std::memory_order_acquire);
+  if (d == nullptr) {  // never met a device with its own memory: only the host has it
+    bits[0] = 1;
+    bits[1] = 0;
+    return;
+  }
+  for (int i = 0; i < 2; ++i)
+    bits[i] = d->valid_bits[i].load(std::memory_order_relaxed) |
+              d->arriving_bits[i].load(std::memory_order_relaxed);
+}
+
 bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
   BufferData& d = data(b);
   for (uint32_t m = 0; m < d.replicas.size(); ++m)

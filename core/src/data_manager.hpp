@@ -118,6 +118,8 @@ class DataManager {
   bool valid_on(const BufferState& b, uint32_t node) const noexcept;
   /// Valid there, or a copy to there is in flight (lock-free, may be momentarily stale).
   bool valid_or_arriving(const BufferState& b, uint32_t node) const noexcept;
+  /// The nodes where `b` is valid or arriving, as a bit set over kMaxNodes (lock-free).
+  void presence(const BufferState& b, uint64_t bits[2]) const noexcept;
   DataCounters counters() const;
 
  private:

@@ -883,6 +883,49 @@ uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const 
   return bytes;
 }
 
+void RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
+                                 uint64_t* bytes) const noexcept {
+  std::fill(bytes, bytes + count, uint64_t{0});
+  if (!data_.active()) return;  // every device works in host memory
+  // Where each input is valid or on its way, read once; then a bit test per device.
+  struct In {
+    uint64_t where[2];
+    uint64_t bytes;
+  };
+  boost::container::small_vector<In, 4> inputs;
+  for (const ArgRec& a : t.node()->uargs)
+    if (reads(a.access)) {
+      In in{{0, 0}, a.buffer->bytes()};
+      data_.presence(*a.buffer, in.where);
+      inputs.push_back(in);
+    }
+  if (inputs.empty()) return;
+  for (sched::DeviceId d = 0; d < count; ++d) {
+    const uint32_t node = dev_[d]->info.memory_node;
+    uint64_t sum = 0;
+    for (const In& in : inputs)
+      if (!((in.where[node / 64] >> (node % 64)) & 1u)) sum += in.bytes;
+    bytes[d] = sum;
+  }
+}
+
+void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
+                          std::bitset<kMaxDevices>& out) const noexcept {
+  out.reset();
+  const TaskNode* n = t.node();
+  if (!n->kernel) return;
+  if (n->pinned >= 0) {
+    if (static_cast<sched::DeviceId>(n->pinned) < count && t.can_run(n->pinned)) out.set(n->pinned);
+    return;
+  }
+  const KernelState& k = *n->kernel;
+  const bool limited = data_.active();
+  for (sched::DeviceId d = 0; d < count; ++d)
+    out[d] = k.can_run(d) && usable(d) && (!limited || fits(n, d));
+  for (uint32_t x : n->excluded)  // devices that already failed it
+    if (x < count) out.reset(x);
+}
+
 double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
   const DeviceState& ds = *dev_[d];
   const hcr_plugin_api_t* api = ds.plugin->api;

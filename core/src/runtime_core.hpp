@@ -74,6 +74,10 @@ class RuntimeCore final : public sched::Context {
   uint64_t bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept override;
   double plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept override;
   void wake(sched::DeviceId d) noexcept override;
+  void capable(sched::TaskRef t, sched::DeviceId count,
+               std::bitset<kMaxDevices>& out) const noexcept override;
+  void bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
+                      uint64_t* bytes) const noexcept override;
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 

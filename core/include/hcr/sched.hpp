@@ -15,6 +15,7 @@
 #include <hcr/device.hpp>
 #include <hcr/export.hpp>
 
+#include <bitset>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,6 +89,17 @@ class Context {
   /// meant for another device that is idle: an idle device is otherwise asked only when a task
   /// is pushed or one of its own finishes. Cheap; safe to call under the policy's locks.
   virtual void wake(DeviceId /*d*/) noexcept {}
+  /// Which of the first `count` devices can run `task` (TaskRef::can_run for each), in one pass:
+  /// a decision over many devices asks this once rather than once per device.
+  virtual void capable(TaskRef task, DeviceId count, std::bitset<kMaxDevices>& out) const noexcept {
+    out.reset();
+    for (DeviceId d = 0; d < count; ++d) out[d] = task.can_run(d);
+  }
+  /// bytes_to_fetch() for each of the first `count` devices into bytes[0..count), in one pass
+  /// over the task's buffers.
+  virtual void bytes_to_fetch(TaskRef task, DeviceId count, uint64_t* bytes) const noexcept {
+    for (DeviceId d = 0; d < count; ++d) bytes[d] = bytes_to_fetch(task, d);
+  }
 };
 
 class Policy {
