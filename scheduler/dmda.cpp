@@ -352,7 +352,9 @@ class Dmda final : public Policy {
     for (auto& [pending, v] : victims) {
       TaskRef t = devs_[v]->queue.pop_back(d);
       if (!t) continue;
-      if (t.policy_data() & kExploreBit) {  // sent there on purpose, to measure v: stays
+      // A calibration task was sent there on purpose, to measure v; a task whose placement
+      // started copies to v would waste them elsewhere (and move its inputs twice): both stay.
+      if ((t.policy_data() & kExploreBit) || xfer_ns(t.policy_data()) > 0) {
         devs_[v]->queue.push(t);
         continue;
       }
