@@ -398,7 +398,7 @@ int main(int argc, char** argv) {
               std::min(3, iterations), iterations);
   std::printf("%-10s %-11s %8s %6s", "machine", "workload", "HEFT", "EFT");
   for (auto& p : policies) std::printf(" %15s", p.c_str());
-  std::printf("  %s\n", "dmda cold-start*");
+  std::printf(" %15s %15s\n", "dmda 1st*", "dmdas 1st*");
   for (auto& [machine, work] : cases) {
     if (!only_case.empty() && only_case != machine.name + "/" + work.name) continue;
     double ref = heft(machine, work);
@@ -424,20 +424,24 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     // Warm start: an earlier run saved its model; a new runtime's first iteration.
-    auto dir = std::filesystem::temp_directory_path() / ("hcr-sched-bench-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    {
-      hcr::Runtime rt(sim_config(machine, work, "dmda", dir.string()));
-      for (int it = 0; it < 3; ++it) run_once(rt, work);
+    for (const char* policy : {"dmda", "dmdas"}) {
+      auto dir = std::filesystem::temp_directory_path() /
+                 ("hcr-sched-bench-" + std::to_string(::getpid()));
+      std::filesystem::remove_all(dir);
+      {
+        hcr::Runtime rt(sim_config(machine, work, policy, dir.string()));
+        for (int it = 0; it < 3; ++it) run_once(rt, work);
+      }
+      std::vector<double> first;
+      for (int rep = 0; rep < 3; ++rep) {
+        hcr::Runtime rt(sim_config(machine, work, policy, dir.string()));
+        first.push_back(run_once(rt, work));
+      }
+      std::filesystem::remove_all(dir);
+      double f = median(first);
+      std::printf(" %7.3f (%4.2f)", f, f / ref);
     }
-    std::vector<double> first;
-    for (int rep = 0; rep < 3; ++rep) {
-      hcr::Runtime rt(sim_config(machine, work, "dmda", dir.string()));
-      first.push_back(run_once(rt, work));
-    }
-    std::filesystem::remove_all(dir);
-    double f = median(first);
-    std::printf("  %7.3f (%4.2f)\n", f, f / ref);
+    std::printf("\n");
   }
   std::printf("\n* first iteration of a new runtime that loaded the model an earlier run saved "
               "(median of 3 runs)\n");
