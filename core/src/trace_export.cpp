@@ -63,8 +63,11 @@ std::string trace_json(const std::vector<TraceEvent>& events,
   json& ev = out["traceEvents"] = json::array();
   const int kLinks = 100000;  // pid of the links "process"
   for (size_t d = 0; d < devices.size(); ++d) {
-    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d},
-                  {"args", {{"name", "#" + std::to_string(d) + " " + devices[d]}}}});
+    std::string name = "#";  // appended, not "#" + ...: GCC 12 warns falsely (-Wrestrict, PR105329)
+    name += std::to_string(d);
+    name += ' ';
+    name += devices[d];
+    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d}, {"args", {{"name", name}}}});
     ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d}, {"args", {{"sort_index", d}}}});
   }
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kLinks}, {"args", {{"name", "links"}}}});
