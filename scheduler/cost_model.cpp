@@ -295,7 +295,7 @@ std::string hex(uint64_t v) {
 }
 }  // namespace
 
-std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
+std::map<std::string, std::string> CostModel::save_text() const {
   std::map<std::string, toml::array> cells_by_arch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -315,21 +315,31 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
       }
     }
   }
-  std::vector<std::filesystem::path> written;
-  std::filesystem::create_directories(dir);
+  std::map<std::string, std::string> texts;
   for (auto& [arch, cells] : cells_by_arch) {
     toml::table root{{"format", kFormat},
                      {"version", kFormatVersion},
                      {"arch", arch},
                      {"cell", std::move(cells)}};
+    std::ostringstream out;
+    out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
+        << "# Regenerated as hcr runs; delete it to start cold.\n"
+        << root << "\n";
+    texts[arch] = out.str();
+  }
+  return texts;
+}
+
+std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
+  std::vector<std::filesystem::path> written;
+  std::filesystem::create_directories(dir);
+  for (auto& [arch, text] : save_text()) {
     auto path = dir / file_name_for(arch);
     auto tmp = path;
     tmp += ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
-          << "# Regenerated as hcr runs; delete it to start cold.\n"
-          << root << "\n";
+      out << text;
       if (!out) throw std::runtime_error("cannot write " + tmp.string());
     }
     std::filesystem::rename(tmp, path);  // atomic: a reader never sees half a file
@@ -338,25 +348,37 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
   return written;
 }
 
+std::string read_text_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in) throw std::runtime_error(file.string() + ": cannot read the file");
+  return text.str();
+}
+
 void CostModel::load_file(const std::filesystem::path& file) {
+  load_text(read_text_file(file), file.string());
+}
+
+void CostModel::load_text(std::string_view text, const std::string& origin) {
   toml::table root;
   try {
-    root = toml::parse_file(file.string());
+    root = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
-    throw std::runtime_error(file.string() + ":" + std::to_string(e.source().begin.line) + ": " +
+    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
                              std::string(e.description()));
   }
   auto format = root["format"].value<std::string>();
   auto version = root["version"].value<int64_t>();
   auto arch = root["arch"].value<std::string>();
   if (!format || *format != kFormat)
-    throw std::runtime_error(file.string() + ": not an hcr cost model (no format = \"" +
+    throw std::runtime_error(origin + ": not an hcr cost model (no format = \"" +
                              std::string(kFormat) + "\")");
   if (!version || *version != kFormatVersion)
-    throw std::runtime_error(file.string() + ": model format version " +
+    throw std::runtime_error(origin + ": model format version " +
                              (version ? std::to_string(*version) : std::string("missing")) +
                              ", this hcr reads version " + std::to_string(kFormatVersion));
-  if (!arch) throw std::runtime_error(file.string() + ": no arch");
+  if (!arch) throw std::runtime_error(origin + ": no arch");
   auto* cells = root["cell"].as_array();
   if (cells == nullptr) return;
   // Validate everything before touching the model: a bad file changes nothing.
@@ -370,7 +392,7 @@ void CostModel::load_file(const std::filesystem::path& file) {
   std::vector<Parsed> parsed;
   for (auto&& node : *cells) {
     auto* t = node.as_table();
-    auto where = [&] { return file.string() + ":" + std::to_string(node.source().begin.line); };
+    auto where = [&] { return origin + ":" + std::to_string(node.source().begin.line); };
     if (t == nullptr) throw std::runtime_error(where() + ": a cell is not a table");
     auto kernel = (*t)["kernel"].value<std::string>();
     auto fp = (*t)["footprint"].value<std::string>();
@@ -504,6 +526,68 @@ LinkModel::Link LinkModel::link(uint32_t from, uint32_t to) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (from >= nodes_ || to >= nodes_) return {};
   return fits_[from * nodes_ + to].link;
+}
+
+std::vector<LinkModel::NamedLink> LinkModel::measured(const std::vector<std::string>& names) const {
+  std::vector<NamedLink> out;
+  for (uint32_t f = 0; f < names.size(); ++f)
+    for (uint32_t g = 0; g < names.size(); ++g) {
+      auto l = link(f, g);
+      if (f == g || l.samples == 0 || l.bandwidth <= 0) continue;
+      out.push_back({names[f], names[g], l.latency, l.bandwidth});
+    }
+  return out;
+}
+
+void LinkModel::declare(const std::vector<NamedLink>& links,
+                        const std::vector<std::string>& names) {
+  for (auto& l : links)
+    for (uint32_t f = 0; f < names.size(); ++f)
+      for (uint32_t g = 0; g < names.size(); ++g)
+        if (f != g && names[f] == l.from && names[g] == l.to)
+          declare(f, g, l.latency, l.bandwidth);
+}
+
+std::string LinkModel::format(const std::vector<NamedLink>& links) {
+  toml::array rows;
+  for (auto& l : links)
+    rows.push_back(toml::table{{"from", l.from},
+                               {"to", l.to},
+                               {"latency", l.latency},
+                               {"bandwidth", l.bandwidth}});
+  std::ostringstream out;
+  out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
+      << toml::table{{"format", kFormat}, {"version", kFormatVersion}, {"link", std::move(rows)}}
+      << "\n";
+  return out.str();
+}
+
+std::vector<LinkModel::NamedLink> LinkModel::parse(std::string_view text,
+                                                   const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                             std::string(e.description()));
+  }
+  if (root["format"].value<std::string>() != std::string(kFormat) ||
+      root["version"].value<int64_t>() != int64_t{kFormatVersion})
+    throw std::runtime_error(origin + ": not an hcr link model of version " +
+                             std::to_string(kFormatVersion));
+  std::vector<NamedLink> out;
+  if (auto* links = root["link"].as_array())
+    for (auto&& l : *links) {
+      auto from = l.at_path("from").value<std::string>();
+      auto to = l.at_path("to").value<std::string>();
+      auto latency = l.at_path("latency").value<double>();
+      auto bandwidth = l.at_path("bandwidth").value<double>();
+      auto where = [&] { return origin + ":" + std::to_string(l.source().begin.line); };
+      if (!from || !to || !latency || !bandwidth)
+        throw std::runtime_error(where() + ": incomplete link");
+      out.push_back({*from, *to, *latency, *bandwidth});
+    }
+  return out;
 }
 
 }  // namespace hcr::sched

@@ -13,8 +13,6 @@
 
 #include <unistd.h>
 
-#include <toml++/toml.h>
-
 #include <array>
 #include <bitset>
 #include <chrono>
@@ -538,25 +536,9 @@ class Dmda final : public Policy {
     std::error_code ec;
     if (!std::filesystem::exists(file, ec)) return;
     try {
-      toml::table root = toml::parse_file(file.string());
-      if (root["format"].value<std::string>() != std::string("hcr-link-model") ||
-          root["version"].value<int64_t>() != int64_t{1})
-        throw std::runtime_error("not an hcr link model of version 1");
-      if (auto* links = root["link"].as_array())
-        for (auto&& l : *links) {
-          auto from = l.at_path("from").value<std::string>();
-          auto to = l.at_path("to").value<std::string>();
-          auto latency = l.at_path("latency").value<double>();
-          auto bandwidth = l.at_path("bandwidth").value<double>();
-          if (!from || !to || !latency || !bandwidth) throw std::runtime_error("incomplete link");
-          for (uint32_t f = 0; f < node_names_.size(); ++f)
-            for (uint32_t g = 0; g < node_names_.size(); ++g)
-              if (f != g && node_names_[f] == *from && node_names_[g] == *to)
-                links_.declare(f, g, *latency, *bandwidth);
-        }
+      links_.declare(LinkModel::parse(read_text_file(file), file.string()), node_names_);
     } catch (const std::exception& e) {
-      log::write(LogLevel::warn,
-                 "ignoring link model file " + file.string() + ": " + e.what());
+      log::write(LogLevel::warn, std::string("ignoring link model file ") + e.what());
     }
   }
 
@@ -577,25 +559,14 @@ class Dmda final : public Policy {
     std::lock_guard<std::mutex> lock(save_mutex_);
     try {
       model_.save(dir_);
-      toml::array links;
-      for (uint32_t f = 0; f < node_names_.size(); ++f)
-        for (uint32_t g = 0; g < node_names_.size(); ++g) {
-          auto l = links_.link(f, g);
-          if (f == g || l.samples == 0 || l.bandwidth <= 0) continue;
-          links.push_back(toml::table{{"from", node_names_[f]},
-                                      {"to", node_names_[g]},
-                                      {"latency", l.latency},
-                                      {"bandwidth", l.bandwidth}});
-        }
+      auto links = links_.measured(node_names_);
       if (links.empty()) return;
       auto path = std::filesystem::path(dir_) / "links.toml";
       auto tmp = path;
       tmp += ".tmp";
       {
         std::ofstream out(tmp, std::ios::trunc);
-        out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
-            << toml::table{{"format", "hcr-link-model"}, {"version", 1}, {"link", links}}
-            << "\n";
+        out << LinkModel::format(links);
       }
       std::filesystem::rename(tmp, path);
     } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
 // The cost model on its own: convergence, outlier rejection, following a change, extrapolation to
-// an unseen size, persistence, and files it must refuse.
+// an unseen size, persistence (files and their text, the link file), and files it must refuse.
 #include "../../scheduler/cost_model.hpp"
 #include "../test_support.hpp"
 
@@ -140,6 +140,75 @@ TEST(CostModel, CorruptAndForeignFilesAreIgnoredNamingThem) {
   EXPECT_EQ(m.predict("k", "x", 1, 1).source, Prediction::Source::history);
   EXPECT_FALSE(m.predict("k", "y", 1, 1).known());
   EXPECT_FALSE(m.predict("k", "z", 2, 1).known());
+}
+
+// The text entry points the fuzzers drive (tests/fuzz): what load_file and save() use.
+constexpr const char* kModelHead = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
+
+TEST(CostModel, TextRoundTrip) {
+  CostModel a;
+  for (int i = 0; i < 20; ++i) {
+    a.record("gemm", "gpu", 1, 1e4, 1e-3 * (1 + 0.01 * (i % 3)));
+    a.record("gemm", "gpu", 2, 4e4, 8e-3);
+  }
+  auto texts = a.save_text();
+  ASSERT_EQ(texts.size(), 1u);
+  CostModel b;
+  b.load_text(texts.at("gpu"), "gpu.model.toml");
+  EXPECT_EQ(b.save_text(), texts);
+  for (auto [fp, size] : {std::pair{1ull, 1e4}, std::pair{2ull, 4e4}, std::pair{3ull, 1.6e5}}) {
+    Prediction pa = a.predict("gemm", "gpu", fp, size), pb = b.predict("gemm", "gpu", fp, size);
+    EXPECT_EQ(pa.source, pb.source);
+    EXPECT_EQ(pa.seconds, pb.seconds);
+    EXPECT_EQ(pa.spread, pb.spread);
+  }
+  EXPECT_EQ(b.samples("gemm", "gpu"), 32u) << "the two windows of 16";
+}
+
+TEST(CostModel, LoadTextNamesTheOriginAndChangesNothingWhenRefused) {
+  CostModel m;
+  try {
+    m.load_text(std::string(kModelHead) + "[[cell]]\nkernel = 'k'\n", "mine.model.toml");
+    FAIL() << "an incomplete cell loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("mine.model.toml:4: a cell needs", 0), 0u) << e.what();
+  }
+  EXPECT_TRUE(m.rows().empty());
+  try {
+    m.load_file("/nonexistent/x.model.toml");
+    FAIL() << "a missing file loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.model.toml"), std::string::npos);
+  }
+}
+
+TEST(LinkModel, FileTextRoundTripByNodeNames) {
+  LinkModel a;
+  a.resize(3);
+  for (uint64_t bytes : {4096ull, 1048576ull, 16777216ull}) {
+    a.record(0, 1, bytes, 2e-5 + static_cast<double>(bytes) / 5e9);
+    a.record(2, 0, bytes, 1e-5 + static_cast<double>(bytes) / 1e10);
+  }
+  const std::vector<std::string> names{"host", "gpu", "fpga"};
+  auto links = a.measured(names);
+  ASSERT_EQ(links.size(), 2u);
+  std::string text = LinkModel::format(links);
+  EXPECT_NE(text.find("format = 'hcr-link-model'"), std::string::npos) << text;
+  auto again = LinkModel::parse(text, "links.toml");
+  ASSERT_EQ(again.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again[i].from, links[i].from);
+    EXPECT_EQ(again[i].to, links[i].to);
+    EXPECT_EQ(again[i].latency, links[i].latency);
+    EXPECT_EQ(again[i].bandwidth, links[i].bandwidth);
+  }
+  // Declared in a model whose nodes come in another order: matched by name.
+  LinkModel b;
+  b.resize(3);
+  b.declare(again, {"host", "fpga", "gpu"});
+  EXPECT_DOUBLE_EQ(b.predict(0, 2, 1 << 20), a.predict(0, 1, 1 << 20));
+  EXPECT_DOUBLE_EQ(b.predict(1, 0, 1 << 20), a.predict(2, 0, 1 << 20));
+  EXPECT_EQ(b.link(0, 2).samples, 0u) << "declared, not measured";
 }
 
 TEST(LinkModel, DeclaredThenMeasured) {
