@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -369,14 +370,17 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
                              std::string(e.description()));
   }
   auto format = root["format"].value<std::string>();
-  auto version = root["version"].value<int64_t>();
+  // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
+  auto version = root["version"].value_exact<int64_t>();
   auto arch = root["arch"].value<std::string>();
   if (!format || *format != kFormat)
     throw std::runtime_error(origin + ": not an hcr cost model (no format = \"" +
                              std::string(kFormat) + "\")");
   if (!version || *version != kFormatVersion)
     throw std::runtime_error(origin + ": model format version " +
-                             (version ? std::to_string(*version) : std::string("missing")) +
+                             (version                 ? std::to_string(*version)
+                              : root.contains("version") ? std::string("not an integer")
+                                                         : std::string("missing")) +
                              ", this hcr reads version " + std::to_string(kFormatVersion));
   if (!arch) throw std::runtime_error(origin + ": no arch");
   auto* cells = root["cell"].as_array();
@@ -397,32 +401,36 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
     auto kernel = (*t)["kernel"].value<std::string>();
     auto fp = (*t)["footprint"].value<std::string>();
     auto size = (*t)["size"].value<double>();
-    auto count = (*t)["count"].value<int64_t>();
+    auto count = (*t)["count"].value_exact<int64_t>();
     auto* samples = (*t)["samples"].as_array();
     if (!kernel || !fp || !size || !count || samples == nullptr)
       throw std::runtime_error(where() + ": a cell needs kernel, footprint, size, count, samples");
     Parsed p{*kernel, 0, *size, static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
-    try {
-      size_t used = 0;
-      p.footprint = std::stoull(*fp, &used, 16);
-      if (used != fp->size()) throw std::invalid_argument("");
-    } catch (...) {
+    // Hexadecimal digits with an optional 0x, nothing else (stoull would take a sign and spaces).
+    std::string_view digits = *fp;
+    if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
+      digits.remove_prefix(2);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p.footprint, 16);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
       throw std::runtime_error(where() + ": footprint '" + *fp + "' is not hexadecimal");
-    }
     for (auto&& s : *samples) {
       auto v = s.value<double>();
-      if (!v || !(*v >= 0) || !std::isfinite(*v))
-        throw std::runtime_error(where() + ": samples must be non-negative numbers");
+      if (!v || !(*v >= 0 && *v <= kMaxFileSeconds))
+        throw std::runtime_error(where() + ": samples must be non-negative numbers of seconds, "
+                                           "at most 1e9");
       p.samples.push_back(*v);
     }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
-    parsed.push_back(std::move(p));
+    if (!p.samples.empty()) parsed.push_back(std::move(p));  // a cell without samples says nothing
   }
   for (auto& p : parsed) {
     Pair& pr = *find_or_add(p.kernel, *arch);
     std::lock_guard<detail::SpinLock> lock(pr.lock);
     Cell& cell = pr.cells[p.footprint];
+    // A cell read twice (twice in a file, or in two files of one architecture): the last one
+    // counts, once.
+    pr.total.fetch_sub(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
     cell.size = p.size;
     cell.history.restore(p.samples, p.count);
     pr.total.fetch_add(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
@@ -572,7 +580,7 @@ std::vector<LinkModel::NamedLink> LinkModel::parse(std::string_view text,
                              std::string(e.description()));
   }
   if (root["format"].value<std::string>() != std::string(kFormat) ||
-      root["version"].value<int64_t>() != int64_t{kFormatVersion})
+      root["version"].value_exact<int64_t>() != int64_t{kFormatVersion})
     throw std::runtime_error(origin + ": not an hcr link model of version " +
                              std::to_string(kFormatVersion));
   std::vector<NamedLink> out;
@@ -585,6 +593,12 @@ std::vector<LinkModel::NamedLink> LinkModel::parse(std::string_view text,
       auto where = [&] { return origin + ":" + std::to_string(l.source().begin.line); };
       if (!from || !to || !latency || !bandwidth)
         throw std::runtime_error(where() + ": incomplete link");
+      // inf or nan would make every copy to the node infinitely long (or unordered).
+      if (!(*latency >= 0 && *latency <= kMaxFileSeconds))
+        throw std::runtime_error(where() + ": latency must be a non-negative number of seconds, "
+                                           "at most 1e9");
+      if (!(*bandwidth >= 1 && std::isfinite(*bandwidth)))
+        throw std::runtime_error(where() + ": bandwidth must be a number of bytes/s, at least 1");
       out.push_back({*from, *to, *latency, *bandwidth});
     }
   return out;

@@ -27,6 +27,10 @@
 
 namespace hcr::sched {
 
+/// The longest duration (seconds, some 31 years) a model file may hold: beyond it the file is
+/// corrupt, and sums of predictions stay finite.
+inline constexpr double kMaxFileSeconds = 1e9;
+
 /// A prediction with what it rests on.
 struct Prediction {
   enum class Source { none, estimate, regression, history };
