@@ -60,7 +60,11 @@ namespace {
 constexpr uint64_t kExploreBit = uint64_t{1} << 63;
 constexpr uint64_t kField = (uint64_t{1} << 31) - 1;
 uint64_t pack(double exec, double xfer, bool explore) {
-  auto us = [](double s) { return std::min<uint64_t>(kField, static_cast<uint64_t>(std::max(0.0, s) * 1e6)); };
+  // Clamped before the conversion: a prediction beyond 2^64 us (a regression far outside the
+  // sizes measured, a model file's huge figures) would make it undefined. nan counts as 0.
+  auto us = [](double s) {
+    return static_cast<uint64_t>(std::min(static_cast<double>(kField), std::max(0.0, s) * 1e6));
+  };
   return us(exec) | (us(xfer) << 31) | (explore ? kExploreBit : 0);
 }
 int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
