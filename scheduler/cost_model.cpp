@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -295,7 +296,7 @@ std::string hex(uint64_t v) {
 }
 }  // namespace
 
-std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
+std::map<std::string, std::string> CostModel::save_text() const {
   std::map<std::string, toml::array> cells_by_arch;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -315,21 +316,31 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
       }
     }
   }
-  std::vector<std::filesystem::path> written;
-  std::filesystem::create_directories(dir);
+  std::map<std::string, std::string> texts;
   for (auto& [arch, cells] : cells_by_arch) {
     toml::table root{{"format", kFormat},
                      {"version", kFormatVersion},
                      {"arch", arch},
                      {"cell", std::move(cells)}};
+    std::ostringstream out;
+    out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
+        << "# Regenerated as hcr runs; delete it to start cold.\n"
+        << root << "\n";
+    texts[arch] = out.str();
+  }
+  return texts;
+}
+
+std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
+  std::vector<std::filesystem::path> written;
+  std::filesystem::create_directories(dir);
+  for (auto& [arch, text] : save_text()) {
     auto path = dir / file_name_for(arch);
     auto tmp = path;
     tmp += ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
-      out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
-          << "# Regenerated as hcr runs; delete it to start cold.\n"
-          << root << "\n";
+      out << text;
       if (!out) throw std::runtime_error("cannot write " + tmp.string());
     }
     std::filesystem::rename(tmp, path);  // atomic: a reader never sees half a file
@@ -338,25 +349,40 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
   return written;
 }
 
+std::string read_text_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in) throw std::runtime_error(file.string() + ": cannot read the file");
+  return text.str();
+}
+
 void CostModel::load_file(const std::filesystem::path& file) {
+  load_text(read_text_file(file), file.string());
+}
+
+void CostModel::load_text(std::string_view text, const std::string& origin) {
   toml::table root;
   try {
-    root = toml::parse_file(file.string());
+    root = toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
-    throw std::runtime_error(file.string() + ":" + std::to_string(e.source().begin.line) + ": " +
+    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
                              std::string(e.description()));
   }
   auto format = root["format"].value<std::string>();
-  auto version = root["version"].value<int64_t>();
+  // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
+  auto version = root["version"].value_exact<int64_t>();
   auto arch = root["arch"].value<std::string>();
   if (!format || *format != kFormat)
-    throw std::runtime_error(file.string() + ": not an hcr cost model (no format = \"" +
+    throw std::runtime_error(origin + ": not an hcr cost model (no format = \"" +
                              std::string(kFormat) + "\")");
   if (!version || *version != kFormatVersion)
-    throw std::runtime_error(file.string() + ": model format version " +
-                             (version ? std::to_string(*version) : std::string("missing")) +
+    throw std::runtime_error(origin + ": model format version " +
+                             (version                 ? std::to_string(*version)
+                              : root.contains("version") ? std::string("not an integer")
+                                                         : std::string("missing")) +
                              ", this hcr reads version " + std::to_string(kFormatVersion));
-  if (!arch) throw std::runtime_error(file.string() + ": no arch");
+  if (!arch) throw std::runtime_error(origin + ": no arch");
   auto* cells = root["cell"].as_array();
   if (cells == nullptr) return;
   // Validate everything before touching the model: a bad file changes nothing.
@@ -370,37 +396,41 @@ void CostModel::load_file(const std::filesystem::path& file) {
   std::vector<Parsed> parsed;
   for (auto&& node : *cells) {
     auto* t = node.as_table();
-    auto where = [&] { return file.string() + ":" + std::to_string(node.source().begin.line); };
+    auto where = [&] { return origin + ":" + std::to_string(node.source().begin.line); };
     if (t == nullptr) throw std::runtime_error(where() + ": a cell is not a table");
     auto kernel = (*t)["kernel"].value<std::string>();
     auto fp = (*t)["footprint"].value<std::string>();
     auto size = (*t)["size"].value<double>();
-    auto count = (*t)["count"].value<int64_t>();
+    auto count = (*t)["count"].value_exact<int64_t>();
     auto* samples = (*t)["samples"].as_array();
     if (!kernel || !fp || !size || !count || samples == nullptr)
       throw std::runtime_error(where() + ": a cell needs kernel, footprint, size, count, samples");
     Parsed p{*kernel, 0, *size, static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
-    try {
-      size_t used = 0;
-      p.footprint = std::stoull(*fp, &used, 16);
-      if (used != fp->size()) throw std::invalid_argument("");
-    } catch (...) {
+    // Hexadecimal digits with an optional 0x, nothing else (stoull would take a sign and spaces).
+    std::string_view digits = *fp;
+    if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
+      digits.remove_prefix(2);
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), p.footprint, 16);
+    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
       throw std::runtime_error(where() + ": footprint '" + *fp + "' is not hexadecimal");
-    }
     for (auto&& s : *samples) {
       auto v = s.value<double>();
-      if (!v || !(*v >= 0) || !std::isfinite(*v))
-        throw std::runtime_error(where() + ": samples must be non-negative numbers");
+      if (!v || !(*v >= 0 && *v <= kMaxFileSeconds))
+        throw std::runtime_error(where() + ": samples must be non-negative numbers of seconds, "
+                                           "at most 1e9");
       p.samples.push_back(*v);
     }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
-    parsed.push_back(std::move(p));
+    if (!p.samples.empty()) parsed.push_back(std::move(p));  // a cell without samples says nothing
   }
   for (auto& p : parsed) {
     Pair& pr = *find_or_add(p.kernel, *arch);
     std::lock_guard<detail::SpinLock> lock(pr.lock);
     Cell& cell = pr.cells[p.footprint];
+    // A cell read twice (twice in a file, or in two files of one architecture): the last one
+    // counts, once.
+    pr.total.fetch_sub(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
     cell.size = p.size;
     cell.history.restore(p.samples, p.count);
     pr.total.fetch_add(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
@@ -504,6 +534,74 @@ LinkModel::Link LinkModel::link(uint32_t from, uint32_t to) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (from >= nodes_ || to >= nodes_) return {};
   return fits_[from * nodes_ + to].link;
+}
+
+std::vector<LinkModel::NamedLink> LinkModel::measured(const std::vector<std::string>& names) const {
+  std::vector<NamedLink> out;
+  for (uint32_t f = 0; f < names.size(); ++f)
+    for (uint32_t g = 0; g < names.size(); ++g) {
+      auto l = link(f, g);
+      if (f == g || l.samples == 0 || l.bandwidth <= 0) continue;
+      out.push_back({names[f], names[g], l.latency, l.bandwidth});
+    }
+  return out;
+}
+
+void LinkModel::declare(const std::vector<NamedLink>& links,
+                        const std::vector<std::string>& names) {
+  for (auto& l : links)
+    for (uint32_t f = 0; f < names.size(); ++f)
+      for (uint32_t g = 0; g < names.size(); ++g)
+        if (f != g && names[f] == l.from && names[g] == l.to)
+          declare(f, g, l.latency, l.bandwidth);
+}
+
+std::string LinkModel::format(const std::vector<NamedLink>& links) {
+  toml::array rows;
+  for (auto& l : links)
+    rows.push_back(toml::table{{"from", l.from},
+                               {"to", l.to},
+                               {"latency", l.latency},
+                               {"bandwidth", l.bandwidth}});
+  std::ostringstream out;
+  out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
+      << toml::table{{"format", kFormat}, {"version", kFormatVersion}, {"link", std::move(rows)}}
+      << "\n";
+  return out.str();
+}
+
+std::vector<LinkModel::NamedLink> LinkModel::parse(std::string_view text,
+                                                   const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                             std::string(e.description()));
+  }
+  if (root["format"].value<std::string>() != std::string(kFormat) ||
+      root["version"].value_exact<int64_t>() != int64_t{kFormatVersion})
+    throw std::runtime_error(origin + ": not an hcr link model of version " +
+                             std::to_string(kFormatVersion));
+  std::vector<NamedLink> out;
+  if (auto* links = root["link"].as_array())
+    for (auto&& l : *links) {
+      auto from = l.at_path("from").value<std::string>();
+      auto to = l.at_path("to").value<std::string>();
+      auto latency = l.at_path("latency").value<double>();
+      auto bandwidth = l.at_path("bandwidth").value<double>();
+      auto where = [&] { return origin + ":" + std::to_string(l.source().begin.line); };
+      if (!from || !to || !latency || !bandwidth)
+        throw std::runtime_error(where() + ": incomplete link");
+      // inf or nan would make every copy to the node infinitely long (or unordered).
+      if (!(*latency >= 0 && *latency <= kMaxFileSeconds))
+        throw std::runtime_error(where() + ": latency must be a non-negative number of seconds, "
+                                           "at most 1e9");
+      if (!(*bandwidth >= 1 && std::isfinite(*bandwidth)))
+        throw std::runtime_error(where() + ": bandwidth must be a number of bytes/s, at least 1");
+      out.push_back({*from, *to, *latency, *bandwidth});
+    }
+  return out;
 }
 
 }  // namespace hcr::sched

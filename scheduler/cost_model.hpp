@@ -22,9 +22,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hcr::sched {
+
+/// The longest duration (seconds, some 31 years) a model file may hold: beyond it the file is
+/// corrupt, and sums of predictions stay finite.
+inline constexpr double kMaxFileSeconds = 1e9;
 
 /// A prediction with what it rests on.
 struct Prediction {
@@ -109,11 +114,16 @@ class CostModel {
 
   /// Writes one file per architecture under `dir` (created). Returns the files written.
   std::vector<std::filesystem::path> save(const std::filesystem::path& dir) const;
+  /// What save() writes: one file's text per architecture (keyed by architecture).
+  std::map<std::string, std::string> save_text() const;
   /// Reads every model file under `dir`; a file that is not a model of this version is skipped
   /// with a message in `warnings` naming it.
   void load(const std::filesystem::path& dir, std::vector<std::string>& warnings);
   /// Loads one file (throws std::runtime_error naming the file and what is wrong).
   void load_file(const std::filesystem::path& file);
+  /// Loads one file's text; `origin` names it in messages. Throws std::runtime_error naming
+  /// `origin` and what is wrong; a text that does not load changes nothing.
+  void load_text(std::string_view text, const std::string& origin);
 
   static constexpr int kFormatVersion = 1;
   static constexpr const char* kFormat = "hcr-cost-model";
@@ -140,6 +150,9 @@ class CostModel {
   };
 };
 
+/// A model file's whole text (throws std::runtime_error naming the file when it cannot be read).
+std::string read_text_file(const std::filesystem::path& file);
+
 /// Copy costs between memory nodes: latency + bytes / bandwidth, fitted to what copies took.
 class LinkModel {
  public:
@@ -155,6 +168,24 @@ class LinkModel {
   Link link(uint32_t from, uint32_t to) const;
   void resize(uint32_t nodes);
   double fallback_bandwidth = 10e9;
+
+  /// Persistence: links named by their memory nodes (a node's name is its devices' architecture,
+  /// "host" for host memory), as a versioned TOML file.
+  struct NamedLink {
+    std::string from, to;
+    double latency = 0, bandwidth = 0;  // seconds, bytes/s
+  };
+  /// The measured links between the nodes `names` (indexed by memory node).
+  std::vector<NamedLink> measured(const std::vector<std::string>& names) const;
+  /// Declares each link between the nodes of those names (measurements still replace them).
+  void declare(const std::vector<NamedLink>& links, const std::vector<std::string>& names);
+  /// A link file's text.
+  static std::string format(const std::vector<NamedLink>& links);
+  /// Reads a link file's text; `origin` names it in messages. Throws std::runtime_error naming
+  /// `origin` and what is wrong.
+  static std::vector<NamedLink> parse(std::string_view text, const std::string& origin);
+  static constexpr int kFormatVersion = 1;
+  static constexpr const char* kFormat = "hcr-link-model";
 
  private:
   struct Fit {

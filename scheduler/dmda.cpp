@@ -13,8 +13,6 @@
 
 #include <unistd.h>
 
-#include <toml++/toml.h>
-
 #include <array>
 #include <bitset>
 #include <chrono>
@@ -62,7 +60,11 @@ namespace {
 constexpr uint64_t kExploreBit = uint64_t{1} << 63;
 constexpr uint64_t kField = (uint64_t{1} << 31) - 1;
 uint64_t pack(double exec, double xfer, bool explore) {
-  auto us = [](double s) { return std::min<uint64_t>(kField, static_cast<uint64_t>(std::max(0.0, s) * 1e6)); };
+  // Clamped before the conversion: a prediction beyond 2^64 us (a regression far outside the
+  // sizes measured, a model file's huge figures) would make it undefined. nan counts as 0.
+  auto us = [](double s) {
+    return static_cast<uint64_t>(std::min(static_cast<double>(kField), std::max(0.0, s) * 1e6));
+  };
   return us(exec) | (us(xfer) << 31) | (explore ? kExploreBit : 0);
 }
 int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
@@ -538,25 +540,9 @@ class Dmda final : public Policy {
     std::error_code ec;
     if (!std::filesystem::exists(file, ec)) return;
     try {
-      toml::table root = toml::parse_file(file.string());
-      if (root["format"].value<std::string>() != std::string("hcr-link-model") ||
-          root["version"].value<int64_t>() != int64_t{1})
-        throw std::runtime_error("not an hcr link model of version 1");
-      if (auto* links = root["link"].as_array())
-        for (auto&& l : *links) {
-          auto from = l.at_path("from").value<std::string>();
-          auto to = l.at_path("to").value<std::string>();
-          auto latency = l.at_path("latency").value<double>();
-          auto bandwidth = l.at_path("bandwidth").value<double>();
-          if (!from || !to || !latency || !bandwidth) throw std::runtime_error("incomplete link");
-          for (uint32_t f = 0; f < node_names_.size(); ++f)
-            for (uint32_t g = 0; g < node_names_.size(); ++g)
-              if (f != g && node_names_[f] == *from && node_names_[g] == *to)
-                links_.declare(f, g, *latency, *bandwidth);
-        }
+      links_.declare(LinkModel::parse(read_text_file(file), file.string()), node_names_);
     } catch (const std::exception& e) {
-      log::write(LogLevel::warn,
-                 "ignoring link model file " + file.string() + ": " + e.what());
+      log::write(LogLevel::warn, std::string("ignoring link model file ") + e.what());
     }
   }
 
@@ -577,25 +563,14 @@ class Dmda final : public Policy {
     std::lock_guard<std::mutex> lock(save_mutex_);
     try {
       model_.save(dir_);
-      toml::array links;
-      for (uint32_t f = 0; f < node_names_.size(); ++f)
-        for (uint32_t g = 0; g < node_names_.size(); ++g) {
-          auto l = links_.link(f, g);
-          if (f == g || l.samples == 0 || l.bandwidth <= 0) continue;
-          links.push_back(toml::table{{"from", node_names_[f]},
-                                      {"to", node_names_[g]},
-                                      {"latency", l.latency},
-                                      {"bandwidth", l.bandwidth}});
-        }
+      auto links = links_.measured(node_names_);
       if (links.empty()) return;
       auto path = std::filesystem::path(dir_) / "links.toml";
       auto tmp = path;
       tmp += ".tmp";
       {
         std::ofstream out(tmp, std::ios::trunc);
-        out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
-            << toml::table{{"format", "hcr-link-model"}, {"version", 1}, {"link", links}}
-            << "\n";
+        out << LinkModel::format(links);
       }
       std::filesystem::rename(tmp, path);
     } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include "units.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,10 @@
 namespace hcr {
 
 namespace {
+
+// task_timeout becomes a steady_clock duration (int64 nanoseconds, some 292 years): inf, nan or
+// 1e300 would overflow the conversion. The same bound as Runtime's check of a hand-built Config.
+constexpr double kMaxTimeout = 1e9;
 
 class Parser {
  public:
@@ -144,13 +149,13 @@ class Parser {
         c.quarantine_failures = static_cast<int>(n);
       } else if (k.str() == "quarantine_window") {
         auto w = v.value<double>();
-        if (!w || !(v.is_integer() || v.is_floating_point()) || *w <= 0)
+        if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w > 0) || !std::isfinite(*w))
           fail(&v, key, "expected a positive number of seconds");
         c.quarantine_window = *w;
       } else if (k.str() == "task_timeout") {
         auto w = v.value<double>();
-        if (!w || !(v.is_integer() || v.is_floating_point()) || *w < 0)
-          fail(&v, key, "expected a number of seconds (0: no limit)");
+        if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w >= 0 && *w <= kMaxTimeout))
+          fail(&v, key, "expected a number of seconds (0: no limit), at most 1e9");
         c.task_timeout = *w;
       } else {
         fail(&v, key,

@@ -1,5 +1,5 @@
 // The cost model on its own: convergence, outlier rejection, following a change, extrapolation to
-// an unseen size, persistence, and files it must refuse.
+// an unseen size, persistence (files and their text, the link file), and files it must refuse.
 #include "../../scheduler/cost_model.hpp"
 #include "../test_support.hpp"
 
@@ -140,6 +140,173 @@ TEST(CostModel, CorruptAndForeignFilesAreIgnoredNamingThem) {
   EXPECT_EQ(m.predict("k", "x", 1, 1).source, Prediction::Source::history);
   EXPECT_FALSE(m.predict("k", "y", 1, 1).known());
   EXPECT_FALSE(m.predict("k", "z", 2, 1).known());
+}
+
+// The text entry points the fuzzers drive (tests/fuzz): what load_file and save() use.
+constexpr const char* kModelHead = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
+
+TEST(CostModel, TextRoundTrip) {
+  CostModel a;
+  for (int i = 0; i < 20; ++i) {
+    a.record("gemm", "gpu", 1, 1e4, 1e-3 * (1 + 0.01 * (i % 3)));
+    a.record("gemm", "gpu", 2, 4e4, 8e-3);
+  }
+  auto texts = a.save_text();
+  ASSERT_EQ(texts.size(), 1u);
+  CostModel b;
+  b.load_text(texts.at("gpu"), "gpu.model.toml");
+  EXPECT_EQ(b.save_text(), texts);
+  for (auto [fp, size] : {std::pair{1ull, 1e4}, std::pair{2ull, 4e4}, std::pair{3ull, 1.6e5}}) {
+    Prediction pa = a.predict("gemm", "gpu", fp, size), pb = b.predict("gemm", "gpu", fp, size);
+    EXPECT_EQ(pa.source, pb.source);
+    EXPECT_EQ(pa.seconds, pb.seconds);
+    EXPECT_EQ(pa.spread, pb.spread);
+  }
+  EXPECT_EQ(b.samples("gemm", "gpu"), 32u) << "the two windows of 16";
+}
+
+TEST(CostModel, LoadTextNamesTheOriginAndChangesNothingWhenRefused) {
+  CostModel m;
+  try {
+    m.load_text(std::string(kModelHead) + "[[cell]]\nkernel = 'k'\n", "mine.model.toml");
+    FAIL() << "an incomplete cell loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("mine.model.toml:4: a cell needs", 0), 0u) << e.what();
+  }
+  EXPECT_TRUE(m.rows().empty());
+  try {
+    m.load_file("/nonexistent/x.model.toml");
+    FAIL() << "a missing file loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.model.toml"), std::string::npos);
+  }
+}
+
+// Found by tests/fuzz/cost_model_fuzz: a cell twice in a file (or in two files of one
+// architecture) counted its samples twice, so the model said something else once saved.
+TEST(CostModel, ACellReadTwiceCountsOnce) {
+  const std::string cell =
+      "[[cell]]\nkernel = 'k'\nfootprint = '0x1'\nsize = 1.0\ncount = 4\nsamples = [1.0, 1.0]\n";
+  CostModel m;
+  m.load_text(kModelHead + cell + cell, "twice.model.toml");
+  EXPECT_EQ(m.samples("k", "gpu"), 2u);
+  m.load_text(kModelHead + cell, "again.model.toml");
+  EXPECT_EQ(m.samples("k", "gpu"), 2u);
+  ASSERT_EQ(m.rows().size(), 1u);
+}
+
+// Found by tests/fuzz/cost_model_fuzz: a cell without samples took part in the model (it made a
+// one-size pair look like two) but was not saved, so the model predicted differently once saved.
+TEST(CostModel, ACellWithoutSamplesIsSkipped) {
+  CostModel m;
+  const std::string cells =
+      "[[cell]]\nkernel = 'k'\nfootprint = '0x1'\nsize = 1.0\ncount = 0\nsamples = []\n"
+      "[[cell]]\nkernel = 'k'\nfootprint = '0x2'\nsize = 2.0\ncount = 1\nsamples = [2.0]\n";
+  m.load_text(kModelHead + cells, "empty.model.toml");
+  EXPECT_EQ(m.rows().size(), 1u);
+  Prediction p = m.predict("k", "gpu", 3, 4.0);
+  EXPECT_EQ(p.source, Prediction::Source::regression) << "one size seen: scaled linearly";
+  EXPECT_DOUBLE_EQ(p.seconds, 4.0);
+}
+
+// Found by tests/fuzz/cost_model_fuzz: finite samples near the largest double made the median
+// (the mean of the middle two) infinite; a model file holds durations up to 1e9 s. And a
+// footprint is hexadecimal digits, not whatever stoull skips (spaces, a sign).
+TEST(CostModel, AbsurdSamplesAndFootprintsAreRefused) {
+  auto refused = [](const std::string& cell, const std::string& what) {
+    CostModel m;
+    try {
+      m.load_text(kModelHead + cell, "bad.model.toml");
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_TRUE(m.rows().empty());
+      return;
+    }
+    ADD_FAILURE() << "loaded: " << cell;
+  };
+  const std::string head = "[[cell]]\nkernel = 'k'\nsize = 1.0\ncount = 2\n";
+  refused(head + "footprint = '0x1'\nsamples = [1.7e308, 1.7e308]\n", "at most 1e9");
+  refused(head + "footprint = '0x1'\nsamples = [inf]\n", "non-negative numbers of seconds");
+  refused(head + "footprint = '0x1'\nsamples = [nan]\n", "non-negative numbers of seconds");
+  refused(head + "footprint = '0x1'\nsamples = [-0.5]\n", "non-negative numbers of seconds");
+  refused(head + "footprint = ' -0x1'\nsamples = [1.0]\n", "' -0x1' is not hexadecimal");
+  refused(head + "footprint = '0x'\nsamples = [1.0]\n", "'0x' is not hexadecimal");
+  refused(head + "footprint = '0x10000000000000000'\nsamples = [1.0]\n", "is not hexadecimal");
+  // Found by tests/fuzz/cost_model_fuzz: an integer key given a float (version = 1e308) went
+  // through TOML++'s float-to-integer conversion, undefined beyond int64; integers only.
+  try {
+    CostModel m;
+    m.load_text("format = 'hcr-cost-model'\nversion = 1e308\narch = 'gpu'\n", "float.model.toml");
+    ADD_FAILURE() << "version = 1e308 loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("model format version not an integer"), std::string::npos)
+        << e.what();
+  }
+  refused("[[cell]]\nkernel = 'k'\nfootprint = '0x1'\nsize = 1.0\ncount = 1e300\nsamples = [1.0]\n",
+          "a cell needs kernel, footprint, size, count, samples");
+  CostModel m;
+  m.load_text(kModelHead + head + "footprint = 'FF'\nsamples = [1e9]\n", "ok.model.toml");
+  EXPECT_EQ(m.predict("k", "gpu", 0xff, 1).seconds, 1e9);
+}
+
+TEST(LinkModel, FileTextRoundTripByNodeNames) {
+  LinkModel a;
+  a.resize(3);
+  for (uint64_t bytes : {4096ull, 1048576ull, 16777216ull}) {
+    a.record(0, 1, bytes, 2e-5 + static_cast<double>(bytes) / 5e9);
+    a.record(2, 0, bytes, 1e-5 + static_cast<double>(bytes) / 1e10);
+  }
+  const std::vector<std::string> names{"host", "gpu", "fpga"};
+  auto links = a.measured(names);
+  ASSERT_EQ(links.size(), 2u);
+  std::string text = LinkModel::format(links);
+  EXPECT_NE(text.find("format = 'hcr-link-model'"), std::string::npos) << text;
+  auto again = LinkModel::parse(text, "links.toml");
+  ASSERT_EQ(again.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again[i].from, links[i].from);
+    EXPECT_EQ(again[i].to, links[i].to);
+    EXPECT_EQ(again[i].latency, links[i].latency);
+    EXPECT_EQ(again[i].bandwidth, links[i].bandwidth);
+  }
+  // Declared in a model whose nodes come in another order: matched by name.
+  LinkModel b;
+  b.resize(3);
+  b.declare(again, {"host", "fpga", "gpu"});
+  EXPECT_DOUBLE_EQ(b.predict(0, 2, 1 << 20), a.predict(0, 1, 1 << 20));
+  EXPECT_DOUBLE_EQ(b.predict(1, 0, 1 << 20), a.predict(2, 0, 1 << 20));
+  EXPECT_EQ(b.link(0, 2).samples, 0u) << "declared, not measured";
+}
+
+// Found by tests/fuzz/cost_model_fuzz: a link file's inf latency made every copy to that node
+// take forever, nan did not even survive a save, a tiny bandwidth made copies infinite.
+TEST(LinkModel, ParseRefusesWhatBreaksPredictions) {
+  auto refused = [](const std::string& link, const std::string& what) {
+    try {
+      LinkModel::parse("format = 'hcr-link-model'\nversion = 1\n[[link]]\nfrom = 'host'\n"
+                       "to = 'gpu'\n" + link,
+                       "links.toml");
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("links.toml:", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "parsed: " << link;
+  };
+  refused("latency = inf\nbandwidth = 1e9\n", "latency must be");
+  refused("latency = nan\nbandwidth = 1e9\n", "latency must be");
+  refused("latency = -1.0\nbandwidth = 1e9\n", "latency must be");
+  refused("latency = 1e-5\nbandwidth = 0.0\n", "bandwidth must be");
+  refused("latency = 1e-5\nbandwidth = 1e-300\n", "bandwidth must be");
+  refused("latency = 1e-5\nbandwidth = inf\n", "bandwidth must be");
+  refused("latency = 1e-5\n", "incomplete link");
+  try {
+    LinkModel::parse("format = 'hcr-link-model'\nversion = 2\n", "links.toml");
+    ADD_FAILURE() << "a foreign version parsed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("links.toml: not an hcr link model of version 1"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(LinkModel, DeclaredThenMeasured) {

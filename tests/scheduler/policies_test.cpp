@@ -198,6 +198,25 @@ TEST(Dmda, CorruptModelFileIsIgnoredWithAWarning) {
   EXPECT_EQ(rt.stats().completed, 10u);
 }
 
+TEST(Dmda, BrokenLinkFileIsIgnoredWithAWarning) {
+  test::TempDir dir;
+  Options o = two_devices("100", "100");
+  o.push_back({"device.2.name", "gpu"});  // own memory: a link to the host
+  Config c = sim_machine(o);
+  c.model_dir = dir.path().string();
+  std::filesystem::create_directories(sched::model_directory(c));
+  std::ofstream(std::filesystem::path(sched::model_directory(c)) / "links.toml")
+      << "format = 'hcr-link-model'\nversion = 1\n[[link]]\nfrom = 'host'\nto = 'gpu'\n"
+         "latency = inf\nbandwidth = 1e9\n";
+  test::LogCapture log(LogLevel::warn);
+  Runtime rt(c);
+  EXPECT_TRUE(log.contains("ignoring link model file")) << "no warning";
+  EXPECT_TRUE(log.contains("links.toml:3: latency must be")) << "the warning names the file";
+  Kernel k = work_kernel(rt);
+  run_bag(rt, k, 10);
+  EXPECT_EQ(rt.stats().completed, 10u);
+}
+
 TEST(Dmdas, HigherPriorityRunsFirstOnADevice) {
   Options o = {{"device.0.name", "only"}, {"device.0.host_memory", "true"},
                {"kernel.work.flops", "1e9"}};  // 10 ms at the default 100 GFLOP/s
