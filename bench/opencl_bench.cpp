@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -48,10 +49,11 @@ hcr::Config opencl_only() {
   return c;
 }
 
-const hcr::Device* first_opencl(const hcr::Runtime& rt) {
+// By value: Runtime::devices() is a snapshot (a pointer into it dangled once it became one).
+std::optional<hcr::Device> first_opencl(const hcr::Runtime& rt) {
   for (const hcr::Device& d : rt.devices())
-    if (d.backend == "opencl") return &d;
-  return nullptr;
+    if (d.backend == "opencl") return d;
+  return std::nullopt;
 }
 
 /// The direct side: its own context and in-order queue on the device named `name`.
@@ -120,8 +122,8 @@ void BM_SgemmHcrVsDirect(benchmark::State& state) {
   for (auto& x : a) x = dist(gen);
   for (auto& x : b) x = dist(gen);
   hcr::Runtime rt(opencl_only());
-  const hcr::Device* dev = first_opencl(rt);
-  if (dev == nullptr) {
+  const std::optional<hcr::Device> dev = first_opencl(rt);
+  if (!dev) {
     state.SkipWithError("no OpenCL device");
     return;
   }
@@ -166,8 +168,8 @@ int first_gemm(size_t n) {
   auto t0 = std::chrono::steady_clock::now();
   hcr::Runtime rt(opencl_only());
   const double start = seconds_since(t0);
-  const hcr::Device* dev = first_opencl(rt);
-  if (dev == nullptr) {
+  const std::optional<hcr::Device> dev = first_opencl(rt);
+  if (!dev) {
     std::fprintf(stderr, "no OpenCL device\n");
     return 3;
   }
