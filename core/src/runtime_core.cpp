@@ -792,6 +792,9 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
     t->error = e;
     failed_.fetch_add(1, std::memory_order_relaxed);
   }
+  // Counted before any successor can run, so stats() read after waiting for a later task (which
+  // waited for this one) include it.
+  completed_.fetch_add(1, std::memory_order_relaxed);
   boost::container::small_vector<Edge, 2> successors;
   t->lock.lock();
   t->finished = true;
@@ -809,8 +812,6 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
     std::stable_sort(now_ready.begin(), now_ready.end(),
                      [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
   for (TaskNode* r : now_ready) ready(r);
-  // Counted before the task is seen finished, so stats() read after a wait include it.
-  completed_.fetch_add(1, std::memory_order_relaxed);
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
   t->state.notify_all();
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
