@@ -358,6 +358,7 @@ class Dmda final : public Policy {
       // started copies to v would waste them elsewhere (and move its inputs twice): both stay.
       if ((t.policy_data() & kExploreBit) || xfer_ns(t.policy_data()) > 0) {
         devs_[v]->queue.push(t);
+        ctx_->wake(v);  // v may have found its queue empty while t was out of it
         continue;
       }
       const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
@@ -376,6 +377,7 @@ class Dmda final : public Policy {
         return t;
       }
       devs_[v]->queue.push(t);  // better where it is: put it back
+      ctx_->wake(v);            // (v may have found its queue empty meanwhile)
     }
     return {};
   }
