@@ -224,7 +224,7 @@ class Dmda final : public Policy {
         }
         Choice c = choose(u, pairs, now, /*estimates=*/false);
         if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
-            ctx_->in_flight(c.device) < devs_[c.device]->slots)
+            ctx_->in_flight(c.device) < hot_[c.device].slots)
           idle_choices[n_idle++] = c.device;
         return c.device == d || (c.device == kAnyDevice && calibrate_ == kOff);
       });
@@ -246,16 +246,16 @@ class Dmda final : public Policy {
   // Predicted seconds to copy `t`'s missing inputs into d's memory.
   double copy_in(TaskRef t, DeviceId d) {
     uint64_t bytes = ctx_->bytes_to_fetch(t, d);
-    return bytes ? links_.predict(0, devs_[d]->node, bytes) : 0;
+    return bytes ? links_.predict(0, hot_[d].node, bytes) : 0;
   }
   // Adds a placed task's predicted work to its device, and its copies to the device's link: the
   // runtime prefetches at once, so the link is busy from now until they are through (time frees
   // it; nothing needs to be taken back).
   // `queued`: the task waits in d's queue (rather than starting at once), where dmdas orders it.
   void charge(TaskRef t, DeviceId d, bool queued = true) {
-    Dev& dev = *devs_[d];
+    Hot& dev = hot_[d];
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
-    if (by_priority_ && queued) dev.queued.add(t.priority(), exec_ns(t.policy_data()));
+    if (by_priority_ && queued) devs_[d]->queued.add(t.priority(), exec_ns(t.policy_data()));
     if (dev.node != 0 && xfer_ns(t.policy_data()) > 0 && dev.node < node_capacity_) {
       const double now = ctx_->now();
       const double x = static_cast<double>(xfer_ns(t.policy_data())) * 1e-9;
@@ -277,7 +277,7 @@ class Dmda final : public Policy {
     return std::max(now, link_free_at_[node].load(std::memory_order_relaxed));
   }
   void discharge(TaskRef t, DeviceId d) {
-    devs_[d]->pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
+    hot_[d].pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
   }
   // A task charged as queued left d's queue (to run, to another device, or back to the core).
   void dequeued(TaskRef t, DeviceId d) {
@@ -286,9 +286,10 @@ class Dmda final : public Policy {
   // Predicted work ahead of a task of priority `prio` on d: everything started, and (dmdas, whose
   // queues run by priority) only the queued tasks it would not overtake.
   int64_t ahead_ns(DeviceId d, int prio) const {
-    const Dev& dev = *devs_[d];
-    int64_t pending = dev.pending_ns.load(std::memory_order_relaxed);
-    return by_priority_ ? std::max<int64_t>(0, pending - dev.queued.below(prio)) : pending;
+    const Hot& h = hot_[d];
+    int64_t pending = h.pending_ns.load(std::memory_order_relaxed);
+    if (!by_priority_ || prio <= h.lowest_queued.load(std::memory_order_acquire)) return pending;
+    return std::max<int64_t>(0, pending - devs_[d]->queued.below(prio));
   }
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
@@ -314,7 +315,7 @@ class Dmda final : public Policy {
     size_t n_seen = 0;
     for (DeviceId d = 0; d < n; ++d) {
       if (!(*capable)[d]) continue;
-      Dev& dev = *devs_[d];
+      const Hot& dev = hot_[d];
       const CostModel::Pair* p = pairs[d];
       double exec = -1;
       bool cached = false;
@@ -349,7 +350,7 @@ class Dmda final : public Policy {
     std::vector<std::pair<int64_t, DeviceId>> victims;
     for (DeviceId v = 0, n = ctx_->device_count(); v < n; ++v)
       if (v != d && devs_[v]->queue.size() > 0)
-        victims.push_back({devs_[v]->pending_ns.load(std::memory_order_relaxed) / devs_[v]->slots, v});
+        victims.push_back({hot_[v].pending_ns.load(std::memory_order_relaxed) / hot_[v].slots, v});
     std::sort(victims.rbegin(), victims.rend());
     for (auto& [pending, v] : victims) {
       TaskRef t = devs_[v]->queue.pop_back(d);
@@ -368,7 +369,7 @@ class Dmda final : public Policy {
       double finish_there = start_there + (there.known() ? there.seconds : 0);
       double bytes_here = static_cast<double>(ctx_->bytes_to_fetch(t, d));
       double finish_here = (here.known() ? here.seconds : INFINITY) +
-                           (bytes_here > 0 ? links_.predict(0, devs_[d]->node, bytes_here) : 0);
+                           (bytes_here > 0 ? links_.predict(0, hot_[d].node, bytes_here) : 0);
       if (here.known() && finish_here < finish_there) {
         dequeued(t, v);
         discharge(t, v);
@@ -422,6 +423,8 @@ class Dmda final : public Policy {
   // practice: a short sorted list).
   class WorkByPriority {
    public:
+    // `lowest`: where the lowest queued priority is published (the device's Hot entry).
+    explicit WorkByPriority(std::atomic<int>& lowest) : lowest_(lowest) {}
     void add(int prio, int64_t ns) {
       std::lock_guard<detail::SpinLock> lock(lock_);
       auto it = std::lower_bound(w_.begin(), w_.end(), prio,
@@ -447,22 +450,31 @@ class Dmda final : public Policy {
    private:
     mutable detail::SpinLock lock_;
     std::vector<std::pair<int, int64_t>> w_;  // by ascending priority
-    std::atomic<int> lowest_{INT_MAX};        // w_'s lowest priority
+    std::atomic<int>& lowest_;                // w_'s lowest priority
   };
 
+  // What a decision reads of every device, packed densely (a decision over 64 devices touches
+  // 16 cache lines rather than a few per device).
+  struct Hot {
+    std::atomic<int64_t> pending_ns{0};        // predicted work placed here, not finished
+    std::atomic<int> lowest_queued{INT_MAX};   // dmdas: the lowest priority queued here
+    uint16_t node = 0, slots = 1;
+  };
+  static_assert(sizeof(Hot) == 16);
+
   struct Dev {
-    explicit Dev(bool by_priority) : queue(by_priority) {}
+    Dev(bool by_priority, Hot& hot) : queue(by_priority), queued(hot.lowest_queued) {}
     DeviceQueue queue;
     WorkByPriority queued;  // dmdas only
-    alignas(64) std::atomic<int64_t> pending_ns{0};  // predicted work placed here, not finished
-    uint32_t node = 0, slots = 1;
     std::string arch;
   };
 
+  // The next device's state (devices join in id order).
   std::unique_ptr<Dev> make_dev(const Device& d) const {
-    auto dev = std::make_unique<Dev>(by_priority_);
-    dev->node = d.memory_node;
-    dev->slots = std::max<uint32_t>(1, d.concurrency);
+    Hot& h = hot_[devs_.size()];
+    h.node = static_cast<uint16_t>(d.memory_node);
+    h.slots = static_cast<uint16_t>(std::clamp<uint32_t>(d.concurrency, 1, 65535));
+    auto dev = std::make_unique<Dev>(by_priority_, h);
     dev->arch = d.arch;
     return dev;
   }
@@ -588,6 +600,7 @@ class Dmda final : public Policy {
   const std::string dir_;
   Context* ctx_ = nullptr;
   std::vector<std::unique_ptr<Dev>> devs_;
+  std::unique_ptr<Hot[]> hot_{new Hot[kMaxDevices]};
   CostModel model_;
   LinkModel links_;
   std::unique_ptr<std::atomic<double>[]> link_free_at_;  // when each node's inbound copies end

@@ -39,6 +39,7 @@ struct BufferState {
   SpinLock lock;
   TaskNode* last_writer = nullptr;
   boost::container::small_vector<TaskNode*, 4> readers;
+  size_t prune_readers_at = 16;  // list length at which finished readers are next dropped
 
   // Partition state, guarded by `lock`. The tiles hold their parent; the parent knows them by
   // plain pointer only (a tile's destructor clears its slot), so no reference cycle forms.

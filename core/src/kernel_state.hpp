@@ -51,9 +51,19 @@ struct KernelState {
   std::atomic<bool> resolved{false};     // every device's capability is known
   std::atomic<bool> any_capable{false};  // some device runs it (published by `resolved`)
 
+  // Devices with Capability::yes as bits, for decisions over many devices (capable()).
+  std::atomic<uint64_t> yes_bits[2] = {0, 0};
+
   bool can_run(size_t d) const noexcept {
     return d < num_devices && devices[d].capability.load(std::memory_order_acquire) ==
                                   Capability::yes;
+  }
+  /// Sets device d's capability (under `mutex`), keeping yes_bits in step.
+  void set_capability(size_t d, Capability c) noexcept {
+    devices[d].capability.store(c, std::memory_order_release);
+    const uint64_t bit = uint64_t{1} << (d % 64);
+    if (c == Capability::yes) yes_bits[d / 64].fetch_or(bit, std::memory_order_release);
+    else yes_bits[d / 64].fetch_and(~bit, std::memory_order_release);
   }
 };
 

@@ -84,6 +84,8 @@ void RuntimeCore::add_devices(PluginInstance& p) {
       d.info.memory_node = data_.add_node({&d, d.info.name, bytes});
     }
     devices_.push_back(d.info);
+    hot_[d.info.id] = {d.info.memory_node, d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node)};
+    usable_bits_[d.info.id / 64].fetch_or(uint64_t{1} << (d.info.id % 64), std::memory_order_release);
     dev_.push_back(std::move(ds));
     if (policy_) policy_->device_added(d.info.id);  // hot-plug: before anyone can see it
     ndev_.store(static_cast<uint32_t>(dev_.size()), std::memory_order_release);
@@ -141,7 +143,7 @@ void RuntimeCore::shutdown() noexcept {
         KernelDevice& kd = k->devices[d];
         if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
         kd.handle = nullptr;
-        kd.capability.store(Capability::no, std::memory_order_release);
+        k->set_capability(d, Capability::no);
       }
     }
     kernels_.clear();
@@ -224,7 +226,7 @@ void RuntimeCore::resolve(KernelState& k) {
         ok = try_desc(desc);
       }
       kd.why_not = ok ? std::string() : why;
-      kd.capability.store(ok ? Capability::yes : Capability::no, std::memory_order_release);
+      k.set_capability(d, ok ? Capability::yes : Capability::no);
       HCR_LOG(debug, "kernel '" << k.name << "' on device '" << ds.info.name << "': "
                                 << (ok ? "available" : "unavailable (" + why + ")"));
     }

@@ -263,17 +263,22 @@ void RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
       release(r);
     }
     b.readers.clear();
+    b.prune_readers_at = 16;
     retain(t);
     if (b.last_writer) release(b.last_writer);
     b.last_writer = t;
   } else {
-    if (b.readers.size() >= 16) {  // forget finished readers so the list stays short
+    // Forget finished readers so the list stays short; the next sweep waits until the list has
+    // doubled, so many readers still running (submitted faster than they run) cost O(1) each
+    // rather than a sweep of all of them per new reader.
+    if (b.readers.size() >= b.prune_readers_at) {
       size_t keep = 0;
       for (TaskNode* r : b.readers) {
         if (r->state.load(std::memory_order_acquire) == kPending) b.readers[keep++] = r;
         else release(r);
       }
       b.readers.resize(keep);
+      b.prune_readers_at = std::max<size_t>(16, 2 * keep);
     }
     retain(t);
     b.readers.push_back(t);
@@ -696,6 +701,8 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
   uint8_t was = DeviceState::kActive;
   if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst))
     return;  // already out
+  usable_bits_[d.info.id / 64].fetch_and(~(uint64_t{1} << (d.info.id % 64)),
+                                         std::memory_order_seq_cst);
   retired_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::lock_guard<SpinLock> g(d.fault_lock);
@@ -902,7 +909,7 @@ void RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
     }
   if (inputs.empty()) return;
   for (sched::DeviceId d = 0; d < count; ++d) {
-    const uint32_t node = dev_[d]->info.memory_node;
+    const uint32_t node = hot_[d].node;
     uint64_t sum = 0;
     for (const In& in : inputs)
       if (!((in.where[node / 64] >> (node % 64)) & 1u)) sum += in.bytes;
@@ -919,10 +926,20 @@ void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
     if (static_cast<sched::DeviceId>(n->pinned) < count && t.can_run(n->pinned)) out.set(n->pinned);
     return;
   }
+  // Bits first (the kernel's capable devices, the devices in scheduling), then the few checks
+  // per remaining device: a decision over many devices reads two words, not a line per device.
   const KernelState& k = *n->kernel;
   const bool limited = data_.active();
-  for (sched::DeviceId d = 0; d < count; ++d)
-    out[d] = k.can_run(d) && usable(d) && (!limited || fits(n, d));
+  for (unsigned w = 0; w < 2 && w * 64 < count; ++w) {
+    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) &
+                    usable_bits_[w].load(std::memory_order_acquire);
+    if (count < (w + 1) * 64) bits &= (uint64_t{1} << (count - w * 64)) - 1;
+    while (bits != 0) {
+      const unsigned d = w * 64 + static_cast<unsigned>(__builtin_ctzll(bits));
+      bits &= bits - 1;
+      if (!limited || hot_[d].node == 0 || n->bytes <= hot_[d].limit) out.set(d);
+    }
+  }
   for (uint32_t x : n->excluded)  // devices that already failed it
     if (x < count) out.reset(x);
 }

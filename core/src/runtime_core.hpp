@@ -231,6 +231,14 @@ class RuntimeCore final : public sched::Context {
   std::atomic<uint64_t> completed_{0};
   alignas(64) std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> failed_{0};
+  // What decisions over many devices read per device, dense (written once when a device joins).
+  struct DeviceHot {
+    uint32_t node = 0;   // its memory node
+    uint64_t limit = 0;  // that node's memory limit (node 0, host memory: none)
+  };
+  std::unique_ptr<DeviceHot[]> hot_{new DeviceHot[kMaxDevices]};
+  // Devices in scheduling (status active) as bits; retire() clears a device's.
+  std::atomic<uint64_t> usable_bits_[2] = {0, 0};
   // Devices the policy asked to wake (Context::wake) and not pumped yet.
   std::atomic<uint32_t> wakes_{0};
   // Time spent in the policy's placement decisions (push), measured with the counters.
