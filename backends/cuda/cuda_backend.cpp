@@ -606,7 +606,8 @@ class CudaBackend final : public sdk::Backend {
 
   void enable_peer(Gpu& a, Gpu& b) {
     std::lock_guard<std::mutex> lock(peer_mutex_);
-    auto key = std::minmax(a.index(), b.index());
+    // A pair of values: std::minmax returns references, here to the temporaries index() returns.
+    std::pair<size_t, size_t> key = std::minmax(a.index(), b.index());
     if (!peers_.insert(key).second) return;
     std::string how;
     for (auto [from, to] : {std::pair<Gpu*, Gpu*>{&a, &b}, std::pair<Gpu*, Gpu*>{&b, &a}}) {
