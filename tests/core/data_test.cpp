@@ -38,16 +38,19 @@ std::vector<uint32_t> stub_ids(const Runtime& rt) {
 }
 
 Kernel adder(Runtime& rt) {
-  // out = (reads ? out : 0) * 3 + param + sum of the other arguments' first elements
+  // out = (reads ? out : 0) * 3 + param + sum of the other arguments' first elements, computed
+  // modulo 2^64: long chains of tasks overflow, which for int64_t would be undefined behaviour.
   return rt.kernel("mix").cpu([](TaskContext& ctx) {
-    int64_t extra = 0;
-    for (size_t i = 1; i < ctx.num_args(); ++i) extra += ctx.arg<int64_t>(i)(0, 0);
+    uint64_t extra = 0;
+    for (size_t i = 1; i < ctx.num_args(); ++i)
+      extra += static_cast<uint64_t>(ctx.arg<int64_t>(i)(0, 0));
     auto out = ctx.arg<int64_t>(0);
     bool reads_out = reads(static_cast<Access>(ctx.raw().args[0].access));
     for (size_t r = 0; r < out.rows; ++r)
       for (size_t c = 0; c < out.cols; ++c)
-        out(r, c) = (reads_out ? out(r, c) : 0) * 3 + ctx.param<int64_t>(0) + extra +
-                    static_cast<int64_t>(r * out.cols + c);
+        out(r, c) = static_cast<int64_t>(
+            static_cast<uint64_t>(reads_out ? out(r, c) : 0) * 3 +
+            static_cast<uint64_t>(ctx.param<int64_t>(0)) + extra + r * out.cols + c);
   });
 }
 
@@ -121,8 +124,9 @@ TEST(Data, RandomTasksOnRandomNodesMatchSequentialExecution) {
         rt.submit(t.param(p).on(where));
         int64_t extra = in != out ? ref[in][0] : 0;
         for (size_t j = 0; j < kElems; ++j)
-          ref[out][j] = (mode == Access::read_write ? ref[out][j] : 0) * 3 + p + extra +
-                        static_cast<int64_t>(j);
+          ref[out][j] = static_cast<int64_t>(  // modulo 2^64, as the kernel computes it
+              static_cast<uint64_t>(mode == Access::read_write ? ref[out][j] : 0) * 3 +
+              static_cast<uint64_t>(p) + static_cast<uint64_t>(extra) + j);
       }
       for (size_t b = 0; b < kBuffers; ++b) {
         ASSERT_EQ(bufs[b].to_vector(), ref[b])
