@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace hcr::detail {
 
@@ -105,6 +106,8 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
     std::rethrow_exception(e);
   }
   b->rt->view_granted(t);
+  retain(b);
+  t->view = b;
   return {b->host, std::move(token)};
 }
 
@@ -113,6 +116,7 @@ void buffer_release(TaskNode* token) noexcept {
   // Whoever moves `granted` from 1 ends the access (here, or the runtime's end while this view
   // was still held: RuntimeCore::end_views_of_this_thread).
   if (token->granted.exchange(2, std::memory_order_acq_rel) == 1) token->rt->finish(token, nullptr);
+  if (BufferState* b = std::exchange(token->view, nullptr)) release(b);
   release(token);
 }
 

@@ -124,6 +124,19 @@ bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
   return false;
 }
 
+void DataManager::update_hold(BufferState& b, std::vector<BufferState*>& drop) {
+  if (b.owned != nullptr) return;  // its own memory: nobody reads it once the buffer is gone
+  BufferData& d = data(b);
+  const bool away = !d.replicas[0].valid && has_other_valid(b, 0);
+  if (away && !d.held) {
+    retain(&b);
+    d.held = true;
+  } else if (!away && d.held) {
+    d.held = false;
+    drop.push_back(&b);
+  }
+}
+
 void DataManager::count_link(uint32_t from, uint32_t to, uint64_t bytes) {
   auto& [total, copies] = links_[{from, to}];
   total += bytes;
@@ -449,6 +462,7 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   }
   std::vector<TaskNode*> ready, retry;
   std::vector<Copy> more;
+  std::vector<BufferState*> drop;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     BufferData& d = data(b);
@@ -502,7 +516,9 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
       take_memory_waiters(retry);
     }
     wake(b, c.src, nullptr, ready, more);
+    update_hold(b, drop);
   }
+  for (BufferState* h : drop) release(h);
   release(&b);  // the copy's reference
   delete tr;
   bool next = false;
@@ -549,6 +565,7 @@ void DataManager::commit(TaskNode* t, bool success) {
   if (t->data_node < 0) return;
   const auto n = static_cast<uint32_t>(t->data_node);
   std::vector<TaskNode*> retry;
+  std::vector<BufferState*> drop;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const ArgRec& a : t->uargs) {
@@ -573,9 +590,11 @@ void DataManager::commit(TaskNode* t, bool success) {
           r.valid)
         for (uint32_t m = 1; m < d.replicas.size(); ++m)
           if (d.replicas[m].pins == 0 && !d.replicas[m].fetching) free_replica(b, m);
+      update_hold(b, drop);
     }
     take_memory_waiters(retry);
   }
+  for (BufferState* h : drop) release(h);
   t->data_node = -1;
   for (TaskNode* w : retry) rt_.retry_acquire(w);
 }
@@ -747,7 +766,8 @@ bool DataManager::evacuate(uint32_t n, double timeout_s) noexcept {
 }
 
 void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<BufferState*> drop;
+  std::unique_lock<std::mutex> lock(mutex_);
   if (n >= nodes_.size()) return;
   std::vector<BufferState*> resident(nodes_[n].resident.begin(), nodes_[n].resident.end());
   for (BufferState* b : resident) {
@@ -760,7 +780,10 @@ void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
     }
     set_valid(*b, n, false);
     if (r.pins == 0 && !r.fetching && r.copies_out == 0) free_replica(*b, n);
+    update_hold(*b, drop);  // nothing left to wait for if that was the only copy
   }
+  lock.unlock();
+  for (BufferState* h : drop) release(h);
 }
 
 // Whatever released pins or freed memory may unblock a task waiting on any node: a write-back
@@ -804,14 +827,20 @@ void DataManager::drain_lanes() noexcept {
 void DataManager::shutdown() noexcept {
   if (!active()) return;
   drain_lanes();  // prefetches and write-backs still on their way
-  std::vector<BufferState*> resident;
+  std::vector<BufferState*> resident, kept;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (uint32_t n = 1; n < nodes_.size(); ++n)
       for (BufferState* b : nodes_[n].resident) resident.push_back(b);
+    std::sort(resident.begin(), resident.end());
+    resident.erase(std::unique(resident.begin(), resident.end()), resident.end());
+    // A held buffer's hold may go as soon as its copy home lands: ours keeps it to the end.
+    for (BufferState* b : resident)
+      if (data(*b).held) {
+        retain(b);
+        kept.push_back(b);
+      }
   }
-  std::sort(resident.begin(), resident.end());
-  resident.erase(std::unique(resident.begin(), resident.end()), resident.end());
   // Bring home every buffer whose host copy is stale, then free everything.
   for (BufferState* b : resident) {
     std::vector<Copy> copies;
@@ -822,14 +851,19 @@ void DataManager::shutdown() noexcept {
     for (const Copy& c : copies) issue(c);
   }
   drain_lanes();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<BufferState*> drop;
+  std::unique_lock<std::mutex> lock(mutex_);
   for (BufferState* b : resident) {
     if (!data(*b).replicas[0].valid)
       HCR_LOG(error, "a " << shape(*b) << " buffer could not be copied home at shutdown");
     for (uint32_t n = 1; n < nodes_.size(); ++n) free_replica(*b, n);
     set_valid(*b, 0, true);
+    update_hold(*b, drop);
   }
   active_.store(false, std::memory_order_relaxed);
+  lock.unlock();
+  for (BufferState* h : drop) release(h);
+  for (BufferState* b : kept) release(b);
 }
 
 DataCounters DataManager::counters() const {

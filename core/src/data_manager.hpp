@@ -55,6 +55,8 @@ struct BufferData {
   std::atomic<uint64_t> arriving_bits[2] = {0, 0};
   // The only valid copy died with a device (under the lock): readers fail until a task writes it.
   std::string lost_with;
+  // A reference to the buffer is held (DataManager::update_hold), under the lock.
+  bool held = false;
 };
 
 class DataManager {
@@ -187,6 +189,12 @@ class DataManager {
   void wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
             std::vector<TaskNode*>& ready, std::vector<Copy>& more);
   void take_memory_waiters(std::vector<TaskNode*>& out);
+  // A buffer whose host memory is not its own (the application's, Runtime::wrap; its parent's, a
+  // tile) is kept alive while only devices hold its current data, so that dropping its last
+  // handle loses nothing its host memory is waiting for: the data comes home when read, evicted,
+  // or at the runtime's end. Lock held; a reference to give up goes to `drop`, to be released
+  // after the lock (it may be the last one).
+  void update_hold(BufferState& b, std::vector<BufferState*>& drop);
   void count_link(uint32_t from, uint32_t to, uint64_t bytes);
 
   RuntimeCore& rt_;

@@ -496,6 +496,10 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                             std::chrono::duration<double>(task_timeout_))};
     retain(t);
+    for (const ArgRec& a : t->args) {
+      retain(a.buffer);
+      at->buffers.push_back(a.buffer);
+    }
     {
       std::lock_guard<std::mutex> g(attempts_mutex_);
       attempts_.insert(at);
@@ -523,6 +527,7 @@ void RuntimeCore::on_attempt_done(void* user, hcr_error_t* error,
     stale = rt->attempts_.erase(at) == 0;  // the watchdog already gave up on it
   }
   TaskNode* t = at->task;
+  auto buffers = std::move(at->buffers);
   delete at;
   if (stale) {  // it came back after all: the task went elsewhere long ago
     if (error != nullptr) {
@@ -530,10 +535,10 @@ void RuntimeCore::on_attempt_done(void* user, hcr_error_t* error,
       DeviceState& d = *rt->dev_[static_cast<size_t>(dev >= 0 ? dev : 0)];
       d.plugin->api->error_destroy(error);
     }
-    release(t);
-    return;
+  } else {
+    rt->launch_done(t, error, info);
   }
-  rt->launch_done(t, error, info);
+  for (BufferState* b : buffers) release(b);
   release(t);
 }
 
@@ -825,6 +830,13 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
     t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
     t->granted.notify_all();
   }
+  // Done with its buffers: their references go now, not with the node. A buffer's dependency
+  // frontier (last_writer, readers) keeps the node while the buffer lives, so references held
+  // until then made a cycle that leaked every buffer a task had used, and the runtime with them
+  // (LeakSanitizer). Before the count below, so that wait_all() covers what freeing them does.
+  for (const ArgRec& a : t->args) release(a.buffer);
+  t->args.clear();
+  t->uargs.clear();
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding_.notify_all();
   release(t);  // the reference held while the task ran
 }

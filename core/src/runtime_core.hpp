@@ -181,6 +181,10 @@ class RuntimeCore final : public sched::Context {
     RuntimeCore* rt;
     TaskNode* task;  // a reference held until the plugin's done arrives
     std::chrono::steady_clock::time_point deadline;
+    // References to the task's buffers, held until the plugin's done arrives too: a task gives
+    // its own up when it finishes (elsewhere, after a timeout), while this launch may still be
+    // using their memory.
+    boost::container::small_vector<BufferState*, 3> buffers;
   };
   static void on_attempt_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void watchdog() noexcept;

@@ -52,8 +52,11 @@ struct TaskNode {
   RuntimeCore* rt = nullptr;
   KernelState* kernel = nullptr;  // holds a reference (kernel tasks)
 
-  boost::container::small_vector<ArgRec, 3> args;
+  boost::container::small_vector<ArgRec, 3> args;  // references, given up when the task finishes
   boost::container::small_vector<ArgRec, 3> uargs;  // one per distinct buffer, modes combined
+  // host_access granted: the buffer, a reference the view holds until Buffer's HostView releases
+  // it (its memory, and the runtime, outlive the task: the runtime's end may finish it first).
+  BufferState* view = nullptr;
   uint64_t bytes = 0;                                // of the distinct buffers
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;
