@@ -333,6 +333,10 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     finish(t, no_device_error(*t));
     return;
   }
+  // Once pushed, the task is another thread's to take, run and free at any moment, while the
+  // prefetch and the offers below still read it: a reference of ours keeps it until we are done.
+  // (ThreadSanitizer: can_run read a node that another thread had meanwhile reused for a new task.)
+  const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
   sched::DeviceId d;
   if (launch_flags_ != 0) {  // counters on: what the decision costs
     const int64_t t0 = TraceRecorder::now_ns();
