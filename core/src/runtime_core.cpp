@@ -641,12 +641,14 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
   }
   policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
-  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  // A failure counts against the device before it is given more work (it may be quarantined).
+  // A failure counts against the device before it is given more work (it may be quarantined):
+  // its slot stays taken until then, or another thread's pump could fill it in between.
   if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
     pump(d);
     return;
   }
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   pump(d);
   // Eager write-back: the results go home before the task counts as done (the device's slot is
   // free already: the copy engine does this).
