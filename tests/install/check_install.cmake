@@ -1,6 +1,6 @@
 # Installs hcr into a fresh prefix, builds samples/plugin against that install only, drops the
 # plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs.
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, and SANITIZE (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 set(dropin "${WORK_DIR}/dropin")
@@ -14,8 +14,14 @@ function(run)
 endfunction()
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+# A sanitized hcr needs sanitized clients: the sanitizer runtime must be a program's first library.
+set(flags "")
+if(SANITIZE)
+  set(flags "-fsanitize=${SANITIZE}")
+endif()
 run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/samples/plugin" -B "${WORK_DIR}/plugin-build"
-    -G "${GENERATOR}" -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -G "${GENERATOR}" -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_CXX_FLAGS=${flags}" "-DCMAKE_C_FLAGS=${flags}")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/plugin-build")
 
 file(MAKE_DIRECTORY "${dropin}")
