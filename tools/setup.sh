@@ -2,9 +2,14 @@
 # hcr set-up for a Debian 12 machine (run as root): installs the Debian packages that are missing,
 # configures and builds, then
 #   bash tools/setup.sh run    runs the main job: a tiled matmul on every device found
-#   bash tools/setup.sh test   runs every test (ends with ctest's summary)
-# The build goes to ./build (HCR_BUILD_DIR overrides). The CUDA backend is built when the toolkit
-# is found (/usr/local/cuda or nvcc on PATH); without a GPU its tests skip.
+#   bash tools/setup.sh test   runs every test three ways: the whole suite built with
+#                              AddressSanitizer + UndefinedBehaviorSanitizer, a concurrency subset
+#                              built with ThreadSanitizer, then the whole suite of the normal
+#                              (Release) build, whose ctest summary ends the output
+# The build goes to ./build (HCR_BUILD_DIR overrides), the sanitizer builds beside it (build-asan,
+# build-tsan). A sanitizer report fails its test, and so the run. HCR_CI_SANITIZERS=0 skips the
+# sanitizer builds (a quick local run; CI runs them). The CUDA backend is built when the toolkit is
+# found (/usr/local/cuda or nvcc on PATH); without a GPU its tests skip.
 set -euo pipefail
 
 mode="${1:-run}"
@@ -34,19 +39,63 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
+cuda_args=()
 if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
-  cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+  cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 echo "== configuring and building in $build"
-cmake -S . -B "$build" "${cmake_args[@]}"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
 cmake --build "$build"
 
 if [ "$mode" = run ]; then
   "$build/bin/hcr" devices
   echo
   "$build/bin/hcr" run --size 2048 --tile 512 --repeat 3
-else
-  cd "$build"
-  ctest --output-on-failure -j "$(nproc)"
+  exit 0
 fi
+
+# Sanitizer builds: -O1 with debug information and frame pointers (readable reports), no
+# benchmarks or samples. The options each test runs with (UBSan and LSan reports fatal, the
+# suppressions in tests/sanitizers/) come from the test properties (tests/CMakeLists.txt).
+san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g"
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHCR_BUILD_BENCH=OFF -DHCR_BUILD_SAMPLES=OFF)
+
+# The ThreadSanitizer subset: the tests whose work crosses threads. Dependency tracking
+# (dependency_test, and stress_test: 8 submitting threads, scaled by HCR_STRESS_TASKS), the runtime
+# and its host access (runtime_test, buffer_test, kernel_test), the data manager (data_test),
+# faults, timeouts and hot-plug (resilience_test, hotplug_test), the scheduler policies
+# (policies_test), the CPU backend on oneTBB (cpu_backend_test) and the simulated backend
+# (sim_backend_test). Left out: the single-threaded ones (plugin loader and ABI, config, cost
+# model, trace, blas shapes), the OpenCL tests and conformance_test, which run PoCL's
+# uninstrumented LLVM-built kernels on threads TSan cannot follow, and the CUDA tests (no toolkit
+# in CI). The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
+tsan_tests=(dependency_test stress_test runtime_test buffer_test kernel_test data_test
+  resilience_test hotplug_test policies_test cpu_backend_test sim_backend_test)
+
+timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
+  local start=$SECONDS
+  "${@:2}"
+  echo "== $1: $((SECONDS - start)) s"
+}
+
+if [ "${HCR_CI_SANITIZERS:-1}" != 0 ]; then
+  asan="${build}-asan"
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer: every test, built in $asan"
+  timed "asan+ubsan configure" cmake -S . -B "$asan" "${san_args[@]}" "${cuda_args[@]}" \
+    -DHCR_SANITIZE=address,undefined
+  timed "asan+ubsan build" cmake --build "$asan"
+  timed "asan+ubsan tests" ctest --test-dir "$asan" --output-on-failure -j "$(nproc)"
+
+  tsan="${build}-tsan"
+  echo "== ThreadSanitizer: ${tsan_tests[*]}, built in $tsan"
+  timed "tsan configure" cmake -S . -B "$tsan" "${san_args[@]}" -DHCR_SANITIZE=thread \
+    -DHCR_WITH_CUDA=OFF -DHCR_WITH_OPENCL=OFF -DHCR_BUILD_TOOLS=OFF
+  timed "tsan build" \
+    cmake --build "$tsan" --target "${tsan_tests[@]}" hcr_backend_cpu hcr_backend_sim
+  labels="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
+  timed "tsan tests" env HCR_STRESS_TASKS="${HCR_STRESS_TASKS:-100000}" \
+    ctest --test-dir "$tsan" --output-on-failure --no-tests=error -j "$(nproc)" -L "$labels"
+fi
+
+echo "== the normal build's tests, in $build"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
