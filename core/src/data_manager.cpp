@@ -335,15 +335,14 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
   return Status::pending;
 }
 
-void DataManager::prefetch(TaskNode* t, uint32_t n) {
+void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t n) {
   if (n == 0) return;
   std::vector<Copy> copies;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = nodes_[n];
-    for (const ArgRec& a : t->uargs) {
-      if (!reads(a.access)) continue;
-      BufferState& b = *a.buffer;
+    for (const Ref<BufferState>& in : inputs) {
+      BufferState& b = *in;
       Replica& r = data(b).replicas[n];
       if (r.valid || r.fetching || r.evicting) continue;
       if (r.mem == nullptr) {
@@ -362,7 +361,7 @@ void DataManager::prefetch(TaskNode* t, uint32_t n) {
         node.resident.insert(&b);
       }
       r.last_use = ++clock_;
-      plan_fetch(b, n, copies, t->priority);
+      plan_fetch(b, n, copies, priority);
     }
   }
   for (const Copy& c : copies) issue(c);

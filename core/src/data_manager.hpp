@@ -10,6 +10,7 @@
 #include "task_node.hpp"
 
 #include <hcr/data.hpp>
+#include <hcr/detail/handles.hpp>
 #include <hcr/plugin.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -90,8 +92,9 @@ class DataManager {
   };
   /// Makes every argument of `t` valid (read) or allocated (write) on `node`, and pins them.
   Status acquire(TaskNode* t, uint32_t node);
-  /// Starts copying `t`'s inputs to `node` if there is free memory; pins nothing.
-  void prefetch(TaskNode* t, uint32_t node);
+  /// Starts copying a placed task's inputs to `node` if there is free memory; pins nothing. The
+  /// caller holds the references: by now the task may have run elsewhere and let its buffers go.
+  void prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t node);
   /// The task acquired earlier has ended: its writes become the only valid replicas (on success),
   /// and its pins are released.
   void commit(TaskNode* t, bool success);

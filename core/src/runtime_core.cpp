@@ -333,10 +333,15 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     finish(t, no_device_error(*t));
     return;
   }
-  // Once pushed, the task is another thread's to take, run and free at any moment, while the
-  // prefetch and the offers below still read it: a reference of ours keeps it until we are done.
-  // (ThreadSanitizer: can_run read a node that another thread had meanwhile reused for a new task.)
+  // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
+  // the offers below still read it: a reference of ours keeps it until we are done. (TSan: can_run
+  // read a node that another thread had meanwhile reused for a new task.) Finishing gives the
+  // task's buffers up, so the inputs to prefetch are taken, with references, before the push.
   const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
+  boost::container::small_vector<Ref<BufferState>, 3> inputs;
+  if (data_.active() && config_.prefetch)
+    for (const ArgRec& a : t->uargs)
+      if (reads(a.access)) inputs.push_back(Ref<BufferState>::share(a.buffer));
   sched::DeviceId d;
   if (launch_flags_ != 0) {  // counters on: what the decision costs
     const int64_t t0 = TraceRecorder::now_ns();
@@ -358,8 +363,8 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       return;
     }
   } else if (d != sched::kAnyDevice) {
-    if (data_.active() && config_.prefetch && dev_[d]->info.memory_node != 0)
-      data_.prefetch(t, dev_[d]->info.memory_node);
+    if (!inputs.empty() && dev_[d]->info.memory_node != 0)
+      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node);
     pump(*dev_[d]);
     return;
   }
