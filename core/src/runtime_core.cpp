@@ -383,12 +383,16 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
 
 // One pumper per device at a time; a caller that finds another pumping leaves a request, which
 // the pumper notices before it stops. So no ready task is left behind with a free slot.
+// The request count and the flag are seq_cst: "request, then try to become the pumper" here
+// against "stop pumping, then look at the requests" in the pumper is the store-buffering pattern,
+// where with acquire/release each side may miss the other's write (x86 lets a store pass a later
+// load), and a queued task was left with an idle device and no pumper.
 uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
-  d.pump_requests.fetch_add(1, std::memory_order_acq_rel);
+  d.pump_requests.fetch_add(1, std::memory_order_seq_cst);
   uint32_t launched = 0;
   for (;;) {
     // Another thread pumping counts as taking the work: it sees our request before it stops.
-    if (d.pumping.exchange(true, std::memory_order_acquire)) return launched + 1;
+    if (d.pumping.exchange(true, std::memory_order_seq_cst)) return launched + 1;
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
     while (d.in_flight.load(std::memory_order_acquire) < d.window &&
            d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
@@ -398,8 +402,8 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
       ++launched;
       launch(t.node(), d);
     }
-    d.pumping.store(false, std::memory_order_release);
-    if (d.pump_requests.load(std::memory_order_acquire) == seen) break;
+    d.pumping.store(false, std::memory_order_seq_cst);
+    if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
   }
   if (wakes_.load(std::memory_order_acquire) != 0) pump_woken();
   return launched;
