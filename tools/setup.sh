@@ -43,9 +43,16 @@ cuda_args=()
 if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
+
+timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
+  local start=$SECONDS
+  "${@:2}"
+  echo "== $1: $((SECONDS - start)) s"
+}
+
 echo "== configuring and building in $build"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
-cmake --build "$build"
+timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
+timed "build" cmake --build "$build"
 
 if [ "$mode" = run ]; then
   "$build/bin/hcr" devices
@@ -56,7 +63,8 @@ fi
 
 # Sanitizer builds: -O1 with debug information and frame pointers (readable reports), no
 # benchmarks or samples. The options each test runs with (UBSan and LSan reports fatal, the
-# suppressions in tests/sanitizers/) come from the test properties (tests/CMakeLists.txt).
+# suppressions in tests/sanitizers/) come from the test properties (tests/CMakeLists.txt). A test
+# that hangs fails after 10 minutes rather than running into CI's limit.
 san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g"
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHCR_BUILD_BENCH=OFF -DHCR_BUILD_SAMPLES=OFF)
 
@@ -72,19 +80,14 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 tsan_tests=(dependency_test stress_test runtime_test buffer_test kernel_test data_test
   resilience_test hotplug_test policies_test cpu_backend_test sim_backend_test)
 
-timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
-  local start=$SECONDS
-  "${@:2}"
-  echo "== $1: $((SECONDS - start)) s"
-}
-
 if [ "${HCR_CI_SANITIZERS:-1}" != 0 ]; then
   asan="${build}-asan"
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer: every test, built in $asan"
   timed "asan+ubsan configure" cmake -S . -B "$asan" "${san_args[@]}" "${cuda_args[@]}" \
     -DHCR_SANITIZE=address,undefined
   timed "asan+ubsan build" cmake --build "$asan"
-  timed "asan+ubsan tests" ctest --test-dir "$asan" --output-on-failure -j "$(nproc)"
+  timed "asan+ubsan tests" ctest --test-dir "$asan" --output-on-failure --no-label-summary \
+    --timeout 600 -j "$(nproc)"
 
   tsan="${build}-tsan"
   echo "== ThreadSanitizer: ${tsan_tests[*]}, built in $tsan"
@@ -94,8 +97,9 @@ if [ "${HCR_CI_SANITIZERS:-1}" != 0 ]; then
     cmake --build "$tsan" --target "${tsan_tests[@]}" hcr_backend_cpu hcr_backend_sim
   labels="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
   timed "tsan tests" env HCR_STRESS_TASKS="${HCR_STRESS_TASKS:-100000}" \
-    ctest --test-dir "$tsan" --output-on-failure --no-tests=error -j "$(nproc)" -L "$labels"
+    ctest --test-dir "$tsan" --output-on-failure --no-label-summary --no-tests=error \
+    --timeout 600 -j "$(nproc)" -L "$labels"
 fi
 
 echo "== the normal build's tests, in $build"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure --no-label-summary -j "$(nproc)"
