@@ -5,10 +5,11 @@
 #   bash tools/setup.sh test   runs every test three ways: the whole suite built with
 #                              AddressSanitizer + UndefinedBehaviorSanitizer, a concurrency subset
 #                              built with ThreadSanitizer, then the whole suite of the normal
-#                              (Release) build, whose ctest summary ends the output
+#                              (Release) build, whose ctest summary ends the output; between
+#                              them the libFuzzer targets run for a bounded time (tests/fuzz)
 # The build goes to ./build (HCR_BUILD_DIR overrides), the sanitizer builds beside it (build-asan,
 # build-tsan). A sanitizer report fails its test, and so the run. HCR_CI_SANITIZERS=0 skips the
-# sanitizer builds (a quick local run; CI runs them). The CUDA backend is built when the toolkit is
+# sanitizer builds and the fuzzers (a quick local run; CI runs them). The CUDA backend is built when the toolkit is
 # found (/usr/local/cuda or nvcc on PATH); without a GPU its tests skip.
 set -euo pipefail
 
@@ -28,6 +29,9 @@ packages=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
 )
+if [ "$mode" = test ]; then
+  packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -99,6 +103,10 @@ if [ "${HCR_CI_SANITIZERS:-1}" != 0 ]; then
   timed "tsan tests" env HCR_STRESS_TASKS="${HCR_STRESS_TASKS:-100000}" \
     ctest --test-dir "$tsan" --output-on-failure --no-label-summary --no-tests=error \
     --timeout 600 -j "$(nproc)" -L "$labels"
+
+  # The libFuzzer targets (clang, in their own build directory): each runs HCR_FUZZ_SECONDS
+  # (default 60) over its corpus; a crash, leak, hang or undefined behaviour fails the run.
+  timed "fuzzers" bash tests/fuzz/ci.sh "${build}-fuzz"
 fi
 
 echo "== the normal build's tests, in $build"
