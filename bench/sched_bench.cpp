@@ -70,7 +70,7 @@ struct WTask {
   std::string kernel;
   std::vector<std::pair<int, hcr::Access>> args;  // buffer index, access
   double flops;                                   // modelled work
-  int priority = 0;                               // what the application says (dmdas uses it)
+  int priority = 0;                               // what the application says
 };
 struct Workload {
   std::string name;
@@ -210,7 +210,8 @@ double exec_time(const Machine& m, const SimDevice& d, const WTask& t) {
 
 // `online`: instead of HEFT's order (highest upward rank first, copies planned as early as the
 // link allows), place each task at the moment it becomes ready, by the same earliest-finish rule,
-// with its copies starting then: what dmda does, with exact costs and no runtime overhead.
+// with its copies starting then: what dmda does without priorities, with exact costs and no
+// runtime overhead.
 double heft(const Machine& m, const Workload& w, bool online = false) {
   const size_t n = w.tasks.size();
   // Predecessors through data (sequential consistency), for ranks.
@@ -445,8 +446,8 @@ int main(int argc, char** argv) {
   }
   std::printf("\n* first iteration of a new runtime that loaded the model an earlier run saved "
               "(median of 3 runs)\n");
-  std::printf("  EFT: dmda's rule itself offline (exact costs, no runtime overhead, each task placed when it "
-              "becomes ready, FIFO devices)\n");
+  std::printf("  EFT: the earliest-finish rule offline (exact costs, no runtime overhead, each task placed "
+              "when it becomes ready, FIFO devices: no priorities)\n");
 
   if (!only_case.empty() && only_case != "decisions") return 0;
   // Decision cost: 64 devices of 4 architectures, a warm model, tasks submitted as fast as the

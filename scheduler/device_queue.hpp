@@ -14,12 +14,21 @@ namespace hcr::sched {
 
 class DeviceQueue {
  public:
-  /// by_priority: higher priority first, first in first out among equals; else plain FIFO.
-  explicit DeviceQueue(bool by_priority = false) : by_priority_(by_priority) {}
+  enum class Order {
+    fifo,      ///< first in, first out
+    priority,  ///< higher priority first, first in first out among equals
+    positive,  ///< StarPU's FIFO: a task of priority > 0 goes ahead of those of lower priority,
+               ///< any other at the back (the tasks of priority > 0 stay sorted at the front)
+  };
+  explicit DeviceQueue(Order order = Order::fifo) : order_(order) {}
 
   void push(TaskRef t) {
     std::lock_guard<detail::SpinLock> lock(lock_);
-    if (by_priority_ && !q_.empty() && q_.back().priority() < t.priority()) {
+    const bool sorted =
+        order_ == Order::priority || (order_ == Order::positive && t.priority() > 0);
+    // Either the queue is sorted, or it holds a sorted run of tasks of priority > 0 followed by
+    // tasks of priority <= 0 < t's: in both, the tasks t goes behind form a prefix.
+    if (sorted && !q_.empty() && q_.back().priority() < t.priority()) {
       auto at = std::upper_bound(q_.begin(), q_.end(), t, [](TaskRef a, TaskRef b) {
         return a.priority() > b.priority();
       });
@@ -93,7 +102,7 @@ class DeviceQueue {
     return found;
   }
 
-  bool by_priority_;
+  Order order_;
   detail::SpinLock lock_;
   std::deque<TaskRef> q_;
   std::atomic<size_t> size_{0};

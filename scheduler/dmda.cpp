@@ -71,11 +71,19 @@ int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
 int64_t xfer_ns(uint64_t w) { return static_cast<int64_t>((w >> 31) & kField) * 1000; }
 constexpr size_t kFastKernels = 4096;  // kernel ids with a lock-free lookup
 
+// How a device's queue runs its tasks. dmdas: by priority. dmda: as StarPU's dmda, first in first
+// out except that a task of priority > 0 goes ahead of those of lower priority (an application
+// that marks its critical path with positive priorities gets it first under either policy);
+// dmda's predictions ignore that order, dmdas's follow it.
+DeviceQueue::Order queue_order(bool by_priority) {
+  return by_priority ? DeviceQueue::Order::priority : DeviceQueue::Order::positive;
+}
+
 class Dmda final : public Policy {
  public:
   Dmda(const Config& c, bool by_priority)
       : by_priority_(by_priority),
-        unknown_(by_priority),
+        unknown_(queue_order(by_priority)),
         calibrate_(c.calibrate == "off" ? kOff : c.calibrate == "force" ? kForce : kAuto),
         min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
         dir_(model_directory(c)),
@@ -463,7 +471,7 @@ class Dmda final : public Policy {
   static_assert(sizeof(Hot) == 16);
 
   struct Dev {
-    Dev(bool by_priority, Hot& hot) : queue(by_priority), queued(hot.lowest_queued) {}
+    Dev(bool by_priority, Hot& hot) : queue(queue_order(by_priority)), queued(hot.lowest_queued) {}
     DeviceQueue queue;
     WorkByPriority queued;  // dmdas only
     std::string arch;
