@@ -30,6 +30,12 @@ namespace {
 std::string shape(const BufferState& b) {
   return std::to_string(b.rows) + "x" + std::to_string(b.cols);
 }
+// What a failed copy says of its device: gone (the plugin's HCR_ERROR_DEVICE_LOST: the runtime
+// retires it and reports the data only it held as lost), or a fault to count toward quarantine.
+ErrorCode copy_error_code(const hcr_plugin_api_t* api, hcr_error_t* error) noexcept {
+  return api->error_code(error) == HCR_ERROR_DEVICE_LOST ? ErrorCode::device_lost
+                                                         : ErrorCode::backend;
+}
 bool uses(const TaskNode* t, const BufferState* b) {
   if (t == nullptr) return false;
   for (const ArgRec& a : t->uargs)
@@ -451,12 +457,17 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   const Copy c = tr->copy;  // by value: the lane is found after tr is gone
   BufferState& b = *c.b;
   std::exception_ptr failure;
+  DeviceState* lost = nullptr;  // the device that did the copy, when it reported itself gone
   if (error != nullptr) {
     DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+    if (copy_error_code(dev.plugin->api, error) == ErrorCode::device_lost) lost = &dev;
     std::string msg = take_error(dev.plugin->api, error);
+    // For the tasks waiting on the copy, a fault of the device each runs on (counted, retried
+    // elsewhere), whichever device lost the copy; that device, if gone, is retired below.
     failure = std::make_exception_ptr(
-        Error(ErrorCode::backend, "copying a " + shape(b) + " buffer from '" + nodes_[c.src].name +
-                                      "' to '" + nodes_[c.dst].name + "' failed: " + msg));
+        Error(ErrorCode::backend, "copying a " + shape(b) + " buffer from '" +
+                                      nodes_[c.src].name + "' to '" + nodes_[c.dst].name +
+                                      "' failed: " + msg));
     HCR_LOG(warn, what(failure));
   }
   std::vector<TaskNode*> ready, retry;
@@ -535,6 +546,8 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     }
   }
   if (next) start(queued);
+  // Retired before its waiting tasks are placed again, so that none goes back to it.
+  if (lost != nullptr) rt_.device_lost(*lost, what(failure));
   for (const Copy& m : more) issue(m);
   for (TaskNode* t : ready) rt_.data_ready(t);
   for (TaskNode* t : retry) rt_.retry_acquire(t);
@@ -645,12 +658,14 @@ bool DataManager::write_through(TaskNode* t) {
     hcr_error_t* err = st.staging ? dev.plugin->api->copy(dev.plugin->handle, &c)
                                   : nullptr;
     if (st.staging == nullptr || err != nullptr) {
+      const ErrorCode code = err ? copy_error_code(dev.plugin->api, err) : ErrorCode::out_of_memory;
+      const std::string msg =
+          err ? take_error(dev.plugin->api, err) : std::string("no host memory to stage");
       std::lock_guard<std::mutex> g(wt->mutex);
       if (!wt->error)
         wt->error = std::make_exception_ptr(Error(
-            st.staging ? ErrorCode::backend : ErrorCode::out_of_memory,
-            "writing a " + shape(b) + " buffer home from '" + nodes_[n].name + "' failed: " +
-                (err ? take_error(dev.plugin->api, err) : std::string("no host memory to stage"))));
+            code, "writing a " + shape(b) + " buffer home from '" + nodes_[n].name +
+                      "' failed: " + msg));
       if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_write_through(wt);
     }
   }
@@ -664,12 +679,13 @@ void DataManager::on_stage_done(void* user, hcr_error_t* error, const hcr_comple
   DataManager& dm = *wt->dm;
   DeviceState& dev = *dm.nodes_[wt->node].device;
   if (error != nullptr) {
+    const ErrorCode code = copy_error_code(dev.plugin->api, error);
     std::string msg = take_error(dev.plugin->api, error);
     std::lock_guard<std::mutex> g(wt->mutex);
     if (!wt->error)
       wt->error = std::make_exception_ptr(
-          Error(ErrorCode::device_lost, "writing a " + shape(*st->b) + " buffer home from '" +
-                                            dm.nodes_[wt->node].name + "' failed: " + msg));
+          Error(code, "writing a " + shape(*st->b) + " buffer home from '" +
+                          dm.nodes_[wt->node].name + "' failed: " + msg));
   } else {
     double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
                              info->device_seconds >= 0

@@ -719,8 +719,20 @@ void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& 
 
 void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
   uint8_t was = DeviceState::kActive;
-  if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst))
-    return;  // already out
+  if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
+    // Already out. A quarantined device that is then lost is lost: the data only it held is
+    // gone, and its readers must hear so rather than wait for copies from it.
+    if (status == DeviceState::kLost && was == DeviceState::kQuarantined &&
+        d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
+      {
+        std::lock_guard<SpinLock> g(d.fault_lock);
+        d.last_fault = why;
+      }
+      HCR_LOG(warn, "device '" << d.info.name << "' (quarantined) lost: " << why);
+      if (d.info.memory_node != 0) data_.node_lost(d.info.memory_node, d.info.name);
+    }
+    return;
+  }
   usable_bits_[d.info.id / 64].fetch_and(~(uint64_t{1} << (d.info.id % 64)),
                                          std::memory_order_seq_cst);
   retired_.fetch_add(1, std::memory_order_seq_cst);

@@ -102,6 +102,11 @@ class RuntimeCore final : public sched::Context {
   void data_ready(TaskNode* t) noexcept;
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
   void retry_acquire(TaskNode* t) noexcept;
+  /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
+  /// the data only it held is reported lost.
+  void device_lost(DeviceState& d, const std::string& why) noexcept {
+    retire(d, DeviceState::kLost, why);
+  }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
   void written_through(TaskNode* t, std::exception_ptr error) noexcept;
   /// Whether device d takes work (not quarantined, lost or removed).

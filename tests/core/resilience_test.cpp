@@ -29,7 +29,7 @@ Config machine(bool faults, const std::string& policy, const std::string& writeb
   }
   if (faults) {
     o.push_back({"device.1.fail_probability", "0.1"});  // one launch in ten fails
-    o.push_back({"device.2.lost_at", "0.15s"});          // gone mid-run
+    o.push_back({"device.2.lost_at", "0.05s"});          // gone early in the run
   }
   c.backends.push_back({"sim", true, o, "test"});
   return c;
@@ -64,6 +64,8 @@ TEST(Resilience, TiledGemmSurvivesAFlakyAndALostDeviceBitForBit) {
         << policy << ": results differ from the fault-free run";
     EXPECT_GT(s.devices[1].failed, 0u) << policy << ": the flaky device never failed";
     EXPECT_GT(s.devices[2].tasks, 0u) << policy << ": the doomed device never ran anything";
+    EXPECT_EQ(s.devices[2].health, DeviceHealth::lost)
+        << policy << ": " << s.devices[2].last_fault;
   }
 }
 
