@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -16,7 +17,9 @@ namespace hcr::sched {
 // ---- History ----------------------------------------------------------------------------------
 
 void History::add(double x) {
-  if (!(x >= 0) || !std::isfinite(x)) return;
+  // Beyond kMaxFileSeconds a duration is a broken clock or a plugin's garbage: kept, it would
+  // be saved into a file the next run refuses as corrupt.
+  if (!(x >= 0) || !(x <= kMaxFileSeconds)) return;
   ++count_;
   if (n_ >= static_cast<size_t>(kShift)) {
     // A sample far from the estimate counts toward a change of regime only with others on the
@@ -283,10 +286,25 @@ std::vector<CostModel::Row> CostModel::rows() const {
 }
 
 namespace {
+// One file per architecture, named after it: letters, digits, '_', '-' and '.' as they are; any
+// other character becomes '_' and the name then ends in a hash of the exact key, so that two
+// architectures never share a file ("gpu a" and "gpu/a" would both be "gpu_a").
 std::string file_name_for(const std::string& arch) {
   std::string s;
-  for (char ch : arch) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  if (s.empty()) s = "arch";
+  bool replaced = arch.empty();
+  for (char ch : arch) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' ||
+                      (ch == '.' && !s.empty());
+    s += keep ? ch : '_';
+    replaced = replaced || !keep;
+  }
+  if (replaced) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (char ch : arch) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+    char tail[18];
+    std::snprintf(tail, sizeof tail, "-%08x", static_cast<unsigned>(h ^ (h >> 32)));
+    s += tail;
+  }
   return s + ".model.toml";
 }
 std::string hex(uint64_t v) {
@@ -496,7 +514,7 @@ void LinkModel::declare(uint32_t from, uint32_t to, double latency, double bandw
 }
 
 void LinkModel::record(uint32_t from, uint32_t to, uint64_t bytes, double seconds) {
-  if (!(seconds >= 0) || !std::isfinite(seconds)) return;
+  if (!(seconds >= 0) || !(seconds <= kMaxFileSeconds)) return;  // as History::add
   std::lock_guard<std::mutex> lock(mutex_);
   if (from >= nodes_ || to >= nodes_) return;
   Fit& f = fits_[from * nodes_ + to];

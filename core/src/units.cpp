@@ -49,8 +49,8 @@ std::optional<uint64_t> parse_bytes(std::string_view text) {
     }
   if (!known) return std::nullopt;
   double bytes = *v * mult;
-  if (bytes > 1.8e19) return std::nullopt;
-  return static_cast<uint64_t>(std::llround(bytes));
+  if (bytes > 1.8e19) return std::nullopt;  // below 2^64: the conversion is exact and defined
+  return static_cast<uint64_t>(std::round(bytes));  // (llround stops at 2^63)
 }
 
 std::optional<MemoryLimit> parse_memory_limit(std::string_view text) {

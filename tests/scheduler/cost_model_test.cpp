@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <set>
 
 namespace hcr::sched {
 namespace {
@@ -163,6 +164,45 @@ TEST(CostModel, TextRoundTrip) {
     EXPECT_EQ(pa.spread, pb.spread);
   }
   EXPECT_EQ(b.samples("gemm", "gpu"), 32u) << "the two windows of 16";
+}
+
+// Architectures whose names differ only in characters a file name cannot hold keep their own
+// files: neither model overwrites the other.
+TEST(CostModel, ArchitecturesNeverShareAFile) {
+  test::TempDir dir;
+  CostModel a;
+  const char* archs[] = {"gpu a", "gpu/a", "gpu_a", "sm_90", ".."};
+  for (int i = 0; i < 5; ++i)
+    for (size_t j = 0; j < std::size(archs); ++j) a.record("k", archs[j], 1, 10, 1.0 + double(j));
+  auto files = a.save(dir.path());
+  ASSERT_EQ(files.size(), std::size(archs));
+  std::set<std::string> names;
+  for (auto& f : files) {
+    names.insert(f.filename().string());
+    EXPECT_EQ(f.parent_path(), dir.path()) << f;
+  }
+  EXPECT_EQ(names.size(), std::size(archs));
+  EXPECT_TRUE(names.count("sm_90.model.toml")) << "a plain name is kept as it is";
+  CostModel b;
+  std::vector<std::string> warnings;
+  b.load(dir.path(), warnings);
+  EXPECT_TRUE(warnings.empty());
+  for (size_t j = 0; j < std::size(archs); ++j)
+    EXPECT_DOUBLE_EQ(b.predict("k", archs[j], 1, 10).seconds, 1.0 + double(j)) << archs[j];
+}
+
+// A plugin that reports a garbage duration must not turn the saved model into a file the next
+// run refuses as corrupt (durations above kMaxFileSeconds).
+TEST(CostModel, AbsurdMeasurementsNeverReachTheFile) {
+  CostModel a;
+  for (int i = 0; i < 5; ++i) a.record("gemm", "gpu", 1, 1e4, 1e-3);
+  for (int i = 0; i < 3; ++i) a.record("gemm", "gpu", 1, 1e4, 1e12);  // a "new regime" of it
+  a.record("gemm", "gpu", 1, 1e4, INFINITY);
+  auto texts = a.save_text();
+  ASSERT_EQ(texts.size(), 1u);
+  CostModel b;
+  ASSERT_NO_THROW(b.load_text(texts.at("gpu"), "gpu.model.toml"));
+  EXPECT_DOUBLE_EQ(b.predict("gemm", "gpu", 1, 1e4).seconds, 1e-3);
 }
 
 TEST(CostModel, LoadTextNamesTheOriginAndChangesNothingWhenRefused) {
