@@ -80,11 +80,17 @@ void gemm(const hcr_launch_args_t& a) {
     throw Error(HCR_ERROR_INVALID_ARGUMENT,
                 "gemm takes 3 buffers (A, B, C), got " + std::to_string(a.num_args));
   const hcr_dtype_t want = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
-  for (size_t i = 0; i < 3; ++i)
-    if (a.args[i].dtype != want || a.args[i].host == nullptr)
+  for (size_t i = 0; i < 3; ++i) {
+    const char* which = i == 0 ? "A" : i == 1 ? "B" : "C";
+    if (a.args[i].dtype != want)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "gemm argument " + std::to_string(i) + " is not a host " +
-                      (sizeof(T) == 4 ? "f32" : "f64") + " matrix");
+                  "gemm_" + sdk::dtype_name(want) + ": " + which + " is a " +
+                      sdk::dtype_name(a.args[i].dtype) + " matrix, expected " +
+                      sdk::dtype_name(want));
+    if (a.args[i].host == nullptr)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, std::string("gemm_") + sdk::dtype_name(want) +
+                                                  ": " + which + " is not in host memory");
+  }
   const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
   const uint64_t m = A.rows, k = A.cols, n = B.cols;
   if (B.rows != k || C.rows != m || C.cols != n)

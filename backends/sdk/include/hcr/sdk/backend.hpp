@@ -99,6 +99,21 @@ T read_struct(const T* in) {
   return out;
 }
 
+/// The name of an element type, for messages ("f32"; a value no version defines is "dtype N").
+inline std::string dtype_name(hcr_dtype_t t) {
+  switch (t) {
+    case HCR_DTYPE_BYTES: return "bytes";
+    case HCR_DTYPE_F16: return "f16";
+    case HCR_DTYPE_BF16: return "bf16";
+    case HCR_DTYPE_F32: return "f32";
+    case HCR_DTYPE_F64: return "f64";
+    case HCR_DTYPE_I32: return "i32";
+    case HCR_DTYPE_I64: return "i64";
+    case HCR_DTYPE_U8: return "u8";
+  }
+  return "dtype " + std::to_string(static_cast<int>(t));
+}
+
 /// Element i of an array of structs the host sent (hcr_arg_t, hcr_option_t): the stride is the
 /// sender's struct_size, which may differ from this build's sizeof in another minor version. Only
 /// the fields both sides know may be read (see read_struct).
