@@ -63,7 +63,7 @@ struct BufferData {
 
 class DataManager {
  public:
-  static constexpr uint32_t kMaxNodes = 128;
+  static constexpr uint32_t kMaxNodes = 128;  // the host and DeviceBudget::kOwnMemory devices
 
   struct NodeInit {
     DeviceState* device;  // nullptr for host memory

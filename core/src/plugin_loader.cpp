@@ -341,11 +341,25 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
 
 
   std::vector<std::unique_ptr<PluginInstance>> instances;
+  DeviceBudget budget;  // what the runtime can take, over every instance
   auto create = [&](const std::shared_ptr<LoadedLibrary>& lib, const BackendConfig& bc,
                     bool first) {
     PluginRecord rec = report.plugins[record_of[lib->name]];
     rec.reason.clear();
     auto inst = instantiate(lib, bc, rec);
+    if (inst) {
+      // The first devices found are kept; the rest are left out, saying so.
+      const size_t offered = inst->devices.size();
+      const size_t keep = budget.take(*inst);
+      if (keep < offered) {
+        HCR_LOG(warn, "plugin " << rec.path << ": " << offered - keep << " of its " << offered
+                                << " device(s) left out: one runtime takes at most "
+                                << kMaxDevices << " devices, " << DeviceBudget::kOwnMemory
+                                << " of them with their own memory");
+        inst->devices.resize(keep);
+        rec.devices = keep;
+      }
+    }
     rec.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;
     if (inst) HCR_LOG(info, "plugin " << rec.path << ": loaded, " << rec.devices << " device(s)");
     else HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);

@@ -52,6 +52,25 @@ std::filesystem::path install_plugin_dir();
 /// Searches, loads and instantiates per `config`; fills `report`.
 std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config, LoadReport& report);
 
+/// The devices one runtime can take: kMaxDevices, of which kOwnMemory with memory of their own
+/// (the data manager's nodes besides the host's).
+struct DeviceBudget {
+  static constexpr size_t kOwnMemory = 127;
+  size_t devices = 0, own_memory = 0;
+  /// How many of `p`'s devices, from the first, still fit; counts them as taken.
+  size_t take(const PluginInstance& p) noexcept {
+    size_t keep = 0;
+    for (const auto& d : p.devices) {
+      const bool own = !(d.flags & HCR_DEVICE_HOST_MEMORY);
+      if (devices == kMaxDevices || (own && own_memory == kOwnMemory)) break;
+      ++devices;
+      own_memory += own;
+      ++keep;
+    }
+    return keep;
+  }
+};
+
 /// Loads one library file and instantiates it with `backend` (options) — hot-plug and tests.
 std::unique_ptr<PluginInstance> load_one(const std::filesystem::path& file,
                                          const BackendConfig& backend, PluginRecord& record);

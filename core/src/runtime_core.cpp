@@ -772,6 +772,24 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     std::lock_guard<std::mutex> g(add_mutex_);
     check_alive("load_plugin");
     std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec);
+    if (inst) {
+      DeviceBudget budget;
+      for (size_t d = 0; d < device_count(); ++d) {
+        ++budget.devices;
+        budget.own_memory += dev_[d]->info.memory_node != 0;
+      }
+      if (budget.take(*inst) < inst->devices.size()) {
+        rec.status = PluginRecord::Status::skipped;
+        rec.reason = "its " + std::to_string(inst->devices.size()) +
+                     " device(s) do not fit: one runtime takes at most " +
+                     std::to_string(kMaxDevices) + " devices, " +
+                     std::to_string(DeviceBudget::kOwnMemory) +
+                     " of them with their own memory, and has " +
+                     std::to_string(device_count());
+        rec.devices = 0;
+        inst.reset();  // the plugin instance ends here; its library stays loaded, unused
+      }
+    }
     report_.plugins.push_back(rec);
     if (!inst)
       throw Error(ErrorCode::plugin, "load_plugin: '" + file.string() + "' skipped: " + rec.reason);
@@ -1035,6 +1053,8 @@ void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double pre
   }
 }
 
+static_assert(DeviceBudget::kOwnMemory == DataManager::kMaxNodes - 1,
+              "every device the loader keeps must get a memory node");
 static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::quarantined) &&
               DeviceState::kLost == static_cast<uint8_t>(DeviceHealth::lost) &&
               DeviceState::kRemoved == static_cast<uint8_t>(DeviceHealth::removed));

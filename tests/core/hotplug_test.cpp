@@ -168,6 +168,55 @@ TEST(HotPlug, RemovingADeviceMidRunLosesNothing) {
   }
 }
 
+// One runtime schedules at most kMaxDevices: at start the devices beyond are left out with a
+// warning naming the plugin; a plugin loaded later that would go beyond is refused, and nothing of
+// it joins. Either way the runtime goes on working.
+TEST(HotPlug, DevicesBeyondTheLimitAreLeftOutNamingThePlugin) {
+  test::LogCapture log(LogLevel::warn);
+  Options o = {{"seed", "7"}};
+  for (uint32_t i = 0; i < kMaxDevices + 2; ++i) {
+    std::string key = "device.";
+    key += std::to_string(i);
+    o.push_back({key + ".name", "d" + std::to_string(i)});
+    o.push_back({key + ".host_memory", i % 2 ? "true" : "false"});  // half of them
+  }
+  Config c;
+  c.use_environment = false;
+  c.model_dir = "off";
+  c.backends.push_back({"sim", true, o, "test"});
+  Runtime rt(c);
+  EXPECT_EQ(rt.devices().size(), size_t{kMaxDevices});
+  EXPECT_TRUE(log.contains("libhcr-sim.so: 2 of its " + std::to_string(kMaxDevices + 2) +
+                           " device(s) left out"));
+  EXPECT_EQ(rt.load_report().plugins.back().devices, size_t{kMaxDevices});
+
+  Error e = test::expect_error([&] { rt.load_plugin(kSimLibrary, sim_device("extra", "1")); });
+  EXPECT_EQ(e.code(), ErrorCode::plugin);
+  EXPECT_NE(std::string(e.what()).find("do not fit: one runtime takes at most " +
+                                       std::to_string(kMaxDevices) + " devices"),
+            std::string::npos)
+      << e.what();
+  EXPECT_EQ(rt.devices().size(), size_t{kMaxDevices});
+  EXPECT_EQ(rt.load_report().plugins.back().status, PluginRecord::Status::skipped);
+
+  int ran = 0;
+  Kernel k = rt.kernel("count").cpu([&](TaskContext&) { ++ran; });
+  rt.submit(Task(k)).get();
+  EXPECT_EQ(ran, 1);
+
+  // Devices with memory of their own have a lower limit (the host's memory is a node too).
+  Options own = {{"seed", "7"}};
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    std::string key = "device.";
+    key += std::to_string(i);
+    own.push_back({key + ".name", "d" + std::to_string(i)});
+  }
+  c.backends = {{"sim", true, own, "test"}};
+  Runtime rt2(c);
+  EXPECT_EQ(rt2.devices().size(), size_t{kMaxDevices - 1});
+  EXPECT_TRUE(log.contains("1 of its " + std::to_string(kMaxDevices) + " device(s) left out"));
+}
+
 TEST(HotPlug, MisuseNamesTheValue) {
   Runtime rt(machine("eager"));
   test::TempDir dir;
