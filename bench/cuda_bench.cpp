@@ -9,6 +9,10 @@
 // - BM_GemmRuntime/<n>/<type>: the same, the hcr side being one task submitted to hcr::Runtime
 //   (scheduler, data manager, plugin) and waited for; its buffers stay on the GPU after the
 //   warm-up, as in a pipeline, so no transfer is timed.
+// - BM_TiledGpuCpu/<n>: hcr::blas::gemm in f32 tiles (HCR_CUDA_BENCH_TILE, default 2048) from
+//   host matrices to the product home, on the GPU alone, the CPU alone and both under dmda,
+//   interleaved after warm-up; read both_over_best (>= 1: the pair is never slower than the better
+//   device alone). n from HCR_CUDA_BENCH_TILED_N (default 8192).
 // - BM_Copy/<MiB>/<dir>/<host>: the plugin's copy (launch to done) against cudaMemcpy from pinned
 //   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
 //   (the plugin's host_alloc), 1 = pageable (through the plugin's staging buffers). Read
@@ -26,12 +30,16 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -432,6 +440,121 @@ void BM_GemmRuntime(benchmark::State& state) {
   else gemm_runtime<float>(state);
 }
 
+// ---- tiled gemm across the GPU and the CPU ------------------------------------------------------
+
+std::vector<int64_t> sizes(const char* env, std::vector<int64_t> fallback);
+
+// One runtime per machine shape, over the plugins of the build tree (or $HCR_CUDA_BENCH_PLUGIN_DIR):
+// "gpu" the CUDA backend alone, "cpu" the CPU backend alone, "both" the two under dmda.
+hcr::Config tiled_config(bool gpu, bool cpu, const std::string& model_dir) {
+  hcr::Config c;
+  c.use_environment = false;
+  const char* dir = std::getenv("HCR_CUDA_BENCH_PLUGIN_DIR");
+  c.plugin_paths = {dir && *dir ? dir : HCR_BENCH_PLUGIN_DIR};
+  c.policy = "dmda";
+  c.model_dir = model_dir;
+  if (gpu) c.backends.push_back({"cuda", true, {}, "cuda_bench"});
+  if (cpu) c.backends.push_back({"cpu", true, {}, "cuda_bench"});
+  return c;
+}
+
+// BM_TiledGpuCpu/<n>: C = A B in f32, tile x tile tasks (HCR_CUDA_BENCH_TILE, default 2048), on the
+// GPU alone, the CPU alone and both under dmda, interleaved: each iteration runs the three, from
+// host matrices to the product back on the host (A and B stay where they were copied, as in a
+// pipeline). Warm-up iterations first, so that dmda has measured both devices. Read
+// both_over_best (>= 1: the pair is at least as fast as the faster device alone) and the GFLOP/s
+// of each; the pair's product is checked against the GPU's.
+void BM_TiledGpuCpu(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const size_t n = static_cast<size_t>(state.range(0));
+  const size_t tile = static_cast<size_t>(sizes("HCR_CUDA_BENCH_TILE", {2048}).front());
+  char dir_template[] = "/tmp/hcr-cuda-bench-XXXXXX";
+  const char* model_dir = mkdtemp(dir_template);
+  if (model_dir == nullptr) {
+    state.SkipWithError("mkdtemp failed");
+    return;
+  }
+  struct Shape {
+    const char* name;
+    std::unique_ptr<hcr::Runtime> rt;
+    std::unique_ptr<hcr::Buffer<float>> a, b, c;
+    double seconds = 0;
+  };
+  std::vector<Shape> shapes;
+  std::string failure;
+  try {
+    shapes.push_back({"gpu", std::make_unique<hcr::Runtime>(tiled_config(true, false, "off"))});
+    shapes.push_back({"cpu", std::make_unique<hcr::Runtime>(tiled_config(false, true, "off"))});
+    shapes.push_back({"both", std::make_unique<hcr::Runtime>(tiled_config(true, true, model_dir))});
+    for (Shape& s : shapes) {
+      if (s.rt->devices().empty()) throw std::runtime_error(std::string(s.name) + ": no device");
+      s.a = std::make_unique<hcr::Buffer<float>>(s.rt->buffer<float>(n, n));
+      s.b = std::make_unique<hcr::Buffer<float>>(s.rt->buffer<float>(n, n));
+      s.c = std::make_unique<hcr::Buffer<float>>(s.rt->buffer<float>(n, n));
+      auto va = s.a->acquire(hcr::Access::write), vb = s.b->acquire(hcr::Access::write);
+      for (size_t i = 0; i < n * n; ++i) {
+        va.data()[i] = static_cast<float>((i * 7) % 13) / 13.0f - 0.5f;
+        vb.data()[i] = static_cast<float>((i * 5) % 11) / 11.0f - 0.5f;
+      }
+    }
+  } catch (const std::exception& e) {
+    state.SkipWithError(("set-up failed: " + std::string(e.what())).c_str());
+    std::filesystem::remove_all(model_dir);
+    return;
+  }
+  auto run = [&](Shape& s) {
+    const auto t0 = Clock::now();
+    hcr::blas::gemm(*s.rt, *s.a, *s.b, *s.c, tile).get();
+    { auto v = s.c->acquire(hcr::Access::read); }  // the product home
+    return seconds_since(t0);
+  };
+  try {
+    for (int i = 0; i < 3; ++i)  // dmda's calibration of both devices, cuBLAS's first calls
+      for (Shape& s : shapes) run(s);
+    for (auto _ : state) {
+      double both = 0;
+      for (Shape& s : shapes) {
+        const double t = run(s);
+        s.seconds += t;
+        if (std::string(s.name) == "both") both = t;
+      }
+      state.SetIterationTime(both);
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    state.SkipWithError(("gemm failed: " + failure).c_str());
+  } else {
+    // The pair's product against the GPU's (tiles may have run on either device).
+    std::vector<float> gpu = shapes[0].c->to_vector(), both = shapes[2].c->to_vector();
+    double worst = 0;
+    for (size_t i = 0; i < gpu.size(); ++i)
+      worst = std::max(worst, std::abs(double(gpu[i]) - double(both[i])) /
+                                  std::max(1.0, std::abs(double(gpu[i]))));
+    if (!(worst < 1e-3)) state.SkipWithError(("products differ: " + std::to_string(worst)).c_str());
+    const double flops = 2.0 * n * n * n * static_cast<double>(state.iterations());
+    for (const Shape& s : shapes)
+      state.counters[std::string(s.name) + "_GFLOPs"] = flops / s.seconds * 1e-9;
+    const double best = std::min(shapes[0].seconds, shapes[1].seconds);
+    state.counters["both_over_best"] = best / shapes[2].seconds;
+    const hcr::RuntimeStats st = shapes[2].rt->stats();
+    const std::vector<hcr::Device> devices = shapes[2].rt->devices();
+    std::string placed;
+    for (size_t d = 0; d < st.devices.size() && d < devices.size(); ++d)
+      placed += " " + devices[d].name + ":" + std::to_string(st.devices[d].tasks);
+    state.SetLabel("f32 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
+                   ", dmda tasks" + placed);
+  }
+  for (Shape& s : shapes) {  // buffers before their runtime
+    s.a.reset();
+    s.b.reset();
+    s.c.reset();
+    s.rt.reset();
+  }
+  std::filesystem::remove_all(model_dir);
+}
+
 // ---- host <-> device bandwidth -------------------------------------------------------------------
 
 void BM_Copy(benchmark::State& state) {
@@ -538,6 +661,12 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->Iterations(5);
+  benchmark::RegisterBenchmark("BM_TiledGpuCpu", BM_TiledGpuCpu)
+      ->Args({sizes("HCR_CUDA_BENCH_TILED_N", {8192}).front()})
+      ->ArgNames({"n"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
   benchmark::RegisterBenchmark("BM_Copy", BM_Copy)
       ->ArgsProduct({sizes("HCR_CUDA_BENCH_COPY_MIB", {256}), {0, 1}, {0, 1}})
       ->ArgNames({"MiB", "d2h", "pageable"})
