@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -307,6 +309,32 @@ std::string file_name_for(const std::string& arch) {
   }
   return s + ".model.toml";
 }
+// The architecture a model file says it holds; nullopt when it cannot be read as one.
+std::optional<std::string> arch_of(const std::filesystem::path& file) {
+  try {
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    toml::table root = toml::parse(text.str(), file.string());
+    return root["arch"].value<std::string>();
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+// The *.model.toml files of a directory, in name order.
+std::vector<std::filesystem::path> model_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return files;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 11 && name.rfind(".model.toml") == name.size() - 11)
+      files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 std::string hex(uint64_t v) {
   std::ostringstream os;
   os << "0x" << std::hex << v;
@@ -351,6 +379,7 @@ std::map<std::string, std::string> CostModel::save_text() const {
 
 std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
   std::vector<std::filesystem::path> written;
+  std::set<std::string> saved;  // architectures
   std::filesystem::create_directories(dir);
   for (auto& [arch, text] : save_text()) {
     auto path = dir / file_name_for(arch);
@@ -363,6 +392,17 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
     }
     std::filesystem::rename(tmp, path);  // atomic: a reader never sees half a file
     written.push_back(path);
+    saved.insert(arch);
+  }
+  // A file of another name that holds an architecture just written (named by an earlier hcr, or
+  // copied) was loaded with the rest and is now part of what was written: it goes, so that it
+  // never competes with the file of record again.
+  for (const auto& f : model_files(dir)) {
+    if (std::find(written.begin(), written.end(), f) != written.end()) continue;
+    if (auto arch = arch_of(f); arch && saved.count(*arch)) {
+      std::error_code ec;
+      std::filesystem::remove(f, ec);
+    }
   }
   return written;
 }
@@ -461,16 +501,13 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
 }
 
 void CostModel::load(const std::filesystem::path& dir, std::vector<std::string>& warnings) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return;
-  std::vector<std::filesystem::path> files;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const auto& p = it->path();
-    if (p.string().size() > 11 && p.string().rfind(".model.toml") == p.string().size() - 11)
-      files.push_back(p);
-  }
-  std::sort(files.begin(), files.end());
+  std::vector<std::filesystem::path> files = model_files(dir);
+  // Each architecture's file of record (the name save() gives it) is read last, so that where a
+  // differently named file holds the same cells (an earlier hcr's name), the file of record wins.
+  std::stable_partition(files.begin(), files.end(), [](const std::filesystem::path& f) {
+    auto arch = arch_of(f);
+    return !arch || f.filename() != file_name_for(*arch);
+  });
   for (auto& f : files) {
     try {
       load_file(f);

@@ -64,7 +64,8 @@ class DeviceQueue {
     size_.store(q_.size(), std::memory_order_relaxed);
     return out;
   }
-  /// The first of the oldest `window` tasks that `take` accepts (called under the queue's lock).
+  /// The first of the `window` tasks at the front (the oldest, or the most urgent where the
+  /// queue orders by priority) that `take` accepts (called under the queue's lock).
   template <class F>
   TaskRef pop_first(size_t window, F&& take) {
     std::lock_guard<detail::SpinLock> lock(lock_);

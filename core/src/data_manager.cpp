@@ -462,12 +462,12 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
     if (copy_error_code(dev.plugin->api, error) == ErrorCode::device_lost) lost = &dev;
     std::string msg = take_error(dev.plugin->api, error);
-    // For the tasks waiting on the copy, a fault of the device each runs on (counted, retried
-    // elsewhere), whichever device lost the copy; that device, if gone, is retired below.
+    // The tasks waiting on the copy learn which device failed it (RuntimeCore::abandon charges
+    // that device, not theirs); a device that is gone is retired below.
     failure = std::make_exception_ptr(
-        Error(ErrorCode::backend, "copying a " + shape(b) + " buffer from '" +
-                                      nodes_[c.src].name + "' to '" + nodes_[c.dst].name +
-                                      "' failed: " + msg));
+        CopyError("copying a " + shape(b) + " buffer from '" + nodes_[c.src].name + "' to '" +
+                      nodes_[c.dst].name + "' failed: " + msg,
+                  dev.info.id, lost != nullptr));
     HCR_LOG(warn, what(failure));
   }
   std::vector<TaskNode*> ready, retry;

@@ -9,6 +9,7 @@
 
 #include "task_node.hpp"
 
+#include <hcr/error.hpp>
 #include <hcr/data.hpp>
 #include <hcr/detail/handles.hpp>
 #include <hcr/plugin.h>
@@ -59,6 +60,16 @@ struct BufferData {
   std::string lost_with;
   // A reference to the buffer is held (DataManager::update_hold), under the lock.
   bool held = false;
+};
+
+/// A copy that failed, with the device whose plugin did it: the fault is that device's, which
+/// is not always the device of the task that waited for the copy.
+class CopyError : public hcr::Error {
+ public:
+  CopyError(const std::string& message, uint32_t device, bool lost)
+      : hcr::Error(hcr::ErrorCode::backend, message), device(device), lost(lost) {}
+  uint32_t device;  ///< Device::id of the device that did the copy
+  bool lost;        ///< it reported itself gone (and is retired as lost)
 };
 
 class DataManager {

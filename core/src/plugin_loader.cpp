@@ -352,12 +352,20 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
       const size_t offered = inst->devices.size();
       const size_t keep = budget.take(*inst);
       if (keep < offered) {
-        HCR_LOG(warn, "plugin " << rec.path << ": " << offered - keep << " of its " << offered
-                                << " device(s) left out: one runtime takes at most "
-                                << kMaxDevices << " devices, " << DeviceBudget::kOwnMemory
-                                << " of them with their own memory");
-        inst->devices.resize(keep);
+        const std::string why = std::to_string(offered - keep) + " of its " +
+                                std::to_string(offered) +
+                                " device(s) left out: one runtime takes at most " +
+                                std::to_string(kMaxDevices) + " devices, " +
+                                std::to_string(DeviceBudget::kOwnMemory) +
+                                " of them with their own memory";
         rec.devices = keep;
+        if (keep == 0) {  // nothing of it would be used: skipped, its instance ended
+          rec.reason = why;
+          inst.reset();
+        } else {
+          HCR_LOG(warn, "plugin " << rec.path << ": " << why);
+          inst->devices.resize(keep);
+        }
       }
     }
     rec.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;

@@ -458,6 +458,33 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
 
 void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
   policy_->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
+  // A copy another device failed (the source's end of a fetch) is that device's fault: it is
+  // charged, and the task is placed again with d still allowed. Bounded, in case that device
+  // keeps failing without leaving scheduling.
+  uint32_t culprit = d.info.id;
+  bool culprit_lost = false;
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const CopyError& c) {
+    culprit = c.device;
+    culprit_lost = c.lost;
+  } catch (...) {
+  }
+  if (culprit != d.info.id && culprit < device_count() && t->foreign_faults < 4) {
+    ++t->foreign_faults;
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    pump(d);
+    DeviceState& x = *dev_[culprit];
+    const std::string why = what(e);
+    if (!culprit_lost) {
+      x.failed.fetch_add(1, std::memory_order_relaxed);
+      note_fault(x, ErrorCode::backend, why);
+    }
+    HCR_LOG(info, "task of kernel '" << t->kernel->name << "' lost an input copy on '"
+                                     << x.info.name << "' (" << why << "): placing it again");
+    place_again(t);
+    return;
+  }
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.failed.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
@@ -685,15 +712,19 @@ bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
   } catch (...) {
     return false;
   }
+  HCR_LOG(info, "task of kernel '" << t->kernel->name << "' failed on '" << d.info.name << "' ("
+                                   << why << "): placing it again");
+  place_again(t);  // another device, or no_device_error with every device's reason
+  return true;
+}
+
+void RuntimeCore::place_again(TaskNode* t) noexcept {
   t->transfer_error = nullptr;
   t->error = nullptr;
   t->device.store(-1, std::memory_order_relaxed);
   if (t->data_node >= 0) data_.commit(t, false);  // its inputs stay valid where they were
   retries_.fetch_add(1, std::memory_order_relaxed);
-  HCR_LOG(info, "task of kernel '" << t->kernel->name << "' failed on '" << d.info.name << "' ("
-                                   << why << "): placing it again");
-  ready(t);  // another device, or no_device_error with every device's reason
-  return true;
+  ready(t);
 }
 
 void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
@@ -720,9 +751,11 @@ void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& 
 void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
   uint8_t was = DeviceState::kActive;
   if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
-    // Already out. A quarantined device that is then lost is lost: the data only it held is
-    // gone, and its readers must hear so rather than wait for copies from it.
-    if (status == DeviceState::kLost && was == DeviceState::kQuarantined &&
+    // Already out. A quarantined device, or one being removed, that is then lost is lost: the
+    // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
+    // rather than wait for copies from it.
+    if (status == DeviceState::kLost &&
+        (was == DeviceState::kQuarantined || was == DeviceState::kRemoved) &&
         d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
       {
         std::lock_guard<SpinLock> g(d.fault_lock);
@@ -738,7 +771,7 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
   retired_.fetch_add(1, std::memory_order_seq_cst);
   {
     std::lock_guard<SpinLock> g(d.fault_lock);
-    d.last_fault = why;
+    if (d.status.load(std::memory_order_seq_cst) == status) d.last_fault = why;  // else lost since
   }
   if (status == DeviceState::kRemoved)  // asked for: not a fault
     HCR_LOG(info, "device '" << d.info.name << "' removed; its work goes elsewhere");

@@ -169,6 +169,8 @@ class RuntimeCore final : public sched::Context {
   // that device. False when the error is the task's own (the kernel threw, bad arguments, data
   // lost): the task fails then.
   bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
+  // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
+  void place_again(TaskNode* t) noexcept;
   // Counts a failure; quarantines the device when they come too often, or when it is lost.
   void note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept;
   // Takes a device out of scheduling and places the work queued for it elsewhere.

@@ -79,6 +79,7 @@ struct TaskNode {
   std::string device_errors;
   bool data_lost = false;  // an input died with a device: no retry can help
   bool written_through = false;  // eager write-back put its results home before it committed
+  uint8_t foreign_faults = 0;    // placed again after another device's copy failed for it
 
   // Data (data_manager.cpp): the node whose replicas this task holds pinned, copies it waits for.
   int32_t data_node = -1;

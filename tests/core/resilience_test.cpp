@@ -101,6 +101,53 @@ TEST(Resilience, DataLostWithADeviceIsReportedNotReadAsGarbage) {
   EXPECT_EQ(x.to_vector(), std::vector<float>(16, 1.0f));
 }
 
+TEST(Resilience, ACopyFromALostDeviceIsNotTheReadersFault) {
+  // The loss is found by a copy: results that live only on "doomed" are read on "apu" after
+  // doomed is gone. Each reader fails saying the data was lost with doomed; apu, which did
+  // nothing wrong, is neither quarantined nor charged with faults, and goes on working.
+  Config c;
+  c.use_environment = false;
+  c.model_dir = "off";
+  c.backends.push_back({"sim",
+                        true,
+                        {{"device.0.name", "doomed"},
+                         {"device.0.lost_at", "0.2s"},
+                         {"device.1.name", "apu"},
+                         {"device.1.host_memory", "true"}},
+                        "test"});
+  Runtime rt(c);
+  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<float>(0);
+    for (size_t i = 0; i < v.cols; ++i) v(0, i) = 1;
+  });
+  Kernel sum = rt.kernel("sum").cpu([](TaskContext& ctx) {
+    auto in = ctx.arg<float>(0);
+    auto out = ctx.arg<float>(1);
+    out(0, 0) = 0;
+    for (size_t i = 0; i < in.cols; ++i) out(0, 0) += in(0, i);
+  });
+  std::vector<Buffer<float>> xs;
+  for (int i = 0; i < 5; ++i) {
+    xs.push_back(rt.vector<float>(16));
+    rt.submit(Task(fill).write(xs.back()).on(0)).get();  // the only valid copies: on "doomed"
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past lost_at
+  for (auto& x : xs) {
+    auto out = rt.vector<float>(1);
+    Error e = test::expect_error([&] { rt.submit(Task(sum).read(x).write(out).on(1)).get(); });
+    EXPECT_NE(std::string(e.what()).find("lost with device 'doomed'"), std::string::npos)
+        << e.what();
+  }
+  RuntimeStats s = rt.stats();
+  EXPECT_EQ(s.devices[0].health, DeviceHealth::lost) << s.devices[0].last_fault;
+  EXPECT_EQ(s.devices[1].health, DeviceHealth::active) << s.devices[1].last_fault;
+  EXPECT_EQ(s.devices[1].last_fault, "") << "a fault was charged to apu";
+  auto y = rt.vector<float>(16), out = rt.vector<float>(1);
+  rt.submit(Task(fill).write(y)).get();
+  rt.submit(Task(sum).read(y).write(out).on(1)).get();
+  EXPECT_EQ(out.to_vector(), std::vector<float>{16.0f});
+}
+
 TEST(Resilience, HungLaunchesTimeOutAndTheirTasksRunElsewhere) {
   // "dev0" never finishes a launch on its own; the runtime's task_timeout gives up on each one,
   // the task runs elsewhere, and after quarantine_failures hangs dev0 is out of scheduling with

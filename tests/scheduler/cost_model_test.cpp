@@ -191,6 +191,33 @@ TEST(CostModel, ArchitecturesNeverShareAFile) {
     EXPECT_DOUBLE_EQ(b.predict("k", archs[j], 1, 10).seconds, 1.0 + double(j)) << archs[j];
 }
 
+// A file of another name holding an architecture (what an earlier hcr named it) loses to the file
+// of record, whatever the names' order, and the next save removes it.
+TEST(CostModel, TheFileOfRecordWinsAndOthersOfItsArchitectureGo) {
+  test::TempDir dir;
+  CostModel old_model, model;
+  for (int i = 0; i < 5; ++i) {
+    old_model.record("k", "sim:gpu", 1, 10, 5.0);
+    model.record("k", "sim:gpu", 1, 10, 1.0);
+  }
+  auto old_files = old_model.save(dir.path());
+  ASSERT_EQ(old_files.size(), 1u);
+  const auto stale = dir.path() / "sim_gpu.model.toml";  // the name hcr gave it before
+  std::filesystem::rename(old_files[0], stale);
+  auto files = model.save(dir.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "save leaves a stale file of its architecture";
+  std::filesystem::rename(files[0], dir.path() / "keep");  // now both at once, the stale last
+  old_model.save(dir.path());
+  std::filesystem::rename(files[0], stale);
+  std::filesystem::rename(dir.path() / "keep", files[0]);
+  CostModel loaded;
+  std::vector<std::string> warnings;
+  loaded.load(dir.path(), warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_DOUBLE_EQ(loaded.predict("k", "sim:gpu", 1, 10).seconds, 1.0) << "the stale file won";
+}
+
 // A plugin that reports a garbage duration must not turn the saved model into a file the next
 // run refuses as corrupt (durations above kMaxFileSeconds).
 TEST(CostModel, AbsurdMeasurementsNeverReachTheFile) {

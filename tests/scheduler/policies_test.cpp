@@ -4,6 +4,7 @@
 // order a device's queue, and every policy computes correct results.
 #include "../test_support.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
@@ -228,15 +229,19 @@ TEST(Dmdas, HigherPriorityRunsFirstOnADevice) {
     Runtime rt(c);
     std::vector<int> order;
     std::mutex m;
+    std::atomic<bool> go{false};
     Kernel k = rt.kernel("work").cpu([&](TaskContext& ctx) {
+      const int id = ctx.param<int>(0);
+      while (id == 0 && !go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       std::lock_guard<std::mutex> lock(m);
-      order.push_back(ctx.param<int>(0));
+      order.push_back(id);
     });
-    rt.submit(Task(k).param(0));  // occupies the device
+    rt.submit(Task(k).param(0));  // occupies the device until every other task is queued
     rt.submit(Task(k).param(1).priority(-5));
     for (int i = 2; i <= 4; ++i) rt.submit(Task(k).param(i).priority(0));
     rt.submit(Task(k).param(98).priority(3));
     rt.submit(Task(k).param(99).priority(10));
+    go = true;
     rt.wait_all();
     if (std::string(policy) == "dmdas")
       EXPECT_EQ(order, (std::vector<int>{0, 99, 98, 2, 3, 4, 1})) << "by priority";
