@@ -320,7 +320,9 @@ void task_add_dependency(TaskNode* t, TaskNode* before) {
 bool task_done(const TaskNode* t) noexcept {
   return t->state.load(std::memory_order_acquire) != kPending;
 }
-void task_wait(const TaskNode* t) noexcept {
+void task_wait(const TaskNode* t) {
+  if (t->state.load(std::memory_order_acquire) == kPending && t->rt != nullptr)
+    t->rt->check_wait(t);
   for (uint32_t s; (s = t->state.load(std::memory_order_acquire)) == kPending;)
     t->state.wait(s, std::memory_order_acquire);
 }

@@ -10,6 +10,7 @@
 #include <hcr/error.hpp>
 
 #include <thread>
+#include <unordered_set>
 
 #include <filesystem>
 
@@ -176,6 +177,52 @@ void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
       throw Error(ErrorCode::invalid_argument,
                   "acquire(" + std::string(access_name(mode)) + ") of a " + describe(b) +
                       " would wait forever: " + why + "; release that view first");
+  }
+}
+
+void RuntimeCore::check_wait(const TaskNode* target) const {
+  const std::thread::id me = std::this_thread::get_id();
+  std::vector<TaskNode*> mine;
+  {
+    std::lock_guard<std::mutex> g(views_mutex_);
+    for (auto& [token, holder] : views_)
+      if (holder == me) mine.push_back(token);
+  }
+  // Everything reachable from a view this thread holds through successor edges waits for that
+  // view, so it stays pending (and alive) while this thread looks; a walk too large to finish
+  // quickly is given up (the wait then simply waits).
+  constexpr size_t kMaxWalk = 100000;
+  for (TaskNode* view : mine) {
+    std::vector<TaskNode*> stack{view};
+    std::unordered_set<const TaskNode*> seen{view};
+    while (!stack.empty() && seen.size() < kMaxWalk) {
+      TaskNode* n = stack.back();
+      stack.pop_back();
+      boost::container::small_vector<Edge, 8> next;
+      n->lock.lock();
+      next.assign(n->successors.begin(), n->successors.end());
+      n->lock.unlock();
+      for (const Edge& e : next) {
+        if (e.task == target) {
+          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) about one long sum.
+          std::string msg = "Event::wait would wait forever: the ";
+          if (target->kernel) {
+            msg += "task of kernel '";
+            msg += target->kernel->name;
+            msg += "'";
+          } else {
+            msg += "operation";
+          }
+          msg += " depends on the ";
+          msg += access_name(view->args[0].access);
+          msg += " view of a ";
+          msg += describe(*view->args[0].buffer);
+          msg += " this thread holds (Buffer::acquire); release that view first";
+          throw Error(ErrorCode::invalid_argument, msg);
+        }
+        if (seen.insert(e.task).second) stack.push_back(e.task);
+      }
+    }
   }
 }
 

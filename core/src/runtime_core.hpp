@@ -151,6 +151,9 @@ class RuntimeCore final : public sched::Context {
   /// Runtime destruction: ends the views this thread still holds, with an error for each, so
   /// that the destructor's wait can end.
   void end_views_of_this_thread() noexcept;
+  /// Throws when waiting for `target` on this thread would never end: it depends on a host view
+  /// this thread holds.
+  void check_wait(const TaskNode* target) const;
 
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.

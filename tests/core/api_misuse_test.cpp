@@ -250,6 +250,30 @@ TEST(BufferMisuse, WaitAllWhileHoldingAView) {
   EXPECT_NO_THROW(rt.wait_all());
 }
 
+TEST(BufferMisuse, WaitingOnATaskThatNeedsAViewThisThreadHolds) {
+  // The task waits for the view, the view for this thread: Event::wait says so instead of
+  // hanging, directly and through a chain of tasks. A task that does not need the view, and the
+  // same task once the view is gone, are waited for as usual.
+  Runtime rt(stub());
+  auto b = rt.buffer<double>(3, 2), other = rt.buffer<double>(3, 2);
+  Kernel k = rt.kernel("touch").cpu([](TaskContext&) {});
+  Event direct, chained;
+  {
+    auto v = b.acquire(Access::read_write);
+    direct = rt.submit(Task(k).read(b));
+    chained = rt.submit(Task(k).after(direct));
+    expect_misuse([&] { direct.wait(); }, ErrorCode::invalid_argument,
+                  {"Event::wait would wait forever", "kernel 'touch'",
+                   "read_write view of a 3x2 f64 buffer"});
+    expect_misuse([&] { chained.get(); }, ErrorCode::invalid_argument,
+                  {"Event::wait would wait forever"});
+    EXPECT_NO_THROW(rt.submit(Task(k).write(other)).get());
+    EXPECT_FALSE(direct.ready());
+  }
+  EXPECT_NO_THROW(direct.get());
+  EXPECT_NO_THROW(chained.get());
+}
+
 TEST(BufferMisuse, AcquireInsideAKernelOfItsOwnArgument) {
   // It would wait for the very task that runs the kernel. The kernel's error fails its task.
   Runtime rt(stub());

@@ -11,7 +11,7 @@ namespace hcr {
 
 namespace detail {
 HCR_API bool task_done(const TaskNode* t) noexcept;
-HCR_API void task_wait(const TaskNode* t) noexcept;
+HCR_API void task_wait(const TaskNode* t);
 HCR_API std::exception_ptr task_error(const TaskNode* t) noexcept;
 HCR_API int task_device(const TaskNode* t) noexcept;
 }  // namespace detail
@@ -27,8 +27,9 @@ class Event {
   bool valid() const noexcept { return static_cast<bool>(t_); }
   /// True once the task has finished, successfully or not.
   bool ready() const noexcept { return !t_ || detail::task_done(t_.get()); }
-  /// Blocks until the task has finished.
-  void wait() const noexcept {
+  /// Blocks until the task has finished. Throws Error (invalid_argument) instead when it never
+  /// would: the task depends on a host view (Buffer::acquire) this thread holds.
+  void wait() const {
     if (t_) detail::task_wait(t_.get());
   }
   /// Waits, then rethrows the task's error (the kernel's own exception for CPU kernels).
