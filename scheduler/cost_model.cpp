@@ -309,15 +309,20 @@ std::string file_name_for(const std::string& arch) {
   }
   return s + ".model.toml";
 }
-// The architecture a model file says it holds; nullopt when it cannot be read as one.
-std::optional<std::string> arch_of(const std::filesystem::path& file) {
+// TOML text parsed, or an error naming the origin and the line.
+toml::table parse_toml(std::string_view text, const std::string& origin) {
   try {
-    std::ifstream in(file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    toml::table root = toml::parse(text.str(), file.string());
-    return root["arch"].value<std::string>();
-  } catch (...) {
+    return toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
+                             std::string(e.description()));
+  }
+}
+// The architecture a model file's text says it holds; nullopt when it cannot be read as one.
+std::optional<std::string> arch_of(std::string_view text) {
+  try {
+    return toml::parse(text)["arch"].value<std::string>();
+  } catch (const toml::parse_error&) {
     return std::nullopt;
   }
 }
@@ -399,7 +404,12 @@ std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& 
   // never competes with the file of record again.
   for (const auto& f : model_files(dir)) {
     if (std::find(written.begin(), written.end(), f) != written.end()) continue;
-    if (auto arch = arch_of(f); arch && saved.count(*arch)) {
+    std::optional<std::string> arch;
+    try {
+      arch = arch_of(read_text_file(f));
+    } catch (const std::exception&) {  // unreadable: not ours to remove
+    }
+    if (arch && saved.count(*arch)) {
       std::error_code ec;
       std::filesystem::remove(f, ec);
     }
@@ -420,13 +430,7 @@ void CostModel::load_file(const std::filesystem::path& file) {
 }
 
 void CostModel::load_text(std::string_view text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
-                             std::string(e.description()));
-  }
+  toml::table root = parse_toml(text, origin);
   auto format = root["format"].value<std::string>();
   // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
   auto version = root["version"].value_exact<int64_t>();
@@ -501,16 +505,28 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
 }
 
 void CostModel::load(const std::filesystem::path& dir, std::vector<std::string>& warnings) {
-  std::vector<std::filesystem::path> files = model_files(dir);
-  // Each architecture's file of record (the name save() gives it) is read last, so that where a
-  // differently named file holds the same cells (an earlier hcr's name), the file of record wins.
-  std::stable_partition(files.begin(), files.end(), [](const std::filesystem::path& f) {
-    auto arch = arch_of(f);
-    return !arch || f.filename() != file_name_for(*arch);
-  });
+  struct File {
+    std::filesystem::path path;
+    std::string text;
+    bool of_record;  // the name save() gives its architecture
+  };
+  std::vector<File> files;
+  for (auto& f : model_files(dir)) {
+    try {
+      std::string text = read_text_file(f);
+      auto arch = arch_of(text);
+      const bool of_record = arch && f.filename() == file_name_for(*arch);
+      files.push_back({f, std::move(text), of_record});
+    } catch (const std::exception& e) {
+      warnings.push_back(std::string("ignoring cost model file ") + e.what());
+    }
+  }
+  // Each architecture's file of record is read last, so that where a differently named file
+  // holds the same cells (an earlier hcr's name), the file of record wins.
+  std::stable_partition(files.begin(), files.end(), [](const File& f) { return !f.of_record; });
   for (auto& f : files) {
     try {
-      load_file(f);
+      load_text(f.text, f.path.string());
     } catch (const std::exception& e) {
       warnings.push_back(std::string("ignoring cost model file ") + e.what());
     }
@@ -627,13 +643,7 @@ std::string LinkModel::format(const std::vector<NamedLink>& links) {
 
 std::vector<LinkModel::NamedLink> LinkModel::parse(std::string_view text,
                                                    const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    throw std::runtime_error(origin + ":" + std::to_string(e.source().begin.line) + ": " +
-                             std::string(e.description()));
-  }
+  toml::table root = parse_toml(text, origin);
   if (root["format"].value<std::string>() != std::string(kFormat) ||
       root["version"].value_exact<int64_t>() != int64_t{kFormatVersion})
     throw std::runtime_error(origin + ": not an hcr link model of version " +

@@ -562,7 +562,7 @@ class CudaBackend final : public sdk::Backend {
     for (size_t i = 0; i < a.num_args; ++i) {
       const hcr_arg_t& x = a.args[i];
       const std::string which = "argument " + std::to_string(i) + " (" + shape(x) + " " +
-                                dtype_name(x.dtype) + ")";
+                                sdk::dtype_name(x.dtype) + ")";
       const uint64_t elems = x.rows == 0 || x.cols == 0 ? 0 : (x.rows - 1) * x.ld + x.cols;
       if (x.rows > 1 && x.ld < x.cols)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,

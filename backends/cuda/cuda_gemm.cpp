@@ -40,20 +40,6 @@ size_t dtype_size(hcr_dtype_t t) {
                    "unknown element type " + std::to_string(static_cast<int>(t)));
 }
 
-const char* dtype_name(hcr_dtype_t t) {
-  switch (t) {
-    case HCR_DTYPE_BYTES: return "bytes";
-    case HCR_DTYPE_F16: return "f16";
-    case HCR_DTYPE_BF16: return "bf16";
-    case HCR_DTYPE_F32: return "f32";
-    case HCR_DTYPE_F64: return "f64";
-    case HCR_DTYPE_I32: return "i32";
-    case HCR_DTYPE_I64: return "i64";
-    case HCR_DTYPE_U8: return "u8";
-  }
-  return "unknown";
-}
-
 std::optional<hcr_dtype_t> gemm_dtype(const std::string& name) {
   if (name == "gemm_f32") return HCR_DTYPE_F32;
   if (name == "gemm_f64") return HCR_DTYPE_F64;
@@ -63,7 +49,7 @@ std::optional<hcr_dtype_t> gemm_dtype(const std::string& name) {
 }
 
 GemmCall make_gemm(hcr_dtype_t dtype, const hcr_launch_args_t& a, void* const ptrs[3]) {
-  const std::string kname = std::string("gemm_") + dtype_name(dtype);
+  const std::string kname = std::string("gemm_") + sdk::dtype_name(dtype);
   if (a.num_args != 3)
     throw sdk::Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes 3 buffers (A, B, C), got " +
                                                      std::to_string(a.num_args));
@@ -72,7 +58,8 @@ GemmCall make_gemm(hcr_dtype_t dtype, const hcr_launch_args_t& a, void* const pt
     if (a.args[i].dtype != dtype)
       throw sdk::Error(HCR_ERROR_INVALID_ARGUMENT,
                        kname + " argument " + std::to_string(i) + " (" + role[i] + ") is " +
-                           dtype_name(a.args[i].dtype) + ", expected " + dtype_name(dtype));
+                           sdk::dtype_name(a.args[i].dtype) + ", expected " +
+                           sdk::dtype_name(dtype));
   const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
   if (B.rows != A.cols || C.rows != A.rows || C.cols != B.cols)
     throw sdk::Error(HCR_ERROR_INVALID_ARGUMENT, "gemm shapes do not match: A is " + shape(A) +

@@ -12,7 +12,6 @@ namespace hcr::cuda {
 
 /// Bytes per element; throws INVALID_ARGUMENT for an unknown dtype.
 size_t dtype_size(hcr_dtype_t t);
-const char* dtype_name(hcr_dtype_t t);
 
 /// The built-in gemm named `name` ("gemm_f32", ...): its element type, or nullopt.
 std::optional<hcr_dtype_t> gemm_dtype(const std::string& name);

@@ -145,6 +145,7 @@ bool is_tile_of(const BufferState* tile, const BufferState* whole) noexcept {
 void RuntimeCore::view_granted(TaskNode* token) {
   std::lock_guard<std::mutex> g(views_mutex_);
   views_.emplace_back(token, std::this_thread::get_id());
+  views_held_.store(views_.size(), std::memory_order_relaxed);
 }
 
 void RuntimeCore::view_released(TaskNode* token) noexcept {
@@ -153,6 +154,7 @@ void RuntimeCore::view_released(TaskNode* token) noexcept {
     if (views_[i].first == token) {
       views_[i] = views_.back();
       views_.pop_back();
+      views_held_.store(views_.size(), std::memory_order_relaxed);
       return;
     }
 }
@@ -181,6 +183,9 @@ void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
 }
 
 void RuntimeCore::check_wait(const TaskNode* target) const {
+  // No view anywhere: nothing to look at. A view this thread acquired is counted here already (it
+  // was registered on this thread before acquire returned).
+  if (views_held_.load(std::memory_order_relaxed) == 0) return;
   const std::thread::id me = std::this_thread::get_id();
   std::vector<TaskNode*> mine;
   {
@@ -249,6 +254,7 @@ void RuntimeCore::end_views_of_this_thread() noexcept {
         mine.push_back(views_[i].first);
         views_[i] = views_.back();
         views_.pop_back();
+        views_held_.store(views_.size(), std::memory_order_relaxed);
       } else {
         ++i;
       }
@@ -808,7 +814,9 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
         std::lock_guard<SpinLock> g(d.fault_lock);
         d.last_fault = why;
       }
-      HCR_LOG(warn, "device '" << d.info.name << "' (quarantined) lost: " << why);
+      HCR_LOG(warn, "device '" << d.info.name << "' ("
+                               << (was == DeviceState::kRemoved ? "being removed" : "quarantined")
+                               << ") lost: " << why);
       if (d.info.memory_node != 0) data_.node_lost(d.info.memory_node, d.info.name);
     }
     return;

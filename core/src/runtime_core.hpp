@@ -235,6 +235,7 @@ class RuntimeCore final : public sched::Context {
 
   mutable std::mutex views_mutex_;
   std::vector<std::pair<TaskNode*, std::thread::id>> views_;  // borrowed: the HostView holds a ref
+  std::atomic<size_t> views_held_{0};  // views_.size(), read without the lock by check_wait
 
   std::atomic<bool> alive_{true};
   std::atomic<size_t> next_offer_{0};

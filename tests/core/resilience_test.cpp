@@ -69,8 +69,8 @@ TEST(Resilience, TiledGemmSurvivesAFlakyAndALostDeviceBitForBit) {
   }
 }
 
-TEST(Resilience, DataLostWithADeviceIsReportedNotReadAsGarbage) {
-  // Lazy write-back: a result that lives only on a device dies with it. Its reader must say so.
+// "doomed", with its own memory, is lost 0.2 s after the start; "apu" works in host memory.
+Config doomed_and_apu() {
   Config c;
   c.use_environment = false;
   c.model_dir = "off";
@@ -81,11 +81,20 @@ TEST(Resilience, DataLostWithADeviceIsReportedNotReadAsGarbage) {
                          {"device.1.name", "apu"},
                          {"device.1.host_memory", "true"}},
                         "test"});
-  Runtime rt(c);
-  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
+  return c;
+}
+
+Kernel fill_with_ones(Runtime& rt) {
+  return rt.kernel("fill").cpu([](TaskContext& ctx) {
     auto v = ctx.arg<float>(0);
     for (size_t i = 0; i < v.cols; ++i) v(0, i) = 1;
   });
+}
+
+TEST(Resilience, DataLostWithADeviceIsReportedNotReadAsGarbage) {
+  // Lazy write-back: a result that lives only on a device dies with it. Its reader must say so.
+  Runtime rt(doomed_and_apu());
+  Kernel fill = fill_with_ones(rt);
   auto x = rt.vector<float>(16);
   rt.submit(Task(fill).write(x).on(0)).get();  // its only valid copy: on "doomed"
   // Lose it: a task that runs past lost_at.
@@ -105,21 +114,8 @@ TEST(Resilience, ACopyFromALostDeviceIsNotTheReadersFault) {
   // The loss is found by a copy: results that live only on "doomed" are read on "apu" after
   // doomed is gone. Each reader fails saying the data was lost with doomed; apu, which did
   // nothing wrong, is neither quarantined nor charged with faults, and goes on working.
-  Config c;
-  c.use_environment = false;
-  c.model_dir = "off";
-  c.backends.push_back({"sim",
-                        true,
-                        {{"device.0.name", "doomed"},
-                         {"device.0.lost_at", "0.2s"},
-                         {"device.1.name", "apu"},
-                         {"device.1.host_memory", "true"}},
-                        "test"});
-  Runtime rt(c);
-  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
-    auto v = ctx.arg<float>(0);
-    for (size_t i = 0; i < v.cols; ++i) v(0, i) = 1;
-  });
+  Runtime rt(doomed_and_apu());
+  Kernel fill = fill_with_ones(rt);
   Kernel sum = rt.kernel("sum").cpu([](TaskContext& ctx) {
     auto in = ctx.arg<float>(0);
     auto out = ctx.arg<float>(1);
