@@ -389,7 +389,7 @@ int main(int argc, char** argv) {
   }
   if (quick) iterations = 3;
   hcr::log::set_level(hcr::LogLevel::error);
-  std::vector<std::string> policies = {"eager", "random", "ws", "dmda", "dmdas"};
+  std::vector<std::string> policies = {"eager", "random", "ws", "dmda", "dmdas", "peft"};
   if (!only_policy.empty()) policies = {only_policy};
   const std::vector<std::pair<Machine, Workload>> cases = {
       {hetero(), gemm_mixed()}, {hetero(), bag()},      {hetero(), cholesky()},
@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     // Warm start: an earlier run saved its model; a new runtime's first iteration.
-    for (const char* policy : {"dmda", "dmdas"}) {
+    for (const char* policy : {"dmda", "dmdas", "peft"}) {
       auto dir = std::filesystem::temp_directory_path() /
                  ("hcr-sched-bench-" + std::to_string(::getpid()));
       std::filesystem::remove_all(dir);
@@ -461,7 +461,7 @@ int main(int argc, char** argv) {
   Workload tiny{"tiny", {{16, 16}}, {}, {{"k1", 1e3}}};
   std::printf("\nplacement with 64 simulated devices (own memory), per task, median of 5 x 20000:\n");
   std::printf("  %-6s %12s %12s\n", "policy", "decision", "submission");
-  for (const char* policy : {"eager", "dmda", "dmdas"}) {
+  for (const char* policy : {"eager", "dmda", "dmdas", "peft"}) {
     hcr::Config c = sim_config(wide, tiny, policy, "off");
     c.counters = true;
     for (int i = 0; i < 64; ++i)  // four architectures of sixteen identical devices each

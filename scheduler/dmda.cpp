@@ -1,13 +1,27 @@
-// dmda ("deque model data aware", as StarPU calls it): each ready task goes to the device where it
-// is predicted to finish first — the device's predicted ready time, or the arrival of the task's
-// inputs there if later (copies start at once: the runtime prefetches), plus the learned execution
-// time. The online form of HEFT. dmdas keeps each device's queue sorted by priority.
+// The earliest-finish policies. dmda ("deque model data aware", as StarPU calls it): each ready
+// task goes to the device where it is predicted to finish first — the device's predicted ready
+// time, or the arrival of the task's inputs there if later (copies start at once: the runtime
+// prefetches), plus the learned execution time. The online form of HEFT. dmdas keeps each device's
+// queue sorted by priority.
 //
-// Calibration: while a (kernel, architecture) pair has fewer than calibrate_samples measurements,
-// one task at a time is sent there on purpose, so that a slow device is measured but never fed a
-// share of the work it cannot finish in time.
+// peft (the default on machines of several architectures) predicts what dmda gets wrong where data
+// movement matters: each copy from where a valid replica is, over every link it crosses (device ->
+// host, host -> device, through host memory between devices of different plugins), each link
+// direction busy until the copies booked on it are through; a look ahead at the consumers already
+// submitted (PEFT's optimistic cost table, one level deep: what reading this task's outputs costs
+// them if it runs here); upward ranks as priorities where the application gives none (HEFT's
+// order); and a cold start that predicts an unmeasured (kernel, architecture) from the speed ratio
+// of the architectures learned on other kernels, exploring only one task per architecture until
+// that ratio is known.
+//
+// Calibration (dmda, dmdas): while a (kernel, architecture) pair has fewer than calibrate_samples
+// measurements, one task at a time is sent there on purpose, so that a slow device is measured but
+// never fed a share of the work it cannot finish in time.
+#include "copy_plan.hpp"
 #include "cost_model.hpp"
 #include "device_queue.hpp"
+#include "horizons.hpp"
+#include "upward_rank.hpp"
 
 #include <hcr/log.hpp>
 
@@ -23,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 namespace hcr::sched {
@@ -56,38 +71,106 @@ std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::strin
 namespace {
 
 // What a placed task keeps in its policy word: predicted execution and copy-in time (in
-// microseconds, 31 bits each), and whether it is a calibration task.
+// microseconds, 30 bits each: up to 17 minutes), and whether it is a calibration task — with, under
+// peft, which of its exploration slots it holds (the kernel's or the architecture's).
 constexpr uint64_t kExploreBit = uint64_t{1} << 63;
-constexpr uint64_t kField = (uint64_t{1} << 31) - 1;
-uint64_t pack(double exec, double xfer, bool explore) {
+constexpr uint64_t kKernelProbeBit = uint64_t{1} << 62;
+constexpr uint64_t kArchProbeBit = uint64_t{1} << 61;
+constexpr uint64_t kProbeBits = kExploreBit | kKernelProbeBit | kArchProbeBit;
+constexpr uint64_t kField = (uint64_t{1} << 30) - 1;
+uint64_t pack(double exec, double xfer, uint64_t explore_bits) {
   // Clamped before the conversion: a prediction beyond 2^64 us (a regression far outside the
   // sizes measured, a model file's huge figures) would make it undefined. nan counts as 0.
   auto us = [](double s) {
     return static_cast<uint64_t>(std::min(static_cast<double>(kField), std::max(0.0, s) * 1e6));
   };
-  return us(exec) | (us(xfer) << 31) | (explore ? kExploreBit : 0);
+  return us(exec) | (us(xfer) << 30) | (explore_bits & kProbeBits);
 }
 int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
-int64_t xfer_ns(uint64_t w) { return static_cast<int64_t>((w >> 31) & kField) * 1000; }
+int64_t xfer_ns(uint64_t w) { return static_cast<int64_t>((w >> 30) & kField) * 1000; }
 constexpr size_t kFastKernels = 4096;  // kernel ids with a lock-free lookup
 
-// How a device's queue runs its tasks. dmdas: by priority. dmda: as StarPU's dmda, first in first
-// out except that a task of priority > 0 goes ahead of those of lower priority (an application
-// that marks its critical path with positive priorities gets it first under either policy);
-// dmda's predictions ignore that order, dmdas's follow it.
+// How a device's queue runs its tasks. dmdas and peft: by priority. dmda: as StarPU's dmda, first
+// in first out except that a task of priority > 0 goes ahead of those of lower priority (an
+// application that marks its critical path with positive priorities gets it first under either
+// policy); dmda's predictions ignore that order, dmdas's and peft's follow it.
 DeviceQueue::Order queue_order(bool by_priority) {
   return by_priority ? DeviceQueue::Order::priority : DeviceQueue::Order::positive;
 }
 
+enum class Rule : uint8_t { dmda, dmdas, peft };
+
+// Room for memory nodes that join after attach (hot-plug), and so at most this many nodes.
+constexpr uint32_t kSpareNodes = 8;
+constexpr size_t kNodeSlots = kMaxDevices + kSpareNodes;
+// peft: architectures whose speed ratios are learned (devices of further architectures are
+// predicted from their own measurements only).
+constexpr size_t kArchs = 16;
+// peft: consumers of a task's outputs looked at.
+constexpr size_t kConsumers = 8;
+// peft: queued tasks a device looks at for one whose inputs are there already.
+constexpr size_t kReadyWindow = 4;
+// Automatic priorities: a user priority u ranks as u * kLevels + the rank's level, so that any
+// priority the application gives wins over every rank.
+constexpr int kLevels = 4096;
+
+// The cost model's pairs of one kernel: per device, and the distinct ones (a device architecture
+// each) with the devices they cover. Devices are added under the policy's kernel lock while
+// decisions read without it: the vector is reserved, the distinct list published by its count.
+struct KernelPairs {
+  static constexpr size_t kSlots = 16;  // distinct architectures listed (further ones: none)
+  struct Arch {
+    CostModel::Pair* pair = nullptr;
+    uint8_t arch = kArchs;  // the policy's index of the architecture (kArchs: none)
+    uint32_t device = 0;    // the first device of the architecture
+    std::atomic<uint64_t> devices[2] = {0, 0};
+  };
+
+  KernelPairs() { by_device.reserve(kMaxDevices); }
+  CostModel::Pair* operator[](size_t d) const { return by_device[d]; }
+  void add(size_t device, CostModel::Pair* p, uint8_t arch) {
+    by_device.push_back(p);
+    const uint32_t n = count.load(std::memory_order_relaxed);
+    uint32_t s = 0;
+    while (s < n && archs[s].pair != p) ++s;
+    if (s == n && n < kSlots) {
+      archs[s].pair = p;
+      archs[s].arch = arch;
+      archs[s].device = static_cast<uint32_t>(device);
+      count.store(n + 1, std::memory_order_release);
+    }
+    slot[device] = static_cast<uint8_t>(s);  // kSlots and above: not listed
+    if (s < kSlots) archs[s].devices[device / 64].fetch_or(uint64_t{1} << (device % 64));
+  }
+
+  std::vector<CostModel::Pair*> by_device;
+  std::array<Arch, kSlots> archs;
+  std::atomic<uint32_t> count{0};
+  std::array<uint8_t, kMaxDevices> slot{};
+  // peft: an exploration of the kernel, measured nowhere yet, is in flight.
+  mutable std::atomic<uint32_t> probing{0};
+};
+
+// A device bit set as two words.
+void words_of(const std::bitset<kMaxDevices>& b, uint64_t w[2]) {
+  static const std::bitset<kMaxDevices> low(~uint64_t{0});
+  w[0] = (b & low).to_ullong();
+  w[1] = (b >> 64).to_ullong();
+}
+
 class Dmda final : public Policy {
  public:
-  Dmda(const Config& c, bool by_priority)
-      : by_priority_(by_priority),
-        unknown_(queue_order(by_priority)),
+  Dmda(const Config& c, Rule rule)
+      : rule_(rule),
+        by_priority_(rule != Rule::dmda),
+        peft_(rule == Rule::peft),
+        unknown_(queue_order(by_priority_)),
         calibrate_(c.calibrate == "off" ? kOff : c.calibrate == "force" ? kForce : kAuto),
         min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
         dir_(model_directory(c)),
-        by_kernel_(kFastKernels) {}
+        by_kernel_(kFastKernels),
+        ranks_([this](TaskRef t) { return mean_cost(t); },
+               [this](uint64_t bytes) { return mean_copy(bytes); }) {}
 
   ~Dmda() override {
     save();
@@ -95,7 +178,9 @@ class Dmda final : public Policy {
     for (auto& [id, v] : slow_kernels_) delete v;
   }
 
-  std::string_view name() const noexcept override { return by_priority_ ? "dmdas" : "dmda"; }
+  std::string_view name() const noexcept override {
+    return rule_ == Rule::dmda ? "dmda" : rule_ == Rule::dmdas ? "dmdas" : "peft";
+  }
   bool wants_timing() const noexcept override { return true; }
 
   void attach(Context& ctx) override {
@@ -113,10 +198,11 @@ class Dmda final : public Policy {
     node_capacity_ = nodes + kSpareNodes;
     links_.resize(node_capacity_);
     link_free_at_ = std::make_unique<std::atomic<double>[]>(node_capacity_);
-    link_by_priority_ = std::make_unique<LinkByPriority[]>(node_capacity_);
+    copies_.resize(node_capacity_);
     node_names_.assign(nodes, "host");
     for (const Device& d : devices) add_node(d);
     load();
+    refresh_mean_copy();
   }
 
   void device_added(DeviceId id) override {
@@ -125,29 +211,30 @@ class Dmda final : public Policy {
       std::lock_guard<std::mutex> lock(kernels_mutex_);
       devs_.push_back(make_dev(d));
       const std::string arch = d.arch;
-      auto extend = [&](std::vector<CostModel::Pair*>* v, const std::string& kernel) {
-        v->push_back(model_.pair(kernel, arch));  // reserved: readers never see it move
-      };
       for (auto& [id2, name] : kernel_names_) {
-        std::vector<CostModel::Pair*>* v =
+        KernelPairs* v =
             id2 < kFastKernels ? by_kernel_[id2].load(std::memory_order_relaxed) : slow_kernels_[id2];
-        if (v != nullptr) extend(v, name);
+        if (v != nullptr) v->add(id, model_.pair(name, arch), devs_.back()->arch_index);
       }
     }
-    std::lock_guard<std::mutex> lock(save_mutex_);
-    if (d.memory_node >= node_names_.size()) node_names_.resize(d.memory_node + 1, "host");
-    add_node(d);
+    {
+      std::lock_guard<std::mutex> lock(save_mutex_);
+      if (d.memory_node >= node_names_.size()) node_names_.resize(d.memory_node + 1, "host");
+      add_node(d);
+    }
+    refresh_mean_copy();
   }
 
   DeviceId push(TaskRef t) override {
-    const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
+    if (peft_) assign_priority(t);
+    const KernelPairs& pairs = pairs_for(t);
     const uint64_t fp = t.footprint();
     const double size = t.size();
     const double now = ctx_->now();
 
     DeviceId best = kAnyDevice;
     double best_exec = 0, best_xfer = 0;
-    bool explore = false;
+    uint64_t explore = 0;
 
     // The devices that can run it, asked once per decision (both passes below need them).
     std::bitset<kMaxDevices> capable;
@@ -155,7 +242,8 @@ class Dmda final : public Policy {
     ctx_->capable(t, count, capable);
 
     if (calibrate_ != kOff) {  // a pair not measured enough, with no calibration task out?
-      uint32_t fewest = min_samples_;
+      uint32_t fewest = UINT32_MAX;
+      double fastest = -1;  // peft: of those, the device its plugin says is fastest
       for (DeviceId d = 0; d < count; ++d) {
         if (!capable[d]) continue;
         CostModel::Pair& p = *pairs[d];
@@ -164,23 +252,26 @@ class Dmda final : public Policy {
           Prediction pr = model_.predict(p, fp, size);
           n = pr.source == Prediction::Source::history ? pr.samples : 0;
         }
-        if (n < fewest && p.exploring.load(std::memory_order_relaxed) == 0) {
+        if (probe(pairs, d, n) == Probe::none || p.exploring.load(std::memory_order_relaxed) != 0)
+          continue;
+        const double peak = peft_ ? ctx_->device(d).peak_gflops : 0;
+        if (n < fewest || (n == fewest && peak > fastest)) {
           fewest = n;
+          fastest = peak;
           best = d;
         }
       }
       if (best != kAnyDevice) {
-        CostModel::Pair& p = *pairs[best];
-        uint32_t expected = 0;
-        explore = p.exploring.compare_exchange_strong(expected, 1);
-        if (!explore) best = kAnyDevice;  // another thread took that calibration slot
+        explore = try_explore(pairs, best, fewest);
+        if (explore == 0) best = kAnyDevice;  // another thread took that calibration slot
       }
     }
 
-    if (explore) {
+    if (explore != 0) {
       Prediction pr = model_.predict(*pairs[best], fp, size);
       best_exec = pr.known() ? pr.seconds : std::max(0.0, ctx_->plugin_estimate(t, best));
-      best_xfer = copy_in(t, best);
+      best_xfer = peft_ ? std::max(0.0, arrival(t, best, now, /*book=*/false) - now)
+                        : copy_in(t, best);
     } else {
       Choice c = choose(t, pairs, now, /*estimates=*/true, &capable);
       if (c.device == kAnyDevice) {
@@ -208,6 +299,16 @@ class Dmda final : public Policy {
   }
 
   TaskRef pop(DeviceId d) override {
+    // peft: of the first tasks in the queue (the most urgent), the first whose inputs are all in
+    // d's memory already, so that a slot does not wait for copies while a task behind could run
+    // (StarPU's dmdar); else the first.
+    if (TaskRef t = peft_ ? devs_[d]->queue.pop_first(kReadyWindow, [&](TaskRef u) {
+                              return u.can_run(d) && inputs_here(u, hot_[d].node);
+                            })
+                          : TaskRef()) {
+      dequeued(t, d);
+      return t;
+    }
     if (TaskRef t = devs_[d]->queue.pop_front(d)) {
       dequeued(t, d);
       return t;
@@ -217,7 +318,7 @@ class Dmda final : public Policy {
       // time, until it has its samples), or when the model now sends it to d; with calibration
       // off and nothing known anywhere, first come first served.
       const double now = ctx_->now();
-      bool explored = false;
+      uint64_t explored = 0;
       // Devices the model sends a parked task to that sit idle: nothing else would ask them.
       std::array<DeviceId, 16> idle_choices;
       size_t n_idle = 0;
@@ -225,10 +326,9 @@ class Dmda final : public Policy {
         if (!u.can_run(d)) return false;
         const auto& pairs = pairs_for(u);
         CostModel::Pair& p = *pairs[d];
-        if (calibrate_ != kOff && model_.samples(p) < min_samples_) {
-          uint32_t expected = 0;
-          explored = p.exploring.compare_exchange_strong(expected, 1);
-          return explored;
+        if (calibrate_ != kOff && probe(pairs, d, model_.samples(p)) != Probe::none) {
+          explored = try_explore(pairs, d, model_.samples(p));
+          return explored != 0;
         }
         Choice c = choose(u, pairs, now, /*estimates=*/false);
         if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
@@ -238,7 +338,7 @@ class Dmda final : public Policy {
       });
       for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
       if (t) {
-        t.set_policy_data(explored ? kExploreBit : 0);
+        t.set_policy_data(explored);
         account(t, d);
         return t;
       }
@@ -251,24 +351,78 @@ class Dmda final : public Policy {
     double exec = 0, xfer = 0;
   };
 
-  // Predicted seconds to copy `t`'s missing inputs into d's memory.
+  // Whether a (kernel, architecture) pair with `samples` measurements on device d is explored on
+  // purpose, and which slot the exploration needs besides the pair's own. dmda, dmdas: until it
+  // has calibrate_samples. peft, for its first sample only: a kernel measured nowhere is explored
+  // on one device at a time (the kernel's slot); a kernel measured elsewhere, only while d's
+  // architecture has no speed ratio to another learned (then an unmeasured pair is predicted
+  // from it), one task at a time per architecture. A cold start so explores about one task per
+  // kernel and one per architecture, not one per (kernel, architecture).
+  enum class Probe : uint8_t { none, pair, kernel, arch };
+  Probe probe(const KernelPairs& kp, DeviceId d, uint32_t samples) const {
+    if (!peft_ || calibrate_ == kForce) return samples < min_samples_ ? Probe::pair : Probe::none;
+    if (samples != 0) return Probe::none;
+    const uint8_t arch = devs_[d]->arch_index;
+    bool elsewhere = false;
+    for (uint32_t s = 0, n = kp.count.load(std::memory_order_acquire); s < n && !elsewhere; ++s)
+      elsewhere = kp.archs[s].pair != kp[d] && model_.samples(*kp.archs[s].pair) > 0;
+    if (!elsewhere)
+      return kp.probing.load(std::memory_order_relaxed) == 0 ? Probe::kernel : Probe::none;
+    if (arch >= kArchs || ratio_learned(arch) ||
+        arch_probing_[arch].load(std::memory_order_relaxed) != 0)
+      return Probe::none;
+    return Probe::arch;
+  }
+  // Takes the slots of an exploration of device d (pair, and kernel or architecture): the policy
+  // word's exploration bits, 0 when another thread took one first.
+  uint64_t try_explore(const KernelPairs& kp, DeviceId d, uint32_t samples) {
+    const Probe what = probe(kp, d, samples);
+    if (what == Probe::none) return 0;
+    uint32_t expected = 0;
+    if (!kp[d]->exploring.compare_exchange_strong(expected, 1)) return 0;
+    std::atomic<uint32_t>* slot = what == Probe::kernel ? &kp.probing
+                                  : what == Probe::arch ? &arch_probing_[devs_[d]->arch_index]
+                                                        : nullptr;
+    if (slot != nullptr && !slot->compare_exchange_strong(expected = 0, 1)) {
+      kp[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
+      return 0;
+    }
+    return kExploreBit | (what == Probe::kernel ? kKernelProbeBit : 0) |
+           (what == Probe::arch ? kArchProbeBit : 0);
+  }
+  // An exploration of d ended (its task completed, or left d's queue): its slots are free.
+  void end_explore(TaskRef t, DeviceId d, uint64_t word) {
+    if (!(word & kExploreBit)) return;
+    const KernelPairs& kp = pairs_for(t);
+    kp[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
+    if (word & kKernelProbeBit) kp.probing.store(0, std::memory_order_relaxed);
+    if ((word & kArchProbeBit) && devs_[d]->arch_index < kArchs)
+      arch_probing_[devs_[d]->arch_index].store(0, std::memory_order_relaxed);
+  }
+
+  // Predicted seconds to copy `t`'s missing inputs into d's memory (dmda's rule: all from host
+  // memory over d's inbound link).
   double copy_in(TaskRef t, DeviceId d) {
     uint64_t bytes = ctx_->bytes_to_fetch(t, d);
     return bytes ? links_.predict(0, hot_[d].node, bytes) : 0;
   }
-  // Adds a placed task's predicted work to its device, and its copies to the device's link: the
-  // runtime prefetches at once, so the link is busy from now until they are through (time frees
-  // it; nothing needs to be taken back).
+  // Adds a placed task's predicted work to its device, and its copies to the links: the runtime
+  // prefetches at once, so a link is busy from now until they are through (time frees it;
+  // nothing needs to be taken back).
   // `queued`: the task waits in d's queue (rather than starting at once), where dmdas orders it.
   void charge(TaskRef t, DeviceId d, bool queued = true) {
     Hot& dev = hot_[d];
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
     if (by_priority_ && queued) devs_[d]->queued.add(t.priority(), exec_ns(t.policy_data()));
+    if (peft_) {
+      if (xfer_ns(t.policy_data()) > 0) arrival(t, d, ctx_->now(), /*book=*/true);
+      return;
+    }
     if (dev.node != 0 && xfer_ns(t.policy_data()) > 0 && dev.node < node_capacity_) {
       const double now = ctx_->now();
       const double x = static_cast<double>(xfer_ns(t.policy_data())) * 1e-9;
       if (by_priority_) {
-        link_by_priority_[dev.node].charge(t.priority(), now, x);
+        copies_.inbound(dev.node)->book(t.priority(), now, now, x);
       } else {
         std::atomic<double>& free_at = link_free_at_[dev.node];
         free_at.store(std::max(now, free_at.load(std::memory_order_relaxed)) + x,
@@ -281,7 +435,7 @@ class Dmda final : public Policy {
   // manager hands each engine the most urgent copy first).
   double link_free(uint32_t node, int prio, double now) const {
     if (node >= node_capacity_) return now;
-    if (by_priority_) return link_by_priority_[node].free_at(prio, now);
+    if (by_priority_) return copies_.inbound(node)->free_at(prio, now);
     return std::max(now, link_free_at_[node].load(std::memory_order_relaxed));
   }
   void discharge(TaskRef t, DeviceId d) {
@@ -299,11 +453,18 @@ class Dmda final : public Policy {
     if (!by_priority_ || prio <= h.lowest_queued.load(std::memory_order_acquire)) return pending;
     return std::max<int64_t>(0, pending - devs_[d]->queued.below(prio));
   }
+
+  Choice choose(TaskRef t, const KernelPairs& pairs, double now,
+                bool estimates, const std::bitset<kMaxDevices>* capable = nullptr) {
+    return peft_ ? choose_peft(t, pairs, now, estimates, capable)
+                 : choose_dmda(t, pairs, now, estimates, capable);
+  }
+
   // The device where `t` is predicted to finish first: max(ready, inputs arrive) + execution.
   // Devices with no prediction are left out; none predicted at all gives kAnyDevice.
   // `capable`: which devices can run it, when the caller asked already.
-  Choice choose(TaskRef t, const std::vector<CostModel::Pair*>& pairs, double now,
-                bool estimates, const std::bitset<kMaxDevices>* capable = nullptr) {
+  Choice choose_dmda(TaskRef t, const KernelPairs& pairs, double now,
+                     bool estimates, const std::bitset<kMaxDevices>* capable) {
     const uint64_t fp = t.footprint();
     const double size = t.size();
     const int prio = by_priority_ ? t.priority() : 0;
@@ -351,6 +512,277 @@ class Dmda final : public Policy {
     return best;
   }
 
+  // ---- peft ---------------------------------------------------------------------------------
+
+  // Where each input of a task is (Context::locate), read once per decision; inputs beyond
+  // CopyPlanner::kInputs add their bytes to `extra`.
+  size_t read_inputs(TaskRef t, InputSite* out, uint64_t& extra) const {
+    size_t n = 0;
+    extra = 0;
+    const size_t args = t.arg_count();
+    for (size_t i = 0; i < args; ++i) {
+      const TaskArg a = t.arg(i);
+      if (!reads(a.access)) continue;
+      bool again = false;  // a buffer named twice is read once
+      for (size_t k = 0; k < i && !again; ++k) again = t.arg(k).buffer == a.buffer;
+      if (again) continue;
+      if (n == CopyPlanner::kInputs) {
+        extra += a.bytes;
+        continue;
+      }
+      InputSite& in = out[n++];
+      in.bytes = a.bytes;
+      uint64_t arriving[2];
+      ctx_->locate(a.buffer, in.valid, arriving);
+      in.at[0] = in.valid[0] | arriving[0];
+      in.at[1] = in.valid[1] | arriving[1];
+    }
+    return n;
+  }
+
+  // Whether every input of `t` has a valid replica in memory node `node`.
+  bool inputs_here(TaskRef t, uint32_t node) const {
+    for (size_t i = 0, n = t.arg_count(); i < n; ++i) {
+      const TaskArg a = t.arg(i);
+      if (!reads(a.access)) continue;
+      uint64_t valid[2], arriving[2];
+      ctx_->locate(a.buffer, valid, arriving);
+      if (!on_node(valid, node)) return false;
+    }
+    return true;
+  }
+
+  // When `t`'s inputs would all be in d's memory (CopyPlanner); `book`: t was placed on d.
+  double arrival(TaskRef t, DeviceId d, double now, bool book) {
+    InputSite ins[CopyPlanner::kInputs];
+    uint64_t extra = 0;
+    const size_t n = read_inputs(t, ins, extra);
+    return arrival(t, d, ins, n, extra, now, book);
+  }
+  double arrival(TaskRef t, DeviceId d, const InputSite* ins, size_t n, uint64_t extra,
+                 double now, bool book) {
+    return copies_.arrival(ins, n, extra, hot_[d].node, t.priority(), now, book,
+                           [this](uint32_t a, uint32_t b) { return ctx_->direct_copy(a, b); });
+  }
+
+  // The predicted execution of one (kernel, architecture) pair for a task: measured (history or
+  // the fit over sizes); else derived from another architecture's measurement through the speed
+  // ratio learned between the two; else the plugin's estimate (`estimates`); else unknown (< 0).
+  // One entry per slot of the kernel's pairs; slots with no device in `devices` are unknown.
+  struct ArchCost {
+    double exec = -1;
+    bool measured = false;
+  };
+  using ArchCosts = std::array<ArchCost, KernelPairs::kSlots>;
+  void arch_costs(TaskRef t, const KernelPairs& kp, const uint64_t devices[2], bool estimates,
+                  ArchCosts& out) {
+    const uint64_t fp = t.footprint();
+    const double size = t.size();
+    const uint32_t n = kp.count.load(std::memory_order_acquire);
+    for (uint32_t s = 0; s < n; ++s) {
+      const KernelPairs::Arch& a = kp.archs[s];
+      out[s] = {};
+      if (((a.devices[0].load(std::memory_order_relaxed) & devices[0]) |
+           (a.devices[1].load(std::memory_order_relaxed) & devices[1])) == 0)
+        continue;
+      Prediction pr = model_.predict(*a.pair, fp, size);
+      if (pr.known()) out[s] = {pr.seconds, true};
+    }
+    for (uint32_t s = 0; s < n; ++s) {
+      ArchCost& c = out[s];
+      if (c.measured) continue;
+      const KernelPairs::Arch& a = kp.archs[s];
+      if (((a.devices[0].load(std::memory_order_relaxed) & devices[0]) |
+           (a.devices[1].load(std::memory_order_relaxed) & devices[1])) == 0)
+        continue;
+      // The measured architecture with the most reliable ratio to this one.
+      uint32_t best_n = 0;
+      for (uint32_t o = 0; o < n; ++o) {
+        if (!out[o].measured) continue;
+        const Ratio& r = ratio(a.arch, kp.archs[o].arch);
+        const uint32_t rn = r.n.load(std::memory_order_relaxed);
+        if (rn > best_n) {
+          best_n = rn;
+          c.exec = out[o].exec * std::exp(r.log.load(std::memory_order_relaxed));
+        }
+      }
+      if (best_n == 0 && estimates) c.exec = ctx_->plugin_estimate(t, a.device);
+    }
+  }
+  // The entry of device d (unknown for a device whose architecture is not listed).
+  static double exec_on(const KernelPairs& kp, const ArchCosts& costs, DeviceId d) {
+    const uint8_t s = kp.slot[d];
+    return s < KernelPairs::kSlots ? costs[s].exec : -1;
+  }
+
+  Choice choose_peft(TaskRef t, const KernelPairs& pairs, double now,
+                     bool estimates, const std::bitset<kMaxDevices>* capable) {
+    const int prio = t.priority();
+    const DeviceId count = ctx_->device_count();
+    std::bitset<kMaxDevices> asked;
+    if (capable == nullptr) {
+      ctx_->capable(t, count, asked);
+      capable = &asked;
+    }
+    uint64_t can[2];
+    words_of(*capable, can);
+    ArchCosts costs;
+    arch_costs(t, pairs, can, estimates, costs);
+    InputSite ins[CopyPlanner::kInputs];
+    uint64_t extra = 0;
+    const size_t n_in = read_inputs(t, ins, extra);
+    Lookahead ahead;
+    static const bool no_la = std::getenv("PEFT_NO_LA") != nullptr;  // DEBUG
+    if (!no_la) lookahead(t, ahead);
+
+    Choice best;
+    double best_score = INFINITY;
+    for (DeviceId d = 0; d < count; ++d) {
+      if (!(*capable)[d]) continue;
+      const double exec = exec_on(pairs, costs, d);
+      if (exec < 0) continue;
+      const Hot& dev = hot_[d];
+      const double in = arrival(t, d, ins, n_in, extra, now, /*book=*/false);
+      const double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
+      const double finish = std::max(ready, in) + exec;
+      const double score = finish + ahead.cost(dev.node);
+      if (score < best_score) {
+        best_score = score;
+        best = {d, exec, in - now};
+      }
+    }
+    return best;
+  }
+
+  // PEFT's optimistic cost table, one level deep, per memory node: if `t` runs in node n's memory,
+  // the least each consumer of its outputs (submitted so far) needs to run after it — its
+  // predicted execution on the best device, plus copying what it reads from `t` there when that
+  // is another memory — the largest over the consumers. Copies are predicted without queueing
+  // (an optimistic table), through host memory between two device memories.
+  struct Lookahead {
+    bool any = false;
+    std::array<float, kNodeSlots> by_node{};
+    double cost(uint32_t node) const { return any && node < by_node.size() ? by_node[node] : 0.0; }
+  };
+  void lookahead(TaskRef t, Lookahead& out) {
+    TaskRef succ[kConsumers];
+    bool data[kConsumers];
+    const size_t n = std::min(t.successors(succ, data, kConsumers), kConsumers);
+    if (n == 0) return;
+    const DeviceId count = ctx_->device_count();
+    const uint32_t nodes = std::min<uint32_t>(node_capacity_, static_cast<uint32_t>(out.by_node.size()));
+    for (size_t i = 0; i < n; ++i) {
+      if (!data[i]) continue;
+      const TaskRef s = succ[i];
+      const uint64_t bytes = passed_bytes(t, s);
+      std::bitset<kMaxDevices> can;
+      ctx_->capable(s, count, can);
+      uint64_t can_words[2];
+      words_of(can, can_words);
+      ArchCosts costs;
+      const KernelPairs& pairs = pairs_for(s);
+      arch_costs(s, pairs, can_words, /*estimates=*/false, costs);
+      // The consumer's best execution in each memory, then with the copy there from `t`.
+      std::array<float, kNodeSlots> here;
+      here.fill(INFINITY);
+      bool known = false;
+      for (DeviceId d = 0; d < count; ++d) {
+        if (!can[d]) continue;
+        const double exec = exec_on(pairs, costs, d);
+        if (exec < 0 || hot_[d].node >= nodes) continue;
+        here[hot_[d].node] = std::min(here[hot_[d].node], static_cast<float>(exec));
+        known = true;
+      }
+      if (!known) continue;
+      // Copying from memory a to memory b (a != b): out of a (unless host) + into b (unless
+      // host). The two cheapest (execution + copy in) over all memories, for "anywhere else".
+      double v1 = INFINITY, v2 = INFINITY;
+      uint32_t m1 = UINT32_MAX;
+      for (uint32_t m = 0; m < nodes; ++m) {
+        if (!std::isfinite(here[m])) continue;
+        const double v = here[m] + (m == 0 ? 0 : links_.predict(0, m, bytes));
+        if (v < v1) {
+          v2 = v1;
+          v1 = v;
+          m1 = m;
+        } else if (v < v2) {
+          v2 = v;
+        }
+      }
+      for (uint32_t m = 0; m < nodes; ++m) {
+        const double away = (m == 0 ? 0 : links_.predict(m, 0, bytes)) + (m1 == m ? v2 : v1);
+        const double oct = std::min(static_cast<double>(here[m]), away);
+        if (std::isfinite(oct)) out.by_node[m] = std::max(out.by_node[m], static_cast<float>(oct));
+      }
+      out.any = true;
+    }
+  }
+  // Bytes of what `from` writes that `to` reads.
+  static uint64_t passed_bytes(TaskRef from, TaskRef to) {
+    uint64_t bytes = 0;
+    for (size_t i = 0, nf = from.arg_count(); i < nf; ++i) {
+      const TaskArg a = from.arg(i);
+      if (!writes(a.access)) continue;
+      for (size_t j = 0, nt = to.arg_count(); j < nt; ++j) {
+        const TaskArg b = to.arg(j);
+        if (b.buffer == a.buffer && reads(b.access)) {
+          bytes += a.bytes;
+          break;
+        }
+      }
+    }
+    return bytes;
+  }
+
+  // Automatic priority: the application's, then the task's upward rank.
+  void assign_priority(TaskRef t) {
+    static const bool no_rank = std::getenv("PEFT_NO_RANK") != nullptr;  // DEBUG
+    if (no_rank) { t.set_priority(t.user_priority()); return; }
+    const int user = std::clamp(t.user_priority(), INT_MIN / kLevels + 1, INT_MAX / kLevels - 1);
+    const int level = UpwardRank::level(ranks_.rank(t, ctx_->submitted()));
+    t.set_priority(user * kLevels + std::min(level, kLevels - 1));
+  }
+  // A task's mean predicted execution over the architectures of the devices (for ranks).
+  double mean_cost(TaskRef t) {
+    const KernelPairs& pairs = pairs_for(t);
+    const uint64_t all[2] = {~uint64_t{0}, ~uint64_t{0}};
+    ArchCosts costs;
+    arch_costs(t, pairs, all, /*estimates=*/false, costs);
+    double sum = 0;
+    size_t known = 0;
+    for (size_t i = 0, n = pairs.count.load(std::memory_order_acquire); i < n; ++i)
+      if (costs[i].exec >= 0) {
+        sum += costs[i].exec;
+        ++known;
+      }
+    return known ? sum / static_cast<double>(known) : 0;
+  }
+  // The mean cost of a copy between two memories (HEFT's average communication cost): over the
+  // links of the device memories, into and out of host memory, kept up to date as copies are
+  // measured.
+  double mean_copy(uint64_t bytes) const {
+    if (bytes == 0) return 0;
+    return mean_latency_.load(std::memory_order_relaxed) +
+           static_cast<double>(bytes) * mean_seconds_per_byte_.load(std::memory_order_relaxed);
+  }
+  void refresh_mean_copy() {
+    double lat = 0, spb = 0;
+    size_t n = 0;
+    const uint32_t nodes = std::min<uint32_t>(node_capacity_, static_cast<uint32_t>(node_names_.size()));
+    for (uint32_t m = 1; m < nodes; ++m) {
+      const double big = 1e9;
+      const double l = links_.predict(0, m, 1);
+      lat += l;
+      spb += (links_.predict(0, m, static_cast<uint64_t>(big)) - l) / big;
+      ++n;
+    }
+    // With every device in host memory, copies cost nothing.
+    mean_latency_.store(n ? lat / static_cast<double>(n) : 0, std::memory_order_relaxed);
+    mean_seconds_per_byte_.store(n ? spb / static_cast<double>(n) : 0, std::memory_order_relaxed);
+  }
+
+  // ---- common -------------------------------------------------------------------------------
+
   // An idle device takes a task queued elsewhere when it is predicted to finish it before the
   // device it waits for would even start it: queues placed on old predictions (a device that
   // slowed down since) drain to where the work now goes faster.
@@ -370,18 +802,18 @@ class Dmda final : public Policy {
         ctx_->wake(v);  // v may have found its queue empty while t was out of it
         continue;
       }
-      const std::vector<CostModel::Pair*>& pairs = pairs_for(t);
+      const KernelPairs& pairs = pairs_for(t);
       Prediction here = model_.predict(*pairs[d], t.footprint(), t.size());
       Prediction there = model_.predict(*pairs[v], t.footprint(), t.size());
       double start_there = static_cast<double>(pending) * 1e-9;  // behind everything queued
       double finish_there = start_there + (there.known() ? there.seconds : 0);
-      double bytes_here = static_cast<double>(ctx_->bytes_to_fetch(t, d));
-      double finish_here = (here.known() ? here.seconds : INFINITY) +
-                           (bytes_here > 0 ? links_.predict(0, hot_[d].node, bytes_here) : 0);
+      const double now = ctx_->now();
+      double copies = peft_ ? arrival(t, d, now, /*book=*/false) - now : copy_in(t, d);
+      double finish_here = (here.known() ? here.seconds : INFINITY) + copies;
       if (here.known() && finish_here < finish_there) {
         dequeued(t, v);
         discharge(t, v);
-        t.set_policy_data(pack(here.seconds, copy_in(t, d), /*explore=*/false));
+        t.set_policy_data(pack(here.seconds, copies, 0));
         charge(t, d, /*queued=*/false);
         return t;
       }
@@ -394,8 +826,8 @@ class Dmda final : public Policy {
   // Charges a task taken from the shared queue to d.
   void account(TaskRef t, DeviceId d) {
     Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
-    t.set_policy_data(pack(pr.known() ? pr.seconds : 0, copy_in(t, d),
-                           (t.policy_data() & kExploreBit) != 0));
+    const double copies = peft_ ? arrival(t, d, ctx_->now(), false) - ctx_->now() : copy_in(t, d);
+    t.set_policy_data(pack(pr.known() ? pr.seconds : 0, copies, t.policy_data()));
     charge(t, d, /*queued=*/false);
   }
 
@@ -403,8 +835,11 @@ class Dmda final : public Policy {
     const uint64_t data = t.policy_data();
     discharge(t, d);
     CostModel::Pair& p = *pairs_for(t)[d];
-    if (data & kExploreBit) p.exploring.fetch_sub(1, std::memory_order_relaxed);
-    if (seconds >= 0) model_.record(p, t.footprint(), t.size(), seconds);
+    if (seconds >= 0) {
+      if (peft_ && seconds > 0) learn_ratios(t, d, seconds);
+      model_.record(p, t.footprint(), t.size(), seconds);
+    }
+    end_explore(t, d, data);  // after the record: the next decision sees the sample
     maybe_save();
   }
 
@@ -415,7 +850,7 @@ class Dmda final : public Policy {
     for (TaskRef t : queued) {
       dequeued(t, d);
       discharge(t, d);
-      if (t.policy_data() & kExploreBit) pairs_for(t)[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
+      end_explore(t, d, t.policy_data());
       t.set_policy_data(0);
     }
     for (TaskRef t : unknown_.take_stranded()) queued.push_back(t);  // nowhere left to calibrate
@@ -424,43 +859,11 @@ class Dmda final : public Policy {
 
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) override {
     links_.record(from, to, bytes, seconds);
+    if (peft_ && (transfers_.fetch_add(1, std::memory_order_relaxed) & 31) == 0)
+      refresh_mean_copy();
   }
 
  private:
-  // Predicted work of the tasks waiting in a dmdas queue, per priority (few distinct ones in
-  // practice: a short sorted list).
-  class WorkByPriority {
-   public:
-    // `lowest`: where the lowest queued priority is published (the device's Hot entry).
-    explicit WorkByPriority(std::atomic<int>& lowest) : lowest_(lowest) {}
-    void add(int prio, int64_t ns) {
-      std::lock_guard<detail::SpinLock> lock(lock_);
-      auto it = std::lower_bound(w_.begin(), w_.end(), prio,
-                                 [](const std::pair<int, int64_t>& e, int p) { return e.first < p; });
-      if (it == w_.end() || it->first != prio) it = w_.insert(it, {prio, 0});
-      it->second += ns;
-      if (it->second == 0) w_.erase(it);
-      lowest_.store(w_.empty() ? INT_MAX : w_.front().first, std::memory_order_release);
-    }
-    // Work queued with a priority below `prio` (what a task of `prio` overtakes). Without a
-    // lock in the common case: nothing queued below it.
-    int64_t below(int prio) const {
-      if (prio <= lowest_.load(std::memory_order_acquire)) return 0;
-      std::lock_guard<detail::SpinLock> lock(lock_);
-      int64_t sum = 0;
-      for (auto& [p, ns] : w_) {
-        if (p >= prio) break;
-        sum += ns;
-      }
-      return sum;
-    }
-
-   private:
-    mutable detail::SpinLock lock_;
-    std::vector<std::pair<int, int64_t>> w_;  // by ascending priority
-    std::atomic<int>& lowest_;                // w_'s lowest priority
-  };
-
   // What a decision reads of every device, packed densely (a decision over 64 devices touches
   // 16 cache lines rather than a few per device).
   struct Hot {
@@ -475,15 +878,23 @@ class Dmda final : public Policy {
     DeviceQueue queue;
     WorkByPriority queued;  // dmdas only
     std::string arch;
+    uint8_t arch_index = kArchs;  // peft: its architecture's row of speed ratios (kArchs: none)
   };
 
   // The next device's state (devices join in id order).
-  std::unique_ptr<Dev> make_dev(const Device& d) const {
+  std::unique_ptr<Dev> make_dev(const Device& d) {
     Hot& h = hot_[devs_.size()];
     h.node = static_cast<uint16_t>(d.memory_node);
     h.slots = static_cast<uint16_t>(std::clamp<uint32_t>(d.concurrency, 1, 65535));
     auto dev = std::make_unique<Dev>(by_priority_, h);
     dev->arch = d.arch;
+    auto known = std::find(arch_names_.begin(), arch_names_.end(), d.arch);
+    if (known != arch_names_.end()) {
+      dev->arch_index = static_cast<uint8_t>(known - arch_names_.begin());
+    } else if (arch_names_.size() < kArchs) {
+      dev->arch_index = static_cast<uint8_t>(arch_names_.size());
+      arch_names_.push_back(d.arch);
+    }
     return dev;
   }
   // A device's memory node: its name (the architecture) for the link file, and the figures its
@@ -496,52 +907,61 @@ class Dmda final : public Policy {
       links_.declare(d.memory_node, 0, d.link_latency, d.link_bandwidth);
     }
   }
-  // The time a node's inbound link is busy until (a joined node past the capacity: none).
-  // A link's time horizons per priority (dmdas): until when the copies of tasks of priority p or
-  // higher keep it busy, for the priorities copies were charged with (a short sorted list).
-  class LinkByPriority {
-   public:
-    void charge(int prio, double now, double seconds) {
-      std::lock_guard<detail::SpinLock> lock(lock_);
-      // Horizons already in the past hold nothing back: forget them.
-      std::erase_if(h_, [&](const std::pair<int, double>& e) { return e.second <= now; });
-      auto it = std::lower_bound(h_.begin(), h_.end(), prio,
-                                 [](const std::pair<int, double>& e, int p) { return e.first < p; });
-      if (it == h_.end() || it->first != prio)  // starts as what copies above it left
-        it = h_.insert(it, {prio, it == h_.end() ? now : std::max(now, it->second)});
-      for (auto i = h_.begin(); i <= it; ++i) i->second = std::max(now, i->second) + seconds;
-      lowest_horizon_.store(h_.front().second, std::memory_order_relaxed);
-      lowest_.store(h_.front().first, std::memory_order_release);
-    }
-    // Lock-free for a task at or below every charged priority (the common case: one priority).
-    double free_at(int prio, double now) const {
-      if (prio <= lowest_.load(std::memory_order_acquire))
-        return std::max(now, lowest_horizon_.load(std::memory_order_relaxed));
-      std::lock_guard<detail::SpinLock> lock(lock_);
-      auto it = std::lower_bound(h_.begin(), h_.end(), prio,
-                                 [](const std::pair<int, double>& e, int p) { return e.first < p; });
-      return it == h_.end() ? now : std::max(now, it->second);
-    }
 
-   private:
-    mutable detail::SpinLock lock_;
-    std::vector<std::pair<int, double>> h_;  // by ascending priority; non-increasing horizons
-    std::atomic<int> lowest_{INT_MAX};       // h_'s lowest priority (none charged: any task)
-    std::atomic<double> lowest_horizon_{0};  // and its horizon, the latest of all
+  // peft: the speed ratio between two architectures, as the decayed mean of log(time on a /
+  // time on b) over the (kernel, footprint) cells measured on both.
+  struct Ratio {
+    std::atomic<double> log{0};
+    std::atomic<uint32_t> n{0};
   };
+  const Ratio& ratio(uint8_t a, uint8_t b) const {
+    static const Ratio none;
+    return a < kArchs && b < kArchs && a != b ? ratios_[a][b] : none;
+  }
+  bool ratio_learned(uint8_t a) const {
+    if (a >= kArchs) return false;
+    for (size_t b = 0; b < kArchs; ++b)
+      if (b != a && ratios_[a][b].n.load(std::memory_order_relaxed) > 0) return true;
+    return false;
+  }
+  // A measurement on d of a cell other architectures have a history for: one sample of the ratio.
+  void learn_ratios(TaskRef t, DeviceId d, double seconds) {
+    const uint8_t a = devs_[d]->arch_index;
+    if (a >= kArchs) return;
+    const KernelPairs& pairs = pairs_for(t);
+    std::bitset<kArchs> done;
+    done[a] = true;
+    for (DeviceId o = 0, count = ctx_->device_count(); o < count; ++o) {
+      const uint8_t b = devs_[o]->arch_index;
+      if (b >= kArchs || done[b]) continue;
+      done[b] = true;
+      Prediction there = model_.predict(*pairs[o], t.footprint(), t.size());
+      if (there.source != Prediction::Source::history || !(there.seconds > 0)) continue;
+      const double x = std::log(seconds / there.seconds);
+      std::lock_guard<detail::SpinLock> lock(ratios_lock_);
+      for (auto [i, j, v] : {std::tuple{a, b, x}, std::tuple{b, a, -x}}) {
+        Ratio& r = ratios_[i][j];
+        const uint32_t n = r.n.load(std::memory_order_relaxed);
+        const double keep = std::min<double>(n, 15) / (std::min<double>(n, 15) + 1);
+        r.log.store(keep * r.log.load(std::memory_order_relaxed) + (1 - keep) * v,
+                    std::memory_order_relaxed);
+        r.n.store(n + 1, std::memory_order_relaxed);
+      }
+    }
+  }
 
   // The model pair of each device for the task's kernel; built once per kernel.
-  const std::vector<CostModel::Pair*>& pairs_for(TaskRef t) {
+  const KernelPairs& pairs_for(TaskRef t) {
     const uint32_t id = t.kernel_id();
     if (id < kFastKernels)
       if (auto* v = by_kernel_[id].load(std::memory_order_acquire)) return *v;
     std::lock_guard<std::mutex> lock(kernels_mutex_);
     if (id < kFastKernels)
       if (auto* v = by_kernel_[id].load(std::memory_order_relaxed)) return *v;
-    auto* v = new std::vector<CostModel::Pair*>();
-    v->reserve(kMaxDevices);  // device_added appends while others read
+    auto* v = new KernelPairs();
     std::string kernel(t.kernel_name());
-    for (auto& dev : devs_) v->push_back(model_.pair(kernel, dev->arch));
+    for (size_t d = 0; d < devs_.size(); ++d)
+      v->add(d, model_.pair(kernel, devs_[d]->arch), devs_[d]->arch_index);
     kernel_names_[id] = kernel;
     if (id < kFastKernels) {
       by_kernel_[id].store(v, std::memory_order_release);
@@ -600,7 +1020,9 @@ class Dmda final : public Policy {
     }
   }
 
-  const bool by_priority_;
+  const Rule rule_;
+  const bool by_priority_;  // dmdas, peft: queues and predictions by priority
+  const bool peft_;
   DeviceQueue unknown_;  // tasks no device has a prediction for yet
   enum Calibrate : uint8_t { kAuto, kForce, kOff };  // [scheduler] calibrate, parsed once
   const Calibrate calibrate_;
@@ -611,22 +1033,31 @@ class Dmda final : public Policy {
   std::unique_ptr<Hot[]> hot_{new Hot[kMaxDevices]};
   CostModel model_;
   LinkModel links_;
-  std::unique_ptr<std::atomic<double>[]> link_free_at_;  // when each node's inbound copies end
-  std::unique_ptr<LinkByPriority[]> link_by_priority_;   // the same per priority (dmdas)
+  std::unique_ptr<std::atomic<double>[]> link_free_at_;  // dmda: when each node's inbound copies end
+  // dmdas: each node's inbound link per priority; peft: both directions, and the copy planning.
+  CopyPlanner copies_{links_};
   std::vector<std::string> node_names_;
-  static constexpr uint32_t kSpareNodes = 8;
   uint32_t node_capacity_ = 0;
   std::map<uint32_t, std::string> kernel_names_;  // kernels with a pairs vector (kernels_mutex_)
-  std::vector<std::atomic<std::vector<CostModel::Pair*>*>> by_kernel_;
+  std::vector<std::atomic<KernelPairs*>> by_kernel_;
   std::mutex kernels_mutex_;
-  std::map<uint32_t, std::vector<CostModel::Pair*>*> slow_kernels_;
+  std::map<uint32_t, KernelPairs*> slow_kernels_;
   std::atomic<double> last_save_{0};
   std::mutex save_mutex_;
+  // peft
+  std::vector<std::string> arch_names_;  // by Dev::arch_index (devices join one at a time)
+  Ratio ratios_[kArchs][kArchs];
+  std::atomic<uint32_t> arch_probing_[kArchs] = {};  // an exploration for the ratio is in flight
+  detail::SpinLock ratios_lock_;
+  UpwardRank ranks_;
+  std::atomic<double> mean_latency_{0}, mean_seconds_per_byte_{0};
+  std::atomic<uint32_t> transfers_{0};
 };
 
 const bool registered = [] {
-  register_policy("dmda", [](const Config& c) { return std::make_unique<Dmda>(c, false); });
-  register_policy("dmdas", [](const Config& c) { return std::make_unique<Dmda>(c, true); });
+  register_policy("dmda", [](const Config& c) { return std::make_unique<Dmda>(c, Rule::dmda); });
+  register_policy("dmdas", [](const Config& c) { return std::make_unique<Dmda>(c, Rule::dmdas); });
+  register_policy("peft", [](const Config& c) { return std::make_unique<Dmda>(c, Rule::peft); });
   return true;
 }();
 

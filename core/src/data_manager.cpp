@@ -123,6 +123,19 @@ void DataManager::presence(const BufferState& b, uint64_t bits[2]) const noexcep
               d->arriving_bits[i].load(std::memory_order_relaxed);
 }
 
+void DataManager::locate(const BufferState& b, uint64_t valid[2],
+                         uint64_t arriving[2]) const noexcept {
+  const BufferData* d = b.data.load(std::memory_order_acquire);
+  if (d == nullptr) {
+    valid[0] = 1, valid[1] = 0, arriving[0] = arriving[1] = 0;
+    return;
+  }
+  for (int i = 0; i < 2; ++i) {
+    valid[i] = d->valid_bits[i].load(std::memory_order_relaxed);
+    arriving[i] = d->arriving_bits[i].load(std::memory_order_relaxed);
+  }
+}
+
 bool DataManager::has_other_valid(BufferState& b, uint32_t node) {
   BufferData& d = data(b);
   for (uint32_t m = 0; m < d.replicas.size(); ++m)

@@ -136,6 +136,8 @@ class DataManager {
   bool valid_or_arriving(const BufferState& b, uint32_t node) const noexcept;
   /// The nodes where `b` is valid or arriving, as a bit set over kMaxNodes (lock-free).
   void presence(const BufferState& b, uint64_t bits[2]) const noexcept;
+  /// The same, valid and arriving apart.
+  void locate(const BufferState& b, uint64_t valid[2], uint64_t arriving[2]) const noexcept;
   DataCounters counters() const;
 
  private:

@@ -82,6 +82,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
       uint64_t bytes = limit.apply(d.info.memory_bytes);
       if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
       d.info.memory_node = data_.add_node({&d, d.info.name, bytes});
+      node_plugin_[d.info.memory_node] = &p;
     }
     devices_.push_back(d.info);
     hot_[d.info.id] = {d.info.memory_node, d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node)};
@@ -94,7 +95,10 @@ void RuntimeCore::add_devices(PluginInstance& p) {
 
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   self_ = self;
-  policy_ = sched::make_policy(config_.policy, config_);
+  // "auto" (the default): chosen from the devices found at the start.
+  policy_ = sched::make_policy(
+      config_.policy == "auto" ? sched::default_policy(devices_) : std::string_view(config_.policy),
+      config_);
   policy_->attach(*this);
   timing_ = policy_->wants_timing();
   // Plugins measure execution (two clock reads per task) only when something uses it.
@@ -292,7 +296,9 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
   t->param_offsets.push_back(static_cast<uint32_t>(off));
 }
 
-void task_set_priority(TaskNode* t, int priority) noexcept { t->priority = priority; }
+void task_set_priority(TaskNode* t, int priority) noexcept {
+  t->priority = t->user_priority = priority;
+}
 
 void task_pin(TaskNode* t, uint32_t device) {
   const uint32_t n = t->rt->device_count();

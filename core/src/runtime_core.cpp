@@ -725,6 +725,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
     if (measured >= 0)
       ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
     ev.predicted = static_cast<float>(predicted);
+    ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
     ev.measured = static_cast<float>(measured);
     trace_.add(ev);
   }
@@ -1089,6 +1090,16 @@ void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
     if (x < count) out.reset(x);
 }
 
+void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
+                         uint64_t arriving[2]) const noexcept {
+  data_.locate(*static_cast<const BufferState*>(buffer), valid, arriving);
+}
+
+bool RuntimeCore::direct_copy(uint32_t from, uint32_t to) const noexcept {
+  return from != 0 && to != 0 && from < DataManager::kMaxNodes && to < DataManager::kMaxNodes &&
+         node_plugin_[from] != nullptr && node_plugin_[from] == node_plugin_[to];
+}
+
 double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
   const DeviceState& ds = *dev_[d];
   const hcr_plugin_api_t* api = ds.plugin->api;
@@ -1209,6 +1220,7 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
     e.failed = r.failed;
     if (e.kind == TraceEvent::Kind::task) {
       e.device = r.a;
+      e.priority = static_cast<int32_t>(r.b);
       e.kernel = names[r.kernel];
       e.footprint = r.footprint;
     } else {

@@ -78,6 +78,11 @@ class RuntimeCore final : public sched::Context {
                std::bitset<kMaxDevices>& out) const noexcept override;
   void bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
                       uint64_t* bytes) const noexcept override;
+  void locate(const void* buffer, uint64_t valid[2], uint64_t arriving[2]) const noexcept override;
+  bool direct_copy(uint32_t from, uint32_t to) const noexcept override;
+  uint64_t submitted() const noexcept override {
+    return submitted_.load(std::memory_order_relaxed);
+  }
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
@@ -252,6 +257,10 @@ class RuntimeCore final : public sched::Context {
     uint64_t limit = 0;  // that node's memory limit (node 0, host memory: none)
   };
   std::unique_ptr<DeviceHot[]> hot_{new DeviceHot[kMaxDevices]};
+  // The plugin instance whose device owns each memory node (written once when the device joins):
+  // the data manager copies directly between the memories of one instance.
+  std::unique_ptr<const PluginInstance*[]> node_plugin_{
+      new const PluginInstance*[DataManager::kMaxNodes]()};
   // Devices in scheduling (status active) as bits; retire() clears a device's.
   std::atomic<uint64_t> usable_bits_[2] = {0, 0};
   // Devices the policy asked to wake (Context::wake) and not pumped yet.

@@ -46,7 +46,8 @@ struct TaskNode {
   std::atomic<uint32_t> granted{0};  // host_access: 1 the host may touch the data, 2 released
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
-  int32_t priority = 0;
+  int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
+  int32_t user_priority = 0;  // what the application gave (Task::priority)
   int32_t pinned = -1;  // Task::on(): the only device allowed
   std::atomic<int32_t> device{-1};
   RuntimeCore* rt = nullptr;
@@ -88,6 +89,7 @@ struct TaskNode {
   bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
 
   uint64_t policy_data = 0;  // sched::TaskRef::policy_data()
+  std::atomic<uint64_t> policy_aux{0};  // sched::TaskRef::policy_aux(): any thread, any time
   uint64_t footprint = 0;  // computed lazily for the scheduler
   double size = 0;
   bool footprint_valid = false;

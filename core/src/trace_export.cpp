@@ -84,6 +84,7 @@ std::string trace_json(const std::vector<TraceEvent>& events,
                       {"args", {{"name", "slot " + std::to_string(task_lane[i])}}}});
       json args = {{"footprint", hex(e.footprint)}, {"bytes", e.bytes}};
       if (e.predicted >= 0) args["predicted_us"] = e.predicted * 1e6;
+      if (e.priority != 0) args["priority"] = e.priority;
       if (e.measured >= 0) args["measured_us"] = e.measured * 1e6;
       if (e.failed) args["failed"] = true;
       ev.push_back({{"name", e.kernel}, {"cat", "task"}, {"ph", "X"}, {"pid", e.device},

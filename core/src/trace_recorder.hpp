@@ -18,7 +18,7 @@ struct RawEvent {
   uint8_t kind;     // TraceEvent::Kind
   bool failed;
   uint32_t a;       // task: device; transfer: from node
-  uint32_t b;       // transfer: to node
+  uint32_t b;       // transfer: to node; task: its priority (an int32_t)
   uint32_t kernel;  // kernel id
   uint64_t footprint;
   uint64_t bytes;

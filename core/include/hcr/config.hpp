@@ -10,7 +10,7 @@
 /// task_timeout = 0                      # seconds before a launch counts as hung (0: never)
 ///
 /// [scheduler]
-/// policy = "dmda"                       # eager | random | ws | dmda | dmdas
+/// policy = "auto"                       # auto | eager | random | ws | dmda | dmdas | peft
 /// model_dir = "~/.cache/hcr/models"     # learned costs persist here ("off": not at all)
 /// calibrate = "auto"                    # auto | force | off
 /// calibrate_samples = 3
@@ -65,7 +65,9 @@ struct HCR_API Config {
   std::vector<std::string> plugin_paths;  ///< absolute directories, searched first
   /// Unset: leave the process-wide level alone (HCR_LOG, or warn).
   std::optional<LogLevel> log_level;
-  std::string policy = "eager";           ///< scheduler policy name
+  /// Scheduler policy name. "auto": peft when the devices at the start are of more than one
+  /// architecture, else eager (sched::default_policy).
+  std::string policy = "auto";
   /// [scheduler] model_dir: where learned costs persist ("" = $XDG_CACHE_HOME/hcr/models or
   /// ~/.cache/hcr/models; "off" = learn in memory only). Files go under a directory per host.
   std::string model_dir;

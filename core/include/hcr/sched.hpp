@@ -14,6 +14,7 @@
 #include <hcr/config.hpp>
 #include <hcr/device.hpp>
 #include <hcr/export.hpp>
+#include <hcr/types.hpp>
 
 #include <bitset>
 #include <cstdint>
@@ -33,8 +34,16 @@ using DeviceId = uint32_t;
 /// push()'s answer when the task waits in a queue any capable device may take it from.
 inline constexpr DeviceId kAnyDevice = ~0u;
 
+/// One buffer argument of a task, as a policy sees it.
+struct TaskArg {
+  const void* buffer = nullptr;  ///< identifies the buffer (compare, or pass to Context::locate)
+  uint64_t bytes = 0;
+  Access access = Access::read;
+};
+
 /// Non-owning handle to a ready task, valid from push() until pop() hands it out, and during
-/// completed().
+/// completed(). A task reached through successors() is valid while the task it was reached from
+/// is (a successor cannot finish before its predecessor).
 class HCR_API TaskRef {
  public:
   TaskRef() = default;
@@ -44,7 +53,14 @@ class HCR_API TaskRef {
   std::string_view kernel_name() const noexcept;
   /// Dense id of the kernel within its runtime (0, 1, 2, ...).
   uint32_t kernel_id() const noexcept;
+  /// The priority queues and copies order the task by: the application's (Task::priority) until
+  /// a policy sets its own with set_priority().
   int priority() const noexcept;
+  /// The priority the application gave (0 when it gave none), whatever set_priority() did.
+  int user_priority() const noexcept;
+  /// Sets the priority the task is ordered by from now on (device queues, the data manager's
+  /// copies, tasks made ready at once): for policies that derive priorities (upward ranks).
+  void set_priority(int p) const noexcept;
   /// Hash of the arguments' shapes and types: tasks with equal footprints cost the same.
   uint64_t footprint() const noexcept;
   /// Bytes of all buffer arguments: the size a cost model regresses on.
@@ -56,6 +72,19 @@ class HCR_API TaskRef {
   /// One word a policy may keep on the task between push() and completed().
   uint64_t policy_data() const noexcept;
   void set_policy_data(uint64_t v) const noexcept;
+  /// A second word, readable and writable from any thread at any time while the task is valid
+  /// (relaxed atomic): for what a policy computes about tasks not yet ready (ranks over the graph).
+  uint64_t policy_aux() const noexcept;
+  void set_policy_aux(uint64_t v) const noexcept;
+
+  /// The task's buffer arguments, in the order given (a buffer named twice appears twice).
+  size_t arg_count() const noexcept;
+  TaskArg arg(size_t i) const noexcept;
+  /// Bytes of the buffers the task writes (write or read_write).
+  uint64_t output_bytes() const noexcept;
+  /// The tasks submitted so far that wait for this one: up to `max` into `out` (with `data[i]`
+  /// true when out[i] reads what this task writes); returns how many there are in all.
+  size_t successors(TaskRef* out, bool* data, size_t max) const noexcept;
 
   detail::TaskNode* node() const noexcept { return n_; }
   friend bool operator==(TaskRef a, TaskRef b) noexcept { return a.n_ == b.n_; }
@@ -100,6 +129,19 @@ class Context {
   virtual void bytes_to_fetch(TaskRef task, DeviceId count, uint64_t* bytes) const noexcept {
     for (DeviceId d = 0; d < count; ++d) bytes[d] = bytes_to_fetch(task, d);
   }
+  /// Where a buffer's data is (TaskArg::buffer): bit sets over memory nodes (bit n of
+  /// word n / 64) of the nodes holding a valid replica, and of those a copy is on its way to.
+  /// Lock-free; may be momentarily stale. Without devices of their own memory: host only.
+  virtual void locate(const void* /*buffer*/, uint64_t valid[2], uint64_t arriving[2]) const noexcept {
+    valid[0] = 1, valid[1] = 0, arriving[0] = arriving[1] = 0;
+  }
+  /// Whether a copy from memory node `from` to node `to` (both devices' own memories) goes
+  /// directly, over `to`'s inbound link, rather than through host memory (device -> host, then
+  /// host -> device): the data manager copies directly between the memories of one plugin.
+  virtual bool direct_copy(uint32_t /*from*/, uint32_t /*to*/) const noexcept { return false; }
+  /// Tasks submitted so far (grows by one per submission): when it has not changed, nothing was
+  /// added to the task graph (policies' memos of graph walks stay valid).
+  virtual uint64_t submitted() const noexcept { return 0; }
 };
 
 class Policy {
@@ -150,6 +192,10 @@ HCR_API std::string model_directory(const Config& config);
 /// Every cell in the model files of `dir`; a file that is not a model is skipped with a message
 /// in `warnings` naming it.
 HCR_API std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings);
+
+/// The policy named "auto" (Config's default) resolves to on a machine of these devices: "peft"
+/// when they are of more than one architecture, else "eager".
+HCR_API std::string_view default_policy(const std::vector<Device>& devices);
 
 /// Adds a policy by name (replacing one of the same name). Thread-safe.
 HCR_API void register_policy(std::string name, PolicyFactory factory);
