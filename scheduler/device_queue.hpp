@@ -64,6 +64,13 @@ class DeviceQueue {
     size_.store(q_.size(), std::memory_order_relaxed);
     return out;
   }
+  /// Calls `f(task)` for each queued task, in order, under the queue's lock (f must not call
+  /// back into the queue).
+  template <class F>
+  void for_each(F&& f) const {
+    std::lock_guard<detail::SpinLock> lock(lock_);
+    for (TaskRef t : q_) f(t);
+  }
   /// The first of the `window` tasks at the front (the oldest, or the most urgent where the
   /// queue orders by priority) that `take` accepts (called under the queue's lock).
   template <class F>
@@ -104,7 +111,7 @@ class DeviceQueue {
   }
 
   Order order_;
-  detail::SpinLock lock_;
+  mutable detail::SpinLock lock_;
   std::deque<TaskRef> q_;
   std::atomic<size_t> size_{0};
 };

@@ -22,6 +22,7 @@
 #include "device_queue.hpp"
 #include "horizons.hpp"
 #include "upward_rank.hpp"
+#include "window_plan.hpp"
 
 #include <hcr/log.hpp>
 
@@ -37,7 +38,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 namespace hcr::sched {
@@ -108,6 +111,8 @@ constexpr size_t kNodeSlots = kMaxDevices + kSpareNodes;
 constexpr size_t kArchs = 16;
 // peft: consumers of a task's outputs looked at.
 constexpr size_t kConsumers = 8;
+// peft: tasks a window plan covers at most.
+constexpr size_t kWindowTasks = 2048;
 // peft: queued tasks a device looks at for one whose inputs are there already.
 constexpr size_t kReadyWindow = 4;
 // Automatic priorities: a user priority u ranks as u * kLevels + the rank's level, so that any
@@ -273,7 +278,9 @@ class Dmda final : public Policy {
       best_xfer = peft_ ? std::max(0.0, arrival(t, best, now, /*book=*/false) - now)
                         : copy_in(t, best);
     } else {
-      Choice c = choose(t, pairs, now, /*estimates=*/true, &capable);
+      static const bool no_plan = std::getenv("PEFT_NO_PLAN") != nullptr;  // DEBUG
+      Choice c = peft_ && !no_plan ? follow_plan(t, pairs, now, capable) : Choice{};
+      if (c.device == kAnyDevice) c = choose(t, pairs, now, /*estimates=*/true, &capable);
       if (c.device == kAnyDevice) {
         // Nothing is known yet (calibration still running): placing now would be a guess. The
         // task waits where a device with a free slot takes it once the model says it should.
@@ -299,6 +306,20 @@ class Dmda final : public Policy {
   }
 
   TaskRef pop(DeviceId d) override {
+    if (!peft_) return take(d);
+    // peft: no task leaves a queue while the window is planned (plan() wakes the devices after);
+    // a task that does is running until completed() (the plan starts from what runs, too).
+    std::shared_lock<std::shared_mutex> gate(gate_, std::try_to_lock);
+    if (!gate.owns_lock()) return {};
+    TaskRef t = take(d);
+    if (t) {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      running_.push_back({t, d});
+    }
+    return t;
+  }
+
+  TaskRef take(DeviceId d) {
     // peft: of the first tasks in the queue (the most urgent), the first whose inputs are all in
     // d's memory already, so that a slot does not wait for copies while a task behind could run
     // (StarPU's dmdar); else the first.
@@ -734,6 +755,170 @@ class Dmda final : public Policy {
     return bytes;
   }
 
+  // ---- the window plan (peft) -----------------------------------------------------------------
+
+  // The plan's verdict for `t`: the one device every task goes to while spreading is predicted not
+  // to pay, or none (spread: each task where it finishes first). Planned again when `t` waits for
+  // tasks after it and the graph has grown by a quarter since the last plan (or never was).
+  Choice follow_plan(TaskRef t, const KernelPairs& pairs, double now,
+                     const std::bitset<kMaxDevices>& capable) {
+    if (!verdict_fresh() && t.successors(nullptr, nullptr, 0) > 0) plan(t);
+    const uint64_t verdict = verdict_.load(std::memory_order_acquire);
+    if (!verdict_fresh(verdict)) return {};
+    const int d = static_cast<int>(verdict & 0xffff) - 1;  // 0: spread
+    if (d < 0 || static_cast<DeviceId>(d) >= ctx_->device_count() || !capable[d]) return {};
+    uint64_t can[2];
+    words_of(capable, can);
+    ArchCosts costs;
+    arch_costs(t, pairs, can, /*estimates=*/true, costs);
+    const double exec = exec_on(pairs, costs, static_cast<DeviceId>(d));
+    if (exec < 0) return {};
+    return {static_cast<DeviceId>(d), exec,
+            arrival(t, static_cast<DeviceId>(d), now, /*book=*/false) - now};
+  }
+
+  // Whether the plan's verdict is current: made, and the graph has grown by less than a quarter
+  // of its window since.
+  bool verdict_fresh(uint64_t v) const {
+    const uint32_t submitted = static_cast<uint32_t>(ctx_->submitted());
+    return v != 0 && submitted - static_cast<uint32_t>(v >> 32) <= 8 + ((v >> 16) & 0xffff) / 4;
+  }
+  bool verdict_fresh() const { return verdict_fresh(verdict_.load(std::memory_order_acquire)); }
+
+  // Plans the window: every task queued (on a device, or waiting for calibration), `t`, and the
+  // tasks after them, at most kWindowTasks, against the work the devices run now and the links'
+  // booked copies (PlanInput). Devices take no task meanwhile (pop finds the gate closed), so no
+  // task of the window starts and the walk reads only tasks that wait. One thread plans at a
+  // time; another finds the plan busy and decides alone. False when no plan was made.
+  // `t`: a task being placed (part of the window), or one completing (its successors are).
+  bool plan(TaskRef t, bool completing = false) {
+    std::unique_lock<std::shared_mutex> gate(gate_, std::try_to_lock);
+    if (!gate.owns_lock()) return false;
+    const double now = ctx_->now();
+    const DeviceId count = ctx_->device_count();
+    std::vector<TaskRef> window;
+    std::vector<int32_t> fixed;
+    std::unordered_map<const void*, uint32_t> index;
+    auto add = [&](TaskRef x, int32_t device) -> int64_t {
+      auto [it, added] = index.emplace(x.node(), static_cast<uint32_t>(window.size()));
+      if (!added) return it->second;
+      if (window.size() >= kWindowTasks) {
+        index.erase(it);
+        return -1;
+      }
+      window.push_back(x);
+      fixed.push_back(device);
+      return it->second;
+    };
+    std::vector<TaskRef> found;
+    if (completing) {  // its successors are alive: they wait for it
+      found.resize(t.successors(nullptr, nullptr, 0));
+      std::unique_ptr<bool[]> data(new bool[found.size() + 1]);
+      found.resize(std::min(found.size(), t.successors(found.data(), data.get(), found.size())));
+      for (TaskRef x : found) add(x, -1);
+    } else {
+      add(t, -1);
+    }
+    for (DeviceId d = 0; d < count; ++d) devs_[d]->queue.for_each([&](TaskRef q) { add(q, d); });
+    unknown_.for_each([&](TaskRef q) { add(q, -1); });
+    // What runs now: its results will be where it runs, its successors are in the window. A
+    // running task stays alive while the lock is held (completed() takes it first).
+    std::unique_lock<std::mutex> running(running_mutex_);
+    struct Result {
+      uint32_t node;
+      double ready;
+    };
+    std::unordered_map<const void*, Result> results;
+    for (const Running& r : running_) {
+      const double ready = static_cast<double>(exec_ns(r.task.policy_data())) * 1e-9 / 2;
+      for (size_t a = 0, na = r.task.arg_count(); a < na; ++a)
+        if (const TaskArg arg = r.task.arg(a); writes(arg.access))
+          results[arg.buffer] = {hot_[r.device].node, ready};
+      const size_t n = r.task.successors(nullptr, nullptr, 0);
+      found.resize(n);
+      std::unique_ptr<bool[]> data(new bool[n + 1]);
+      const size_t got = std::min(n, r.task.successors(found.data(), data.get(), n));
+      for (size_t k = 0; k < got; ++k) add(found[k], -1);
+    }
+    std::vector<std::vector<uint32_t>> succ;
+    for (size_t i = 0; i < window.size(); ++i) {
+      succ.emplace_back();
+      const size_t n = window[i].successors(nullptr, nullptr, 0);
+      found.resize(n);
+      std::unique_ptr<bool[]> data(new bool[n + 1]);
+      const size_t got = std::min(n, window[i].successors(found.data(), data.get(), n));
+      for (size_t k = 0; k < got; ++k)
+        if (const int64_t j = add(found[k], -1); j >= 0) succ[i].push_back(static_cast<uint32_t>(j));
+    }
+    PlanInput in;
+    in.links = &links_;
+    in.direct = [this](uint32_t a, uint32_t b) { return ctx_->direct_copy(a, b); };
+    in.devices.resize(count);
+    for (DeviceId d = 0; d < count; ++d) {  // the work started there (queued work is planned)
+      const Hot& h = hot_[d];
+      const int64_t started = ahead_ns(d, INT_MAX);
+      in.devices[d] = {h.node, h.slots, static_cast<double>(std::max<int64_t>(0, started)) * 1e-9 / h.slots};
+    }
+    const uint32_t nodes = copies_.nodes();
+    in.link_in.resize(nodes);
+    in.link_out.resize(nodes);
+    for (uint32_t n = 0; n < nodes; ++n) {
+      in.link_in[n] = copies_.inbound(n)->free_at(INT_MIN, now) - now;
+      in.link_out[n] = copies_.outbound(n)->free_at(INT_MIN, now) - now;
+    }
+    std::unordered_map<const void*, uint32_t> buffers;
+    in.tasks.resize(window.size());
+    for (size_t i = 0; i < window.size(); ++i) {
+      const TaskRef w = window[i];
+      PlanTask& pt = in.tasks[i];
+      pt.successors = std::move(succ[i]);
+      pt.fixed = fixed[i];
+      std::bitset<kMaxDevices> can;
+      ctx_->capable(w, count, can);
+      uint64_t can_words[2];
+      words_of(can, can_words);
+      const KernelPairs& pairs = pairs_for(w);
+      ArchCosts costs;
+      arch_costs(w, pairs, can_words, /*estimates=*/false, costs);
+      pt.exec.resize(count);
+      for (DeviceId d = 0; d < count; ++d) pt.exec[d] = can[d] ? exec_on(pairs, costs, d) : -1;
+      for (size_t a = 0, na = w.arg_count(); a < na; ++a) {
+        const TaskArg arg = w.arg(a);
+        auto [it, added] = buffers.emplace(arg.buffer, static_cast<uint32_t>(in.buffers.size()));
+        if (added) {
+          PlanBuffer& b = in.buffers.emplace_back();
+          b.bytes = arg.bytes;
+          uint64_t arriving[2];
+          ctx_->locate(arg.buffer, b.valid, arriving);
+          b.valid[0] |= arriving[0];
+          b.valid[1] |= arriving[1];
+          if (auto r = results.find(arg.buffer); r != results.end()) {
+            b.written = true;
+            b.writer_node = r->second.node;
+            b.ready = r->second.ready;  // (halfway through, on average)
+          }
+        }
+        auto use = std::find_if(pt.uses.begin(), pt.uses.end(),
+                                [&](const PlanTask::Use& u) { return u.buffer == it->second; });
+        if (use == pt.uses.end()) use = pt.uses.insert(pt.uses.end(), {it->second, false, false});
+        use->reads |= reads(arg.access);
+        use->writes |= writes(arg.access);
+      }
+    }
+    running.unlock();
+    static const bool debug = std::getenv("PEFT_DEBUG") != nullptr;  // DEBUG
+    if (debug) { for (DeviceId d = 0; d < count; ++d) std::fprintf(stderr, " q%u=%zu inflight=%u", d, devs_[d]->queue.size(), ctx_->in_flight(d)); std::fprintf(stderr, " unknown=%zu\n", unknown_.size()); }
+    if (debug) std::fprintf(stderr, "plan at submitted %u, running %zu, window %zu, completed so far %llu\n", (unsigned)ctx_->submitted(), running_.size(), window.size(), (unsigned long long)debug_completed_.load());
+    const Plan best = best_plan(in);
+    const uint64_t single = best.rule == Plan::Rule::single ? best.single + 1 : 0;
+    verdict_.store((static_cast<uint64_t>(static_cast<uint32_t>(ctx_->submitted())) << 32) |
+                       (std::min<uint64_t>(window.size(), 0xffff) << 16) | single,
+                   std::memory_order_release);
+    gate.unlock();
+    for (DeviceId d = 0; d < count; ++d) ctx_->wake(d);  // those the gate turned away
+    return true;
+  }
+
   // Automatic priority: the application's, then the task's upward rank.
   void assign_priority(TaskRef t) {
     static const bool no_rank = std::getenv("PEFT_NO_RANK") != nullptr;  // DEBUG
@@ -832,6 +1017,16 @@ class Dmda final : public Policy {
   }
 
   void completed(TaskRef t, DeviceId d, double seconds) override {
+    debug_completed_.fetch_add(1);
+    if (peft_) {
+      std::lock_guard<std::mutex> lock(running_mutex_);
+      auto it = std::find_if(running_.begin(), running_.end(),
+                             [&](const Running& r) { return r.task == t; });
+      if (it != running_.end()) {
+        *it = running_.back();
+        running_.pop_back();
+      }
+    }
     const uint64_t data = t.policy_data();
     discharge(t, d);
     CostModel::Pair& p = *pairs_for(t)[d];
@@ -840,6 +1035,10 @@ class Dmda final : public Policy {
       model_.record(p, t.footprint(), t.size(), seconds);
     }
     end_explore(t, d, data);  // after the record: the next decision sees the sample
+    // The tasks this one makes ready are placed one by one right after: a plan made now sees them
+    // all (one made when the first is placed would not see its siblings).
+    if (peft_ && !verdict_fresh() && t.successors(nullptr, nullptr, 0) > 0)
+      plan(t, /*completing=*/true);
     maybe_save();
   }
 
@@ -1052,6 +1251,17 @@ class Dmda final : public Policy {
   UpwardRank ranks_;
   std::atomic<double> mean_latency_{0}, mean_seconds_per_byte_{0};
   std::atomic<uint32_t> transfers_{0};
+  // The window plan's verdict: the submission count when it was made (32 bits), the window's
+  // size (16) and the device every task goes to + 1, or 0 to spread (16); 0: none yet.
+  std::atomic<uint64_t> verdict_{0};
+  std::shared_mutex gate_;  // exclusive: a plan walks the window; shared: a device takes a task
+  struct Running {
+    TaskRef task;
+    DeviceId device;
+  };
+  std::mutex running_mutex_;
+  std::vector<Running> running_;  // popped and not completed yet
+  std::atomic<uint64_t> debug_completed_{0};
 };
 
 const bool registered = [] {
