@@ -461,7 +461,9 @@ int main(int argc, char** argv) {
   Workload tiny{"tiny", {{16, 16}}, {}, {{"k1", 1e3}}};
   std::printf("\nplacement with 64 simulated devices (own memory), per task, median of 5 x 20000:\n");
   std::printf("  %-6s %12s %12s\n", "policy", "decision", "submission");
-  for (const char* policy : {"eager", "dmda", "dmdas", "peft"}) {
+  std::vector<std::string> decision_policies = {"eager", "dmda", "dmdas", "peft"};
+  if (!only_policy.empty()) decision_policies = {only_policy};
+  for (const std::string& policy : decision_policies) {
     hcr::Config c = sim_config(wide, tiny, policy, "off");
     c.counters = true;
     for (int i = 0; i < 64; ++i)  // four architectures of sixteen identical devices each
@@ -485,7 +487,7 @@ int main(int argc, char** argv) {
       per_decision.push_back((after.decision_seconds - before.decision_seconds) /
                              double(std::max<uint64_t>(1, after.decisions - before.decisions)) * 1e6);
     }
-    std::printf("  %-6s %9.2f us %9.2f us\n", policy, median(per_decision), median(per_task));
+    std::printf("  %-6s %9.2f us %9.2f us\n", policy.c_str(), median(per_decision), median(per_task));
   }
   return 0;
 }

@@ -286,6 +286,8 @@ class Dmda final : public Policy {
         // task waits where a device with a free slot takes it once the model says it should.
         t.set_policy_data(0);
         unknown_.push(t);
+        static const bool dbg = std::getenv("PEFT_TRACE") != nullptr;  // DEBUG
+        if (dbg) std::fprintf(stderr, "park %s\n", std::string(t.kernel_name()).c_str());
         return kAnyDevice;
       }
       best = c.device;
@@ -296,6 +298,8 @@ class Dmda final : public Policy {
     t.set_policy_data(pack(best_exec, best_xfer, explore));
     charge(t, best);
     devs_[best]->queue.push(t);
+    static const bool dbg = std::getenv("PEFT_TRACE") != nullptr;  // DEBUG
+    if (dbg) std::fprintf(stderr, "push %s -> %u explore %llx\n", std::string(t.kernel_name()).c_str(), best, (unsigned long long)explore);
     return best;
   }
 
@@ -307,10 +311,10 @@ class Dmda final : public Policy {
 
   TaskRef pop(DeviceId d) override {
     if (!peft_) return take(d);
-    // peft: no task leaves a queue while the window is planned (plan() wakes the devices after);
-    // a task that does is running until completed() (the plan starts from what runs, too).
-    std::shared_lock<std::shared_mutex> gate(gate_, std::try_to_lock);
-    if (!gate.owns_lock()) return {};
+    // peft: no task leaves a queue while the window is planned (a plan takes microseconds, and
+    // only when the graph has grown); a task that does is running until completed() (the plan
+    // starts from what runs, too).
+    std::shared_lock<std::shared_mutex> gate(gate_);
     TaskRef t = take(d);
     if (t) {
       std::lock_guard<std::mutex> lock(running_mutex_);
@@ -355,7 +359,9 @@ class Dmda final : public Policy {
         if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
             ctx_->in_flight(c.device) < hot_[c.device].slots)
           idle_choices[n_idle++] = c.device;
-        return c.device == d || (c.device == kAnyDevice && calibrate_ == kOff);
+        // Nothing predicts it anywhere and no exploration of d would be allowed: run it here
+        // (peft explores by pair, kernel or architecture only, so this is rare — not forever).
+        return c.device == d || (c.device == kAnyDevice && (calibrate_ == kOff || peft_));
       });
       for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
       if (t) {
@@ -392,6 +398,12 @@ class Dmda final : public Policy {
     if (arch >= kArchs || ratio_learned(arch) ||
         arch_probing_[arch].load(std::memory_order_relaxed) != 0)
       return Probe::none;
+    // Where this device and a measured one declare peak speeds, their ratio predicts it until a
+    // ratio is learned (arch_costs): no task need be sent to find out.
+    if (ctx_->device(d).peak_gflops > 0)
+      for (uint32_t s = 0, n = kp.count.load(std::memory_order_acquire); s < n; ++s)
+        if (model_.samples(*kp.archs[s].pair) > 0 && ctx_->device(kp.archs[s].device).peak_gflops > 0)
+          return Probe::none;
     return Probe::arch;
   }
   // Takes the slots of an exploration of device d (pair, and kernel or architecture): the policy
@@ -600,22 +612,20 @@ class Dmda final : public Policy {
     const uint64_t fp = t.footprint();
     const double size = t.size();
     const uint32_t n = kp.count.load(std::memory_order_acquire);
+    // Every architecture's measurement (a basis for the others'), then the ones asked for.
+    uint32_t asked = 0;
     for (uint32_t s = 0; s < n; ++s) {
       const KernelPairs::Arch& a = kp.archs[s];
-      out[s] = {};
-      if (((a.devices[0].load(std::memory_order_relaxed) & devices[0]) |
-           (a.devices[1].load(std::memory_order_relaxed) & devices[1])) == 0)
-        continue;
       Prediction pr = model_.predict(*a.pair, fp, size);
-      if (pr.known()) out[s] = {pr.seconds, true};
+      out[s] = pr.known() ? ArchCost{pr.seconds, true} : ArchCost{};
+      if (((a.devices[0].load(std::memory_order_relaxed) & devices[0]) |
+           (a.devices[1].load(std::memory_order_relaxed) & devices[1])) != 0)
+        asked |= 1u << s;
     }
     for (uint32_t s = 0; s < n; ++s) {
       ArchCost& c = out[s];
-      if (c.measured) continue;
+      if (c.measured || !(asked & (1u << s))) continue;
       const KernelPairs::Arch& a = kp.archs[s];
-      if (((a.devices[0].load(std::memory_order_relaxed) & devices[0]) |
-           (a.devices[1].load(std::memory_order_relaxed) & devices[1])) == 0)
-        continue;
       // The measured architecture with the most reliable ratio to this one.
       uint32_t best_n = 0;
       for (uint32_t o = 0; o < n; ++o) {
@@ -627,8 +637,20 @@ class Dmda final : public Policy {
           c.exec = out[o].exec * std::exp(r.log.load(std::memory_order_relaxed));
         }
       }
+      if (best_n != 0) continue;
+      // No ratio learned yet: the plugins' peak speeds stand for it (where both declare one).
+      const double peak = ctx_->device(a.device).peak_gflops;
+      for (uint32_t o = 0; o < n && best_n == 0 && peak > 0; ++o) {
+        const double other = out[o].measured ? ctx_->device(kp.archs[o].device).peak_gflops : 0;
+        if (other > 0) {
+          c.exec = out[o].exec * other / peak;
+          best_n = 1;
+        }
+      }
       if (best_n == 0 && estimates) c.exec = ctx_->plugin_estimate(t, a.device);
     }
+    for (uint32_t s = 0; s < n; ++s)
+      if (!(asked & (1u << s))) out[s] = {};
   }
   // The entry of device d (unknown for a device whose architecture is not listed).
   static double exec_on(const KernelPairs& kp, const ArchCosts& costs, DeviceId d) {
@@ -663,8 +685,10 @@ class Dmda final : public Policy {
       const double exec = exec_on(pairs, costs, d);
       if (exec < 0) continue;
       const Hot& dev = hot_[d];
-      const double in = arrival(t, d, ins, n_in, extra, now, /*book=*/false);
       const double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
+      // Copies only delay: a device that cannot win without them is not asked for them.
+      if (ready + exec + ahead.cost(dev.node) >= best_score) continue;
+      const double in = arrival(t, d, ins, n_in, extra, now, /*book=*/false);
       const double finish = std::max(ready, in) + exec;
       const double score = finish + ahead.cost(dev.node);
       if (score < best_score) {
@@ -765,7 +789,12 @@ class Dmda final : public Policy {
     if (!verdict_fresh() && t.successors(nullptr, nullptr, 0) > 0) plan(t);
     const uint64_t verdict = verdict_.load(std::memory_order_acquire);
     if (!verdict_fresh(verdict)) return {};
-    const int d = static_cast<int>(verdict & 0xffff) - 1;  // 0: spread
+    int d = static_cast<int>(verdict & 0xffff) - 1;  // -1: spread
+    static const bool follow = std::getenv("PEFT_FOLLOW") != nullptr;  // DEBUG
+    if (d < 0 && follow) {  // spread: where the plan put it
+      const uint64_t mine = t.policy_aux(1);
+      if ((mine >> 32) == (verdict >> 32) && (mine & 0xffff) != 0) d = static_cast<int>(mine & 0xffff) - 1;
+    }
     if (d < 0 || static_cast<DeviceId>(d) >= ctx_->device_count() || !capable[d]) return {};
     uint64_t can[2];
     words_of(capable, can);
@@ -781,13 +810,15 @@ class Dmda final : public Policy {
   // of its window since.
   bool verdict_fresh(uint64_t v) const {
     const uint32_t submitted = static_cast<uint32_t>(ctx_->submitted());
-    return v != 0 && submitted - static_cast<uint32_t>(v >> 32) <= 8 + ((v >> 16) & 0xffff) / 4;
+    return v != 0 && submitted - static_cast<uint32_t>(v >> 32) <= 8 + ((v >> 16) & 0xffff) / 4 &&
+           plan_epoch_.load(std::memory_order_relaxed) ==
+               model_epoch_.load(std::memory_order_relaxed);
   }
   bool verdict_fresh() const { return verdict_fresh(verdict_.load(std::memory_order_acquire)); }
 
   // Plans the window: every task queued (on a device, or waiting for calibration), `t`, and the
   // tasks after them, at most kWindowTasks, against the work the devices run now and the links'
-  // booked copies (PlanInput). Devices take no task meanwhile (pop finds the gate closed), so no
+  // booked copies (PlanInput). Devices take no task meanwhile (pop waits at the gate), so no
   // task of the window starts and the walk reads only tasks that wait. One thread plans at a
   // time; another finds the plan busy and decides alone. False when no plan was made.
   // `t`: a task being placed (part of the window), or one completing (its successors are).
@@ -909,13 +940,15 @@ class Dmda final : public Policy {
     static const bool debug = std::getenv("PEFT_DEBUG") != nullptr;  // DEBUG
     if (debug) { for (DeviceId d = 0; d < count; ++d) std::fprintf(stderr, " q%u=%zu inflight=%u", d, devs_[d]->queue.size(), ctx_->in_flight(d)); std::fprintf(stderr, " unknown=%zu\n", unknown_.size()); }
     if (debug) std::fprintf(stderr, "plan at submitted %u, running %zu, window %zu, completed so far %llu\n", (unsigned)ctx_->submitted(), running_.size(), window.size(), (unsigned long long)debug_completed_.load());
+    plan_epoch_.store(model_epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
     const Plan best = best_plan(in);
     const uint64_t single = best.rule == Plan::Rule::single ? best.single + 1 : 0;
-    verdict_.store((static_cast<uint64_t>(static_cast<uint32_t>(ctx_->submitted())) << 32) |
+    const uint64_t made = static_cast<uint32_t>(ctx_->submitted());
+    for (size_t i = 0; i < window.size(); ++i)
+      window[i].set_policy_aux(best.device[i] < 0 ? 0 : (made << 32) | static_cast<uint64_t>(best.device[i] + 1), 1);
+    verdict_.store((made << 32) |
                        (std::min<uint64_t>(window.size(), 0xffff) << 16) | single,
                    std::memory_order_release);
-    gate.unlock();
-    for (DeviceId d = 0; d < count; ++d) ctx_->wake(d);  // those the gate turned away
     return true;
   }
 
@@ -1032,7 +1065,10 @@ class Dmda final : public Policy {
     CostModel::Pair& p = *pairs_for(t)[d];
     if (seconds >= 0) {
       if (peft_ && seconds > 0) learn_ratios(t, d, seconds);
+      const bool first = peft_ && model_.samples(p) == 0;
       model_.record(p, t.footprint(), t.size(), seconds);
+      // A (kernel, architecture) measured for the first time: the plan rested on less.
+      if (first) model_epoch_.fetch_add(1, std::memory_order_relaxed);
     }
     end_explore(t, d, data);  // after the record: the next decision sees the sample
     // The tasks this one makes ready are placed one by one right after: a plan made now sees them
@@ -1127,6 +1163,11 @@ class Dmda final : public Policy {
   void learn_ratios(TaskRef t, DeviceId d, double seconds) {
     const uint8_t a = devs_[d]->arch_index;
     if (a >= kArchs) return;
+    // Once a ratio rests on many samples, one completion in 16 keeps it current (each costs a
+    // prediction per architecture).
+    if (ratio_samples_[a].fetch_add(1, std::memory_order_relaxed) >= 64 &&
+        (ratio_samples_[a].load(std::memory_order_relaxed) & 15) != 0)
+      return;
     const KernelPairs& pairs = pairs_for(t);
     std::bitset<kArchs> done;
     done[a] = true;
@@ -1247,6 +1288,7 @@ class Dmda final : public Policy {
   std::vector<std::string> arch_names_;  // by Dev::arch_index (devices join one at a time)
   Ratio ratios_[kArchs][kArchs];
   std::atomic<uint32_t> arch_probing_[kArchs] = {};  // an exploration for the ratio is in flight
+  std::atomic<uint32_t> ratio_samples_[kArchs] = {};  // completions seen per architecture
   detail::SpinLock ratios_lock_;
   UpwardRank ranks_;
   std::atomic<double> mean_latency_{0}, mean_seconds_per_byte_{0};
@@ -1254,6 +1296,8 @@ class Dmda final : public Policy {
   // The window plan's verdict: the submission count when it was made (32 bits), the window's
   // size (16) and the device every task goes to + 1, or 0 to spread (16); 0: none yet.
   std::atomic<uint64_t> verdict_{0};
+  // (kernel, architecture) pairs measured for the first time so far, and when the plan was made.
+  std::atomic<uint64_t> model_epoch_{0}, plan_epoch_{0};
   std::shared_mutex gate_;  // exclusive: a plan walks the window; shared: a device takes a task
   struct Running {
     TaskRef task;

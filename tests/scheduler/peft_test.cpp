@@ -132,6 +132,7 @@ void device(Options& o, int i, const char* name, const char* gflops, bool host_m
 // finish for produce is the CPU's (10 ms against 21 ms), and its result must then cross the link
 // (67 ms) to every reader; looking at the readers already submitted, it stays on the GPU.
 int producer_device(const std::string& policy) {
+  std::fprintf(stderr, "producer_device %s\n", policy.c_str());  // DEBUG
   Options o;
   device(o, 0, "gpu", "10000", false);
   device(o, 1, "cpu", "1000", true, "produce");
