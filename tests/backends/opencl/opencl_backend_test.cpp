@@ -464,7 +464,9 @@ TEST(OpenClBackend, WorldWritableCacheDirIsRefused) {
   std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
   test::LogCapture log(LogLevel::warn);
   Runtime rt(ocl_config({}, dir.path().string()));
-  EXPECT_TRUE(log.contains("is world-writable: program cache disabled"));
+  EXPECT_TRUE(log.contains("' not used (program cache disabled): " + dir.path().string() +
+                           ": writable by its group or others (mode 0777)"))
+      << "the warning names the directory and why";
   Kernel k = rt.kernel("add_one").source("opencl", kKernels);
   auto v = rt.vector<float>(8);
   rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();  // still runs, uncached
