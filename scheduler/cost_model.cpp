@@ -389,7 +389,8 @@ ParsedModel parse_model(std::string_view text, const std::string& origin) {
     }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
-    if (!p.samples.empty()) out.cells.push_back(std::move(p));  // a cell without samples says nothing
+    // A cell without samples says nothing.
+    if (!p.samples.empty()) out.cells.push_back(std::move(p));
   }
   return out;
 }

@@ -53,7 +53,9 @@ class History {
 
   void add(double seconds);
   /// Whether add() keeps `seconds` (a duration a model file may hold).
-  static bool accepts(double seconds) noexcept { return seconds >= 0 && seconds <= kMaxFileSeconds; }
+  static bool accepts(double seconds) noexcept {
+    return seconds >= 0 && seconds <= kMaxFileSeconds;
+  }
   double estimate() const noexcept { return median_; }
   double spread() const noexcept { return spread_; }
   uint32_t count() const noexcept { return count_; }  ///< every sample ever, for reports

@@ -112,8 +112,13 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
   }
   // A file of another name that holds an architecture just written (named by an earlier hcr, or
   // copied) was loaded with the rest and is now part of what was written: it goes, so that it
-  // never competes with the file of record again.
+  // never competes with the file of record again. So do temporaries left by a save that died.
   for (const std::string& name : dir.list()) {
+    // A temporary of a save that died midway: no other save runs while the lock is held.
+    if (name.size() > 1 && name[0] == '.' && name.find(".tmp.") != std::string::npos) {
+      dir.remove(name);
+      continue;
+    }
     if (!is_model_file(name) ||
         std::find(written.begin(), written.end(), dir.file(name)) != written.end())
       continue;

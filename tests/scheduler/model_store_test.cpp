@@ -256,7 +256,8 @@ TEST(ModelStore, AnUntrustedDirectoryIsNotUsed) {
 TEST(ModelStore, PlantedLinksAreNeverFollowed) {
   test::TempDir dir, victims;
   std::vector<fs::path> targets;
-  for (const char* name : {"gpu.model.toml.tmp", "links.toml.tmp", "gpu.model.toml", "links.toml"}) {
+  for (const char* name :
+       {"gpu.model.toml.tmp", "links.toml.tmp", "gpu.model.toml", "links.toml"}) {
     const fs::path victim = victims.path() / name;
     std::ofstream(victim) << "untouched";
     fs::create_symlink(victim, dir.path() / name);
@@ -296,6 +297,19 @@ TEST(ModelStore, FifosAndHugeFilesAreSkippedWithoutHanging) {
   EXPECT_TRUE(log.contains((dir.path() / "big.model.toml").string() + ": 67108865 bytes, more "
                                                                       "than the 67108864 allowed"));
   EXPECT_EQ(m.rows().size(), 1u) << "the good file still loads";
+}
+
+// A save that died midway left its temporary: the next save (holding the lock, so no other save
+// is writing) removes it.
+TEST(ModelStore, TemporariesOfADeadSaveGo) {
+  test::TempDir dir;
+  CostModel m;
+  m.record("k", "gpu", 1, 10, 1.0);
+  m.save(dir.path());
+  std::ofstream(dir.path() / ".gpu.model.toml.tmp.999999.3") << "half a fi";
+  m.record("k", "gpu", 1, 10, 1.0);
+  m.save(dir.path());
+  EXPECT_EQ(entries(dir.path()), (std::vector<std::string>{".lock", "gpu.model.toml"}));
 }
 
 TEST(ModelStore, NothingLearnedWritesNothing) {

@@ -499,8 +499,8 @@ TEST(OpenClBackend, CacheDirOfAnotherUserOrWritableByItsGroupIsRefused) {
 }
 
 // An entry another user could have written is never loaded: one owned by another user, a link
-// (here to a valid entry elsewhere: it would be a hit), a FIFO (which would block a reader). Each is
-// rebuilt from source with a warning and replaced by our own file.
+// (here to a valid entry elsewhere: it would be a hit), a FIFO (which would block a reader). Each
+// is rebuilt from source with a warning and replaced by our own file.
 TEST(OpenClBackend, PlantedCacheEntriesAreNotUsed) {
   REQUIRE_OPENCL_DEVICE();
   test::TempDir cache, elsewhere;
