@@ -8,9 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,7 +19,7 @@ namespace hcr::sched {
 void History::add(double x) {
   // Beyond kMaxFileSeconds a duration is a broken clock or a plugin's garbage: kept, it would
   // be saved into a file the next run refuses as corrupt.
-  if (!(x >= 0) || !(x <= kMaxFileSeconds)) return;
+  if (!accepts(x)) return;
   ++count_;
   if (n_ >= static_cast<size_t>(kShift)) {
     // A sample far from the estimate counts toward a change of regime only with others on the
@@ -212,6 +210,11 @@ void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds)
   Cell& cell = p.cells[footprint];
   cell.size = size;
   cell.history.add(seconds);
+  if (History::accepts(seconds)) {  // not in any file yet: the next save adds it
+    if (cell.fresh.size() == kFreshKept) cell.fresh.erase(cell.fresh.begin());
+    cell.fresh.push_back(seconds);
+    ++cell.fresh_count;
+  }
   p.total.fetch_add(1, std::memory_order_relaxed);
   if (p.cells.size() >= 2) refit(p);
 }
@@ -318,144 +321,45 @@ toml::table parse_toml(std::string_view text, const std::string& origin) {
                              std::string(e.description()));
   }
 }
-// The architecture a model file's text says it holds; nullopt when it cannot be read as one.
-std::optional<std::string> arch_of(std::string_view text) {
-  try {
-    return toml::parse(text)["arch"].value<std::string>();
-  } catch (const toml::parse_error&) {
-    return std::nullopt;
-  }
-}
-// The *.model.toml files of a directory, in name order.
-std::vector<std::filesystem::path> model_files(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return files;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() > 11 && name.rfind(".model.toml") == name.size() - 11)
-      files.push_back(it->path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
 std::string hex(uint64_t v) {
   std::ostringstream os;
   os << "0x" << std::hex << v;
   return os.str();
 }
-}  // namespace
 
-std::map<std::string, std::string> CostModel::save_text() const {
-  std::map<std::string, toml::array> cells_by_arch;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [key, p] : pairs_) {
-      std::lock_guard<detail::SpinLock> pl(p->lock);
-      for (auto& [fp, cell] : p->cells) {
-        if (cell.history.size() == 0) continue;
-        toml::array samples;
-        for (double x : cell.history.samples()) samples.push_back(x);
-        cells_by_arch[p->arch].push_back(toml::table{
-            {"kernel", p->kernel},
-            {"footprint", hex(fp)},
-            {"size", cell.size},
-            {"count", static_cast<int64_t>(cell.history.count())},
-            {"samples", std::move(samples)},
-        });
-      }
-    }
-  }
-  std::map<std::string, std::string> texts;
-  for (auto& [arch, cells] : cells_by_arch) {
-    toml::table root{{"format", kFormat},
-                     {"version", kFormatVersion},
-                     {"arch", arch},
-                     {"cell", std::move(cells)}};
-    std::ostringstream out;
-    out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
-        << "# Regenerated as hcr runs; delete it to start cold.\n"
-        << root << "\n";
-    texts[arch] = out.str();
-  }
-  return texts;
-}
+// A model file's content, validated.
+struct ParsedCell {
+  std::string kernel;
+  uint64_t footprint;
+  double size;
+  uint32_t count;
+  std::vector<double> samples;
+};
+struct ParsedModel {
+  std::string arch;
+  std::vector<ParsedCell> cells;  // with samples, in file order
+};
 
-std::vector<std::filesystem::path> CostModel::save(const std::filesystem::path& dir) const {
-  std::vector<std::filesystem::path> written;
-  std::set<std::string> saved;  // architectures
-  std::filesystem::create_directories(dir);
-  for (auto& [arch, text] : save_text()) {
-    auto path = dir / file_name_for(arch);
-    auto tmp = path;
-    tmp += ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << text;
-      if (!out) throw std::runtime_error("cannot write " + tmp.string());
-    }
-    std::filesystem::rename(tmp, path);  // atomic: a reader never sees half a file
-    written.push_back(path);
-    saved.insert(arch);
-  }
-  // A file of another name that holds an architecture just written (named by an earlier hcr, or
-  // copied) was loaded with the rest and is now part of what was written: it goes, so that it
-  // never competes with the file of record again.
-  for (const auto& f : model_files(dir)) {
-    if (std::find(written.begin(), written.end(), f) != written.end()) continue;
-    std::optional<std::string> arch;
-    try {
-      arch = arch_of(read_text_file(f));
-    } catch (const std::exception&) {  // unreadable: not ours to remove
-    }
-    if (arch && saved.count(*arch)) {
-      std::error_code ec;
-      std::filesystem::remove(f, ec);
-    }
-  }
-  return written;
-}
-
-std::string read_text_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in) throw std::runtime_error(file.string() + ": cannot read the file");
-  return text.str();
-}
-
-void CostModel::load_file(const std::filesystem::path& file) {
-  load_text(read_text_file(file), file.string());
-}
-
-void CostModel::load_text(std::string_view text, const std::string& origin) {
+ParsedModel parse_model(std::string_view text, const std::string& origin) {
   toml::table root = parse_toml(text, origin);
   auto format = root["format"].value<std::string>();
   // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
   auto version = root["version"].value_exact<int64_t>();
   auto arch = root["arch"].value<std::string>();
-  if (!format || *format != kFormat)
+  if (!format || *format != CostModel::kFormat)
     throw std::runtime_error(origin + ": not an hcr cost model (no format = \"" +
-                             std::string(kFormat) + "\")");
-  if (!version || *version != kFormatVersion)
+                             std::string(CostModel::kFormat) + "\")");
+  if (!version || *version != CostModel::kFormatVersion)
     throw std::runtime_error(origin + ": model format version " +
                              (version                 ? std::to_string(*version)
                               : root.contains("version") ? std::string("not an integer")
                                                          : std::string("missing")) +
-                             ", this hcr reads version " + std::to_string(kFormatVersion));
+                             ", this hcr reads version " +
+                             std::to_string(CostModel::kFormatVersion));
   if (!arch) throw std::runtime_error(origin + ": no arch");
+  ParsedModel out{*arch, {}};
   auto* cells = root["cell"].as_array();
-  if (cells == nullptr) return;
-  // Validate everything before touching the model: a bad file changes nothing.
-  struct Parsed {
-    std::string kernel;
-    uint64_t footprint;
-    double size;
-    uint32_t count;
-    std::vector<double> samples;
-  };
-  std::vector<Parsed> parsed;
+  if (cells == nullptr) return out;
   for (auto&& node : *cells) {
     auto* t = node.as_table();
     auto where = [&] { return origin + ":" + std::to_string(node.source().begin.line); };
@@ -467,7 +371,8 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
     auto* samples = (*t)["samples"].as_array();
     if (!kernel || !fp || !size || !count || samples == nullptr)
       throw std::runtime_error(where() + ": a cell needs kernel, footprint, size, count, samples");
-    Parsed p{*kernel, 0, *size, static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
+    ParsedCell p{*kernel, 0, *size,
+                 static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
     // Hexadecimal digits with an optional 0x, nothing else (stoull would take a sign and spaces).
     std::string_view digits = *fp;
     if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
@@ -484,10 +389,141 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
     }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
-    if (!p.samples.empty()) parsed.push_back(std::move(p));  // a cell without samples says nothing
+    // A cell without samples says nothing.
+    if (!p.samples.empty()) out.cells.push_back(std::move(p));
   }
-  for (auto& p : parsed) {
-    Pair& pr = *find_or_add(p.kernel, *arch);
+  return out;
+}
+
+// One cell as written: its size and history.
+struct FileCell {
+  double size = 0;
+  History history;
+};
+
+std::string format_model(const std::string& arch,
+                         const std::map<std::pair<std::string, uint64_t>, FileCell>& cells) {
+  toml::array rows;
+  for (auto& [key, cell] : cells) {
+    if (cell.history.size() == 0) continue;
+    toml::array samples;
+    for (double x : cell.history.samples()) samples.push_back(x);
+    rows.push_back(toml::table{
+        {"kernel", key.first},
+        {"footprint", hex(key.second)},
+        {"size", cell.size},
+        {"count", static_cast<int64_t>(cell.history.count())},
+        {"samples", std::move(samples)},
+    });
+  }
+  toml::table root{{"format", CostModel::kFormat},
+                   {"version", CostModel::kFormatVersion},
+                   {"arch", arch},
+                   {"cell", std::move(rows)}};
+  std::ostringstream out;
+  out << "# hcr learned kernel costs for one device architecture (seconds per launch).\n"
+      << "# Regenerated as hcr runs; delete it to start cold.\n"
+      << root << "\n";
+  return out.str();
+}
+}  // namespace
+
+std::string CostModel::file_name(const std::string& arch) { return file_name_for(arch); }
+
+std::optional<std::string> CostModel::arch_of(std::string_view text) {
+  try {
+    return toml::parse(text)["arch"].value<std::string>();
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+}
+
+std::map<std::string, std::vector<CostModel::SavedCell>> CostModel::snapshot() const {
+  std::map<std::string, std::vector<SavedCell>> out;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [key, p] : pairs_) {
+    std::lock_guard<detail::SpinLock> pl(p->lock);
+    for (auto& [fp, cell] : p->cells) {
+      if (cell.history.size() == 0) continue;
+      out[p->arch].push_back({p->kernel, fp, cell.size, cell.history.samples(),
+                              cell.history.count(), cell.fresh, cell.fresh_count});
+    }
+  }
+  return out;
+}
+
+std::string CostModel::merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
+                                   std::optional<std::string_view> on_disk,
+                                   const std::string& origin, std::string* why) {
+  std::map<std::pair<std::string, uint64_t>, FileCell> merged;
+  if (on_disk) {
+    try {
+      ParsedModel file = parse_model(*on_disk, origin);
+      if (file.arch != arch)
+        throw std::runtime_error(origin + ": holds architecture '" + file.arch + "', not '" +
+                                 arch + "'");
+      for (auto& c : file.cells) {
+        FileCell& f = merged[{c.kernel, c.footprint}];  // a cell twice: the last one counts
+        f.size = c.size;
+        f.history.restore(c.samples, c.count);
+      }
+    } catch (const std::runtime_error& e) {
+      merged.clear();
+      if (why != nullptr) *why = e.what();
+    }
+  }
+  for (const SavedCell& c : cells) {
+    auto it = merged.find({c.kernel, c.footprint});
+    if (it == merged.end()) {  // only here: as this model has it
+      FileCell& f = merged[{c.kernel, c.footprint}];
+      f.size = c.size;
+      f.history.restore(c.samples, c.count);
+      continue;
+    }
+    if (c.fresh_count == 0) continue;  // the file has all this model knows of it, and more
+    FileCell& f = it->second;
+    f.size = c.size;
+    for (double x : c.fresh) f.history.add(x);
+    // Samples beyond the kept ones still count (they left the window long ago anyway).
+    const uint32_t dropped = c.fresh_count - static_cast<uint32_t>(c.fresh.size());
+    if (dropped > 0) f.history.restore(f.history.samples(), f.history.count() + dropped);
+  }
+  return format_model(arch, merged);
+}
+
+void CostModel::mark_saved(const std::string& arch, const std::vector<SavedCell>& cells) {
+  for (const SavedCell& c : cells) {
+    if (c.fresh_count == 0) continue;
+    Pair* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = pairs_.find({c.kernel, arch});
+      if (it == pairs_.end()) continue;
+      p = it->second.get();
+    }
+    std::lock_guard<detail::SpinLock> pl(p->lock);
+    auto it = p->cells.find(c.footprint);
+    if (it == p->cells.end()) continue;
+    Cell& cell = it->second;
+    // Samples recorded since the snapshot are the newest ones: they stay fresh.
+    cell.fresh_count -= std::min(cell.fresh_count, c.fresh_count);
+    if (cell.fresh.size() > cell.fresh_count)
+      cell.fresh.erase(cell.fresh.begin(),
+                       cell.fresh.end() - static_cast<std::ptrdiff_t>(cell.fresh_count));
+  }
+}
+
+std::map<std::string, std::string> CostModel::save_text() const {
+  std::map<std::string, std::string> texts;
+  for (auto& [arch, cells] : snapshot()) texts[arch] = merged_text(arch, cells, std::nullopt, arch);
+  return texts;
+}
+
+void CostModel::load_text(std::string_view text, const std::string& origin) {
+  // Validated whole before the model is touched: a bad file changes nothing.
+  ParsedModel file = parse_model(text, origin);
+  for (auto& p : file.cells) {
+    Pair& pr = *find_or_add(p.kernel, file.arch);
     std::lock_guard<detail::SpinLock> lock(pr.lock);
     Cell& cell = pr.cells[p.footprint];
     // A cell read twice (twice in a file, or in two files of one architecture): the last one
@@ -501,35 +537,6 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
   for (auto& [key, p] : pairs_) {
     std::lock_guard<detail::SpinLock> pl(p->lock);
     if (p->cells.size() >= 2) refit(*p);
-  }
-}
-
-void CostModel::load(const std::filesystem::path& dir, std::vector<std::string>& warnings) {
-  struct File {
-    std::filesystem::path path;
-    std::string text;
-    bool of_record;  // the name save() gives its architecture
-  };
-  std::vector<File> files;
-  for (auto& f : model_files(dir)) {
-    try {
-      std::string text = read_text_file(f);
-      auto arch = arch_of(text);
-      const bool of_record = arch && f.filename() == file_name_for(*arch);
-      files.push_back({f, std::move(text), of_record});
-    } catch (const std::exception& e) {
-      warnings.push_back(std::string("ignoring cost model file ") + e.what());
-    }
-  }
-  // Each architecture's file of record is read last, so that where a differently named file
-  // holds the same cells (an earlier hcr's name), the file of record wins.
-  std::stable_partition(files.begin(), files.end(), [](const File& f) { return !f.of_record; });
-  for (auto& f : files) {
-    try {
-      load_text(f.text, f.path.string());
-    } catch (const std::exception& e) {
-      warnings.push_back(std::string("ignoring cost model file ") + e.what());
-    }
   }
 }
 
@@ -625,6 +632,22 @@ void LinkModel::declare(const std::vector<NamedLink>& links,
       for (uint32_t g = 0; g < names.size(); ++g)
         if (f != g && names[f] == l.from && names[g] == l.to)
           declare(f, g, l.latency, l.bandwidth);
+}
+
+std::vector<LinkModel::NamedLink> LinkModel::merge(std::vector<NamedLink> on_disk,
+                                                   const std::vector<NamedLink>& measured) {
+  for (const NamedLink& m : measured) {
+    auto same = [&](const NamedLink& l) { return l.from == m.from && l.to == m.to; };
+    auto it = std::find_if(on_disk.begin(), on_disk.end(), same);
+    if (it == on_disk.end()) {
+      on_disk.push_back(m);
+    } else {
+      *it = m;
+      // A pair twice in the file (a file edited by hand): once is enough.
+      on_disk.erase(std::remove_if(it + 1, on_disk.end(), same), on_disk.end());
+    }
+  }
+  return on_disk;
 }
 
 std::string LinkModel::format(const std::vector<NamedLink>& links) {

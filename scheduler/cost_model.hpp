@@ -16,11 +16,13 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +52,10 @@ class History {
   static constexpr double kOutlier = 4.0;
 
   void add(double seconds);
+  /// Whether add() keeps `seconds` (a duration a model file may hold).
+  static bool accepts(double seconds) noexcept {
+    return seconds >= 0 && seconds <= kMaxFileSeconds;
+  }
   double estimate() const noexcept { return median_; }
   double spread() const noexcept { return spread_; }
   uint32_t count() const noexcept { return count_; }  ///< every sample ever, for reports
@@ -112,18 +118,53 @@ class CostModel {
   };
   std::vector<Row> rows() const;
 
-  /// Writes one file per architecture under `dir` (created). Returns the files written.
-  std::vector<std::filesystem::path> save(const std::filesystem::path& dir) const;
-  /// What save() writes: one file's text per architecture (keyed by architecture).
+  /// Saves under `dir` (a trusted directory, created if missing; model_store.cpp): each
+  /// architecture with samples recorded since the last save, or without a file yet, is merged
+  /// into its file as other processes left it (see merged_text), under the directory's lock.
+  /// Returns the files written; throws files::FileError (or std::runtime_error) naming the file.
+  std::vector<std::filesystem::path> save(const std::filesystem::path& dir);
+  /// What a save from nothing writes: one file's text per architecture (keyed by architecture).
   std::map<std::string, std::string> save_text() const;
-  /// Reads every model file under `dir`; a file that is not a model of this version is skipped
-  /// with a message in `warnings` naming it.
+  /// Reads every model file under `dir` (a trusted directory; model_store.cpp); a file that is
+  /// not a model of this version, or that cannot be trusted, is skipped with a message in
+  /// `warnings` naming it.
   void load(const std::filesystem::path& dir, std::vector<std::string>& warnings);
   /// Loads one file (throws std::runtime_error naming the file and what is wrong).
   void load_file(const std::filesystem::path& file);
   /// Loads one file's text; `origin` names it in messages. Throws std::runtime_error naming
   /// `origin` and what is wrong; a text that does not load changes nothing.
   void load_text(std::string_view text, const std::string& origin);
+
+  /// Saving beside other processes. One cell as a save sees it: its window and, apart, the
+  /// samples recorded since the last save that completed (those not yet in any file).
+  struct SavedCell {
+    std::string kernel;
+    uint64_t footprint = 0;
+    double size = 0;
+    std::vector<double> samples;  ///< the window, oldest first
+    uint32_t count = 0;           ///< every sample ever
+    std::vector<double> fresh;    ///< the latest of the samples not yet saved, oldest first
+    uint32_t fresh_count = 0;     ///< how many there are (`fresh` keeps the last kFreshKept)
+  };
+  static constexpr size_t kFreshKept = 2 * History::kWindow;
+  /// Every cell with samples, by architecture, in file order (kernel, footprint).
+  std::map<std::string, std::vector<SavedCell>> snapshot() const;
+  /// The text of `arch`'s file once `cells` are saved into it, `on_disk` being its text now
+  /// (another process may have saved since this one loaded; nullopt: no file). The file's cells
+  /// stay, with the fresh samples of `cells` added to them (never the samples this model loaded:
+  /// they are in the file already); cells the file lacks are written as `cells` has them. An
+  /// `on_disk` that is not a model of `arch` of this version is replaced, and `why` (if given)
+  /// says what was wrong with it, naming `origin`.
+  static std::string merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
+                                 std::optional<std::string_view> on_disk,
+                                 const std::string& origin, std::string* why = nullptr);
+  /// The fresh samples of `cells` (from snapshot()) are in `arch`'s file now: the next save adds
+  /// only the samples recorded since.
+  void mark_saved(const std::string& arch, const std::vector<SavedCell>& cells);
+  /// The file name save() gives an architecture's model.
+  static std::string file_name(const std::string& arch);
+  /// The architecture a model file's text says it holds; nullopt when it cannot be read as one.
+  static std::optional<std::string> arch_of(std::string_view text);
 
   static constexpr int kFormatVersion = 1;
   static constexpr const char* kFormat = "hcr-cost-model";
@@ -132,6 +173,8 @@ class CostModel {
   struct Cell {
     double size = 0;
     History history;
+    std::vector<double> fresh;  // the last kFreshKept samples not yet saved
+    uint32_t fresh_count = 0;   // samples not yet saved
   };
   Pair* find_or_add(const std::string& kernel, const std::string& arch);
   static void refit(Pair& p);
@@ -149,9 +192,6 @@ class CostModel {
     std::atomic<uint32_t> exploring{0};  // calibration tasks in flight (policies' bookkeeping)
   };
 };
-
-/// A model file's whole text (throws std::runtime_error naming the file when it cannot be read).
-std::string read_text_file(const std::filesystem::path& file);
 
 /// Copy costs between memory nodes: latency + bytes / bandwidth, fitted to what copies took.
 class LinkModel {
@@ -179,6 +219,11 @@ class LinkModel {
   std::vector<NamedLink> measured(const std::vector<std::string>& names) const;
   /// Declares each link between the nodes of those names (measurements still replace them).
   void declare(const std::vector<NamedLink>& links, const std::vector<std::string>& names);
+  /// The links of a file (`on_disk`) updated with `measured`: a link of the same pair of names
+  /// is replaced (the latest measurement wins), others are added. Links between nodes this run
+  /// does not have stay as they were.
+  static std::vector<NamedLink> merge(std::vector<NamedLink> on_disk,
+                                      const std::vector<NamedLink>& measured);
   /// A link file's text.
   static std::string format(const std::vector<NamedLink>& links);
   /// Reads a link file's text; `origin` names it in messages. Throws std::runtime_error naming
@@ -200,5 +245,33 @@ class LinkModel {
   uint32_t nodes_ = 0;
   std::unique_ptr<Fit[]> fits_;  // [from * nodes + to]; resize() only before use
 };
+
+// ---- model directory (model_store.cpp) --------------------------------------------------------
+// The files of a model directory (`[scheduler] model_dir`, one per host): an execution model file
+// per architecture and `links.toml`, shared by every process of the host that learns costs. Each
+// save merges into what is on disk under the directory's lock, so that processes saving at once
+// neither corrupt a file nor lose each other's samples, and the models and links of devices
+// absent from this run stay. The directory must be trusted (core/src/files/safe_file.hpp):
+// otherwise learned costs are neither loaded nor saved, with a warning.
+
+/// The largest model or link file read (a model file holds a few KiB per kernel).
+inline constexpr size_t kMaxModelFileBytes = size_t{64} << 20;
+/// The link model's file in a model directory.
+inline constexpr const char* kLinkFileName = "links.toml";
+/// The lock file that serialises saves into a model directory.
+inline constexpr const char* kLockFileName = ".lock";
+
+/// Loads the models of `dir` into `model` and its links between the nodes named `node_names`
+/// into `links` (as declared figures: measurements replace them). An untrusted directory and
+/// every file that cannot be used are left out with a warning in the log. Nothing is created.
+void load_models(const std::string& dir, CostModel& model, LinkModel& links,
+                 const std::vector<std::string>& node_names) noexcept;
+
+/// Saves `model` (CostModel::save) and the links measured between the nodes `node_names` (merged
+/// into `links.toml`: LinkModel::merge) under `dir`, in one hold of the directory's lock. A
+/// failure is a warning in the log, the files staying as they were; with nothing learned, nothing
+/// is written (not even the directory).
+void save_models(const std::string& dir, CostModel& model, const LinkModel& links,
+                 const std::vector<std::string>& node_names) noexcept;
 
 }  // namespace hcr::sched

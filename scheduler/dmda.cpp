@@ -1214,18 +1214,7 @@ class Dmda final : public Policy {
   }
 
   void load() {
-    if (dir_.empty()) return;
-    std::vector<std::string> warnings;
-    model_.load(dir_, warnings);
-    for (auto& w : warnings) log::write(LogLevel::warn, w);
-    auto file = std::filesystem::path(dir_) / "links.toml";
-    std::error_code ec;
-    if (!std::filesystem::exists(file, ec)) return;
-    try {
-      links_.declare(LinkModel::parse(read_text_file(file), file.string()), node_names_);
-    } catch (const std::exception& e) {
-      log::write(LogLevel::warn, std::string("ignoring link model file ") + e.what());
-    }
+    if (!dir_.empty()) load_models(dir_, model_, links_, node_names_);
   }
 
   void maybe_save() {
@@ -1243,21 +1232,7 @@ class Dmda final : public Policy {
   void save() noexcept {
     if (dir_.empty() || ctx_ == nullptr) return;
     std::lock_guard<std::mutex> lock(save_mutex_);
-    try {
-      model_.save(dir_);
-      auto links = links_.measured(node_names_);
-      if (links.empty()) return;
-      auto path = std::filesystem::path(dir_) / "links.toml";
-      auto tmp = path;
-      tmp += ".tmp";
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << LinkModel::format(links);
-      }
-      std::filesystem::rename(tmp, path);
-    } catch (const std::exception& e) {
-      log::write(LogLevel::warn, "cannot save the cost model under " + dir_ + ": " + e.what());
-    }
+    save_models(dir_, model_, links_, node_names_);
   }
 
   const Rule rule_;

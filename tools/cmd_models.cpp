@@ -2,12 +2,13 @@
 // and, with --plot, an SVG of time against size per architecture with the fitted power laws.
 #include "cli.hpp"
 
+#include "safe_file.hpp"
+
 #include <hcr/sched.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -121,9 +122,11 @@ void write_plot(const std::vector<sched::ModelRow>& rows, const std::string& fil
     y += 20;
   }
   svg << "</svg>\n";
-  std::ofstream out(file);
-  out << svg.str();
-  if (!out) throw Error(ErrorCode::invalid_argument, "cannot write '" + file + "'");
+  try {  // replaced whole, never through a planted link; a write error (a full disk) reported
+    files::write_file(file, svg.str());
+  } catch (const files::FileError& e) {
+    throw Error(ErrorCode::invalid_argument, std::string("cannot write the plot: ") + e.what());
+  }
 }
 
 }  // namespace

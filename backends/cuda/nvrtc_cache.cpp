@@ -3,18 +3,12 @@
 
 #include "cuda_check.hpp"
 #include "cuda_libs.hpp"
-
-#include <sys/stat.h>
-#include <unistd.h>
+#include "safe_file.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <thread>
 #include <vector>
 
 #ifndef HCR_CUDA_TOOLKIT_INCLUDE_DIR
@@ -182,69 +176,62 @@ std::string NvrtcCache::key_hash(const std::string& key) {
 
 NvrtcCache::NvrtcCache(fs::path dir, const sdk::Host& host) : dir_(std::move(dir)), host_(host) {}
 
-bool NvrtcCache::usable_dir(const fs::path& d) const {
-  // Another user able to write here could plant a cubin we would run: refuse such directories.
-  struct stat st {};
-  if (::stat(d.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
-  if ((st.st_mode & S_IWOTH) != 0 || st.st_uid != ::geteuid()) {
-    host_.warn("kernel cache " + d.string() +
-               " is writable by others or not ours: not used");
-    return false;
+std::optional<files::TrustedDir> NvrtcCache::open_dir(const fs::path& d, bool create) const {
+  try {
+    if (create) return files::TrustedDir::make(d);
+    return files::TrustedDir::open(d);
+  } catch (const files::FileError& e) {
+    // Another user able to write here could plant a cubin we would run: said once per directory
+    // and reason.
+    const std::string message =
+        "kernel cache " + d.string() + " not used (kernels are compiled each run): " + e.what();
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      first = refused_.insert(message).second;
+    }
+    if (first) host_.warn(message);
+    return std::nullopt;
   }
-  return true;
 }
 
-std::shared_ptr<const CompiledProgram> NvrtcCache::read_file(const fs::path& file,
+std::shared_ptr<const CompiledProgram> NvrtcCache::read_file(const files::TrustedDir& dir,
+                                                             const std::string& name,
                                                              const std::string& key) const {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return nullptr;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::optional<std::string> data;
+  try {
+    data = dir.read(name, kMaxEntryBytes);
+  } catch (const files::FileError& e) {  // not a regular file of ours: compiled anew, replaced
+    host_.debug("kernel cache entry not used: " + std::string(e.what()));
+    return nullptr;
+  }
+  if (!data) return nullptr;
   const size_t magic = sizeof kMagic - 1;
-  if (data.size() < magic || data.compare(0, magic, kMagic) != 0) return nullptr;
+  if (data->size() < magic || data->compare(0, magic, kMagic) != 0) return nullptr;
   size_t pos = magic;
   std::string stored_key;
   auto p = std::make_shared<CompiledProgram>();
-  if (!get_blob(data, pos, stored_key) || stored_key != key || !get_blob(data, pos, p->target) ||
-      !get_blob(data, pos, p->lowered) || !get_blob(data, pos, p->image) || pos != data.size() ||
-      p->image.empty())
+  if (!get_blob(*data, pos, stored_key) || stored_key != key || !get_blob(*data, pos, p->target) ||
+      !get_blob(*data, pos, p->lowered) || !get_blob(*data, pos, p->image) ||
+      pos != data->size() || p->image.empty())
     return nullptr;
-  p->origin = file.string();
+  p->origin = dir.file(name).string();
   return p;
 }
 
-void NvrtcCache::write_file(const fs::path& file, const std::string& key,
+void NvrtcCache::write_file(const fs::path& d, const std::string& name, const std::string& key,
                             const CompiledProgram& p) const {
-  std::error_code ec;
-  fs::create_directories(file.parent_path(), ec);
-  if (ec || !usable_dir(file.parent_path())) {
-    host_.debug("cannot use kernel cache directory " + file.parent_path().string() +
-                (ec ? ": " + ec.message() : ""));
-    return;
-  }
+  std::optional<files::TrustedDir> dir = open_dir(d, /*create=*/true);
+  if (!dir) return;
   std::string data = kMagic;
   for (const std::string* s : {&key, &p.target, &p.lowered, &p.image}) {
     put_u64(data, s->size());
     data += *s;
   }
-  static std::atomic<unsigned> counter{0};
-  std::ostringstream tmp_name;
-  tmp_name << file.string() << ".tmp." << ::getpid() << "."
-           << std::hash<std::thread::id>{}(std::this_thread::get_id()) << "." << counter++;
-  const fs::path tmp = tmp_name.str();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      host_.debug("cannot write kernel cache file " + tmp.string());
-      return;
-    }
-  }
-  fs::rename(tmp, file, ec);  // atomic: readers see the old file or the whole new one
-  if (ec) {
-    fs::remove(tmp, ec);
-    host_.debug("cannot rename kernel cache file into " + file.string());
+  try {
+    dir->write(name, data, 0600);  // atomic: readers see the old file or the whole new one
+  } catch (const files::FileError& e) {
+    host_.debug(std::string("cannot write a kernel cache file: ") + e.what());
   }
 }
 
@@ -280,14 +267,17 @@ std::shared_ptr<const CompiledProgram> NvrtcCache::get(const std::string& kernel
     if (it != memory_.end() && it->second.first == key) return it->second.second;
   }
 
-  const fs::path file = dir_.empty() ? fs::path() : dir_ / target / (hash + ".bin");
+  const fs::path target_dir = dir_.empty() ? fs::path() : dir_ / target;
+  const std::string name = hash + ".bin";
+  const fs::path file = target_dir.empty() ? fs::path() : target_dir / name;
   std::shared_ptr<const CompiledProgram> program;
-  if (!file.empty() && usable_dir(dir_ / target)) {
-    program = read_file(file, key);
-    if (program)
-      host_.debug("kernel '" + kernel_name + "' for " + target + " read from cache " +
-                  file.string());
-  }
+  if (!file.empty())
+    if (std::optional<files::TrustedDir> dir = open_dir(target_dir, /*create=*/false)) {
+      program = read_file(*dir, name, key);
+      if (program)
+        host_.debug("kernel '" + kernel_name + "' for " + target + " read from cache " +
+                    file.string());
+    }
   if (!program) {
     auto t0 = std::chrono::steady_clock::now();
     auto compiled = std::make_shared<CompiledProgram>(
@@ -301,7 +291,7 @@ std::shared_ptr<const CompiledProgram> NvrtcCache::get(const std::string& kernel
     std::snprintf(took, sizeof took, "%.0f ms", ms);
     host_.debug("kernel '" + kernel_name + "' compiled for " + target + " in " + took +
                 (file.empty() ? "" : ", cached in " + file.string()));
-    if (!file.empty()) write_file(file, key, *compiled);
+    if (!file.empty()) write_file(target_dir, name, key, *compiled);
     program = std::move(compiled);
   }
   std::lock_guard<std::mutex> lock(mutex_);

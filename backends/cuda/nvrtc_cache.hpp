@@ -2,11 +2,15 @@
 // plugin's life and on disk across runs.
 #pragma once
 
+#include "safe_file.hpp"
+
 #include <hcr/sdk/backend.hpp>
 
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -24,7 +28,11 @@ struct CompiledProgram {
 /// Thread-safe. The disk cache is keyed by a hash of the source, the build options, the entry, the
 /// target architecture and the NVRTC version; the file repeats the whole key and is used only if it
 /// matches byte for byte, so a hash collision or a truncated file is a miss, never a wrong kernel.
-/// Files are written to a temporary name and renamed, so concurrent processes never read half a file.
+/// Files are written to a unique temporary name and renamed (hcr::files), so concurrent processes
+/// never read half a file. The directory (and each architecture's below it) must be trusted: owned
+/// by the user or root, writable by nobody else, nor any directory above it unless sticky; an
+/// entry is used only if it is a regular file of the user or root that nobody else may write
+/// (core/src/files/safe_file.hpp). Otherwise kernels are compiled each run, with a warning.
 class NvrtcCache {
  public:
   /// `dir` empty: no disk cache. `host` must outlive the cache (it logs through it).
@@ -44,15 +52,20 @@ class NvrtcCache {
   static std::string key_hash(const std::string& key);
 
  private:
-  std::shared_ptr<const CompiledProgram> read_file(const std::filesystem::path& file,
+  /// The largest cache file read (a cubin of a big kernel is a few MiB).
+  static constexpr size_t kMaxEntryBytes = size_t{256} << 20;
+
+  std::optional<files::TrustedDir> open_dir(const std::filesystem::path& d, bool create) const;
+  std::shared_ptr<const CompiledProgram> read_file(const files::TrustedDir& dir,
+                                                   const std::string& name,
                                                    const std::string& key) const;
-  void write_file(const std::filesystem::path& file, const std::string& key,
+  void write_file(const std::filesystem::path& d, const std::string& name, const std::string& key,
                   const CompiledProgram& p) const;
-  bool usable_dir(const std::filesystem::path& d) const;
 
   std::filesystem::path dir_;
   const sdk::Host& host_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  mutable std::set<std::string> refused_;  // directory warnings given (mutex_)
   std::unordered_map<std::string, std::pair<std::string, std::shared_ptr<const CompiledProgram>>>
       memory_;  // hash -> (key, program)
 };

@@ -11,6 +11,7 @@
 #include "completion.hpp"
 #include "opencl_options.hpp"
 #include "program_cache.hpp"
+#include "safe_file.hpp"
 #include "sha256.hpp"
 
 #include <hcr/sdk/backend.hpp>
@@ -20,7 +21,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,14 +65,17 @@ bool span_end(uint64_t offset, uint64_t rows, uint64_t pitch, uint64_t width, ui
   return mul_add(rows - 1, pitch, width, last) && mul_add(1, offset, last, end);
 }
 
+// A program binary named by the application or the configuration: a regular file (a FIFO or a
+// device is refused unopened) of at most the program cache's largest entry.
 std::vector<unsigned char> read_file(const std::filesystem::path& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(HCR_ERROR_BACKEND, what + ": cannot read '" + path.string() + "'");
-  std::vector<unsigned char> data((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  if (data.empty()) throw Error(HCR_ERROR_BACKEND, what + ": '" + path.string() + "' is empty");
-  return data;
+  std::string text;
+  try {
+    text = files::read_file(path, ProgramCache::kMaxEntryBytes);
+  } catch (const files::FileError& e) {
+    throw Error(HCR_ERROR_BACKEND, what + ": cannot read the program binary: " + e.what());
+  }
+  if (text.empty()) throw Error(HCR_ERROR_BACKEND, what + ": '" + path.string() + "' is empty");
+  return std::vector<unsigned char>(text.begin(), text.end());
 }
 
 /// One allocation of device memory.
@@ -182,14 +185,12 @@ class OpenClBackend final : public sdk::Backend {
  public:
   explicit OpenClBackend(const sdk::CreateContext& ctx)
       : Backend(ctx), options_(parse_options(ctx.options)), cache_(options_.cache_dir) {
-    // Cached binaries are loaded and run: a directory anyone may write into could feed us
-    // another user's code (the loader refuses world-writable plugin directories likewise).
-    std::error_code ec;
-    const auto st = std::filesystem::status(cache_.dir(), ec);
-    if (cache_.enabled() && !ec &&
-        (st.permissions() & std::filesystem::perms::others_write) != std::filesystem::perms::none) {
+    // Cached binaries are loaded and run: a directory another user owns or may write into could
+    // feed us their code (the loader refuses world-writable plugin directories likewise). Checked
+    // here once for the warning, and again by every load and store.
+    if (std::string why = cache_.check(); !why.empty()) {
       host().warn("opencl: cache_dir '" + cache_.dir().string() +
-                  "' is world-writable: program cache disabled");
+                  "' not used (program cache disabled): " + why);
       cache_ = ProgramCache();
     }
     discover();
@@ -486,22 +487,30 @@ class OpenClBackend final : public sdk::Backend {
                         options_.platform + "'");
       return;
     }
-    const std::vector<cl_device_id> all = list_devices(pid, CL_DEVICE_TYPE_ALL);
-    std::vector<cl_device_id> chosen;
-    for (cl_device_id id : all) {
-      const std::string name = device_string(id, CL_DEVICE_NAME);
-      const auto type = device_value<cl_ulong>(id, CL_DEVICE_TYPE);
-      if ((type & options_.device_types) == 0) {
-        std::string t = (type & CL_DEVICE_TYPE_GPU)           ? "gpu"
-                        : (type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
-                        : (type & CL_DEVICE_TYPE_CPU)         ? "cpu"
-                                                              : "custom";
+    // Only the wanted types are asked for, and only a platform with a wanted device gets a
+    // context, queues and builds. (Asking at all initialises the platform's drivers: PoCL
+    // initialises all of them whatever the type asked for; OpenCL has no cheaper way to learn
+    // what a platform offers. A platform that `platform` rules out is never asked.)
+    const std::vector<cl_device_id> wanted = list_devices(pid, options_.device_types);
+    if (wanted.empty()) {
+      // Why nothing is used here: the devices it has of other types (its drivers are up already).
+      for (cl_device_id id : list_devices(pid, CL_DEVICE_TYPE_ALL)) {
+        const auto type = device_value<cl_ulong>(id, CL_DEVICE_TYPE);
+        const std::string t = (type & CL_DEVICE_TYPE_GPU)           ? "gpu"
+                              : (type & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator"
+                              : (type & CL_DEVICE_TYPE_CPU)         ? "cpu"
+                                                                    : "custom";
+        const std::string name = device_string(id, CL_DEVICE_NAME);
         skipped.push_back("'" + name + "' (" + p->name + ") is a " + t + " device" +
                           (t == "cpu" ? ", which competes with the cpu backend for the same "
                                         "cores: add \"cpu\" to device_types to use it"
                                       : ""));
-        continue;
       }
+      return;
+    }
+    std::vector<cl_device_id> chosen;
+    for (cl_device_id id : wanted) {
+      const std::string name = device_string(id, CL_DEVICE_NAME);
       if (!contains_icase(name, options_.device)) {
         skipped.push_back("'" + name + "' does not match device = '" + options_.device + "'");
         continue;
@@ -706,6 +715,9 @@ class OpenClBackend final : public sdk::Backend {
     if (entry.status == ProgramCache::Status::corrupt) {
       host().warn("opencl: corrupt program cache entry '" + cache_.file(key).string() + "' (" +
                   entry.why + "): rebuilding " + what + " from source");
+    } else if (entry.status == ProgramCache::Status::refused) {
+      host().warn("opencl: program cache entry not used (" + entry.why + "): rebuilding " + what +
+                  " from source");
     } else if (entry.status == ProgramCache::Status::hit) {
       try {
         Program p = create_from_binary(d, entry.binary);

@@ -11,17 +11,20 @@
 #include "cl_error.hpp"
 #include "cl_handle.hpp"
 #include "cl_info.hpp"
+#include "safe_file.hpp"
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
 
 using namespace hcr::opencl;
+
+// OpenCL C sources are kilobytes; this bounds what a wrong argument (/dev/zero) costs.
+constexpr size_t kMaxSourceBytes = size_t{64} << 20;
 
 int usage() {
   std::cerr << "usage: hcr-opencl-compile [--platform TEXT] [--device TEXT] [--options OPTIONS] "
@@ -79,12 +82,14 @@ int run(int argc, char** argv) {
               << "', device '" << device << "'); --list shows them\n";
     return 3;
   }
-  std::ifstream in(source, std::ios::binary);
-  if (!in) {
-    std::cerr << "hcr-opencl-compile: cannot read '" << source << "'\n";
+  std::string text;
+  try {
+    // A regular file (a FIFO or a device is refused unopened) of a sane size.
+    text = hcr::files::read_file(source, kMaxSourceBytes);
+  } catch (const hcr::files::FileError& e) {
+    std::cerr << "hcr-opencl-compile: " << e.what() << "\n";
     return 2;
   }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
   cl_context_properties props[] = {
       CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(chosen->platform), 0};
@@ -104,18 +109,13 @@ int run(int argc, char** argv) {
     return 1;
   }
   const std::vector<unsigned char> bin = program_binary(prog.get());
-  // Written beside the target and renamed, so a reader never sees half a binary.
-  const std::string tmp = output + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bin.data()), static_cast<std::streamsize>(bin.size()));
-    if (!out) {
-      std::cerr << "hcr-opencl-compile: cannot write '" << tmp << "'\n";
-      return 3;
-    }
-  }
-  if (std::rename(tmp.c_str(), output.c_str()) != 0) {
-    std::cerr << "hcr-opencl-compile: cannot rename '" << tmp << "' to '" << output << "'\n";
+  try {
+    // Through a unique temporary beside the target, renamed: a reader never sees half a binary,
+    // and a link planted at the temporary's name is never followed.
+    hcr::files::write_file(output, std::string_view(reinterpret_cast<const char*>(bin.data()),
+                                                    bin.size()));
+  } catch (const hcr::files::FileError& e) {
+    std::cerr << "hcr-opencl-compile: " << e.what() << "\n";
     return 3;
   }
   std::cout << "built '" << source << "' for '" << chosen->device_name << "' ("

@@ -2,15 +2,12 @@
 // the binary. Everything a reader needs to tell a good entry from a damaged one.
 #include "program_cache.hpp"
 
+#include "safe_file.hpp"
 #include "sha256.hpp"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <system_error>
+#include <optional>
 
 namespace hcr::opencl {
 
@@ -44,26 +41,39 @@ fs::path default_cache_dir() {
 
 fs::path ProgramCache::file(const std::string& key) const { return dir_ / (key + ".clbin"); }
 
+std::string ProgramCache::check() const {
+  if (!enabled()) return {};
+  try {
+    files::TrustedDir::open(dir_);
+  } catch (const files::FileError& e) {
+    return e.what();
+  }
+  return {};
+}
+
 ProgramCache::Entry ProgramCache::load(const std::string& key) const noexcept {
   Entry e;
   if (!enabled() || key.size() != kKeySize) return e;
   try {
-    const fs::path path = file(key);
-    std::error_code ec;
-    if (!fs::exists(path, ec)) return e;
-    std::ifstream in(path, std::ios::binary);
-    std::vector<unsigned char> data((std::istreambuf_iterator<char>(in)),
-                                    std::istreambuf_iterator<char>());
-    e.status = Status::corrupt;
-    if (!in.good() && !in.eof()) {
-      e.why = "unreadable";
+    std::optional<std::string> text;
+    try {
+      std::optional<files::TrustedDir> dir = files::TrustedDir::open(dir_);
+      if (!dir) return e;
+      text = dir->read(file(key).filename().string(), kMaxEntryBytes);
+    } catch (const files::FileError& ex) {
+      e.status = Status::refused;
+      e.why = ex.what();
       return e;
     }
-    if (data.size() < kHeaderSize || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) {
+    if (!text) return e;
+    const std::string& data = *text;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
+    e.status = Status::corrupt;
+    if (data.size() < kHeaderSize || std::memcmp(bytes, kMagic, sizeof kMagic) != 0) {
       e.why = "not an hcr program cache file";
       return e;
     }
-    const unsigned char* p = data.data() + sizeof kMagic;
+    const unsigned char* p = bytes + sizeof kMagic;
     if (get_le(p, 4) != kVersion) {
       e.why = "format version " + std::to_string(get_le(p, 4)) + ", expected " +
               std::to_string(kVersion);
@@ -102,41 +112,18 @@ std::string ProgramCache::store(const std::string& key,
                                 const std::vector<unsigned char>& binary) const {
   if (!enabled()) return {};
   if (key.size() != kKeySize) return "bad key";
-  std::error_code ec;
-  if (!fs::exists(dir_, ec)) {
-    fs::create_directories(dir_, ec);
-    if (ec) return "cannot create '" + dir_.string() + "': " + ec.message();
-    fs::permissions(dir_, fs::perms::owner_all, ec);  // binaries we run: ours alone
-  }
-
-  std::string header(kMagic, sizeof kMagic);
-  put_le(header, kVersion, 4);
-  header += key;
-  put_le(header, binary.size(), 8);
+  std::string data(kMagic, sizeof kMagic);
+  put_le(data, kVersion, 4);
+  data += key;
+  put_le(data, binary.size(), 8);
   auto digest = Sha256().update(binary.data(), binary.size()).digest();
-  header.append(reinterpret_cast<const char*>(digest.data()), digest.size());
-
-  // A name no other writer uses: this process, and a counter within it.
-  static std::atomic<uint64_t> counter{0};
-  const fs::path final_path = file(key);
-  const fs::path tmp = dir_ / (key + ".tmp." + std::to_string(::getpid()) + "." +
-                               std::to_string(counter.fetch_add(1)));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(binary.data()),
-              static_cast<std::streamsize>(binary.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      return "cannot write '" + tmp.string() + "'";
-    }
-  }
-  fs::rename(tmp, final_path, ec);
-  if (ec) {
-    std::error_code ignore;
-    fs::remove(tmp, ignore);
-    return "cannot rename '" + tmp.string() + "' to '" + final_path.string() + "': " + ec.message();
+  data.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  data.append(reinterpret_cast<const char*>(binary.data()), binary.size());
+  try {
+    // Created (0700) with the first entry: a run that caches nothing leaves nothing behind.
+    files::TrustedDir::make(dir_).write(file(key).filename().string(), data, 0600);
+  } catch (const files::FileError& e) {
+    return e.what();
   }
   return {};
 }

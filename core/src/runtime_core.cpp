@@ -4,6 +4,7 @@
 #include "runtime_core.hpp"
 
 #include "buffer_state.hpp"
+#include "files/safe_file.hpp"
 #include "log_internal.hpp"
 #include "units.hpp"
 
@@ -1240,10 +1241,14 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
 }
 
 namespace {
+// Replaced whole through a unique temporary (a link planted there is never followed), every
+// write error (a full disk) reported naming the file, the old file intact then.
 void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc | std::ios::binary);
-  out << text;
-  if (!out) throw Error(ErrorCode::invalid_argument, "cannot write '" + path + "'");
+  try {
+    files::write_file(path, text);
+  } catch (const files::FileError& e) {
+    throw Error(ErrorCode::invalid_argument, std::string("cannot write the file: ") + e.what());
+  }
 }
 }  // namespace
 

@@ -1,8 +1,10 @@
 // Observability: the trace parses back as JSON with the events the run made; counters add up;
-// the Gantt chart is well-formed XML with one row per device.
+// the Gantt chart is well-formed XML with one row per device; their files are replaced whole.
 #include "../test_support.hpp"
 
 #include <expat.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -172,6 +174,50 @@ TEST(Gantt, IsWellFormedXmlWithOneRowPerDevice) {
   EXPECT_EQ(scan.device_rows, static_cast<int>(rt.devices().size()));
   EXPECT_EQ(scan.tasks, 64);
   EXPECT_GE(scan.link_rows, 1) << "copies into the gpu's memory have a row";
+}
+
+// The trace and the chart replace their file whole: a link planted at the path is refused (its
+// target stays as it was), and a write that fails (the file size limit here, as a full disk) is an
+// error naming the file and the reason, with the old file intact.
+TEST(Trace, FilesAreReplacedWholeNeverThroughALink) {
+  test::TempDir dir, victims;
+  const auto victim = victims.path() / "victim";
+  std::ofstream(victim) << "untouched";
+  std::filesystem::create_symlink(victim, dir.path() / "run.json");
+  Runtime rt(machine());
+  rt.start_trace();
+  run_gemm(rt);
+  rt.stop_trace();
+  for (auto write : {&Runtime::write_trace, &Runtime::write_gantt}) {
+    Error e = test::expect_error([&] { (rt.*write)((dir.path() / "run.json").string()); });
+    EXPECT_NE(std::string(e.what()).find((dir.path() / "run.json").string() +
+                                         ": a symbolic link, not a regular file"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(slurp(victim), "untouched");
+
+  const auto path = dir.path() / "old.json";
+  std::ofstream(path) << "old trace";
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit small = old_limit;
+  small.rlim_cur = 1024;  // the trace of 64 tiles is larger
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string what;
+  try {
+    rt.write_trace(path.string());
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(what.find("File too large"), std::string::npos) << what;
+  EXPECT_NE(what.find(dir.path().string()), std::string::npos) << what;
+  EXPECT_EQ(slurp(path), "old trace");
+  rt.write_trace(path.string());
+  EXPECT_TRUE(nlohmann::json::parse(slurp(path))["traceEvents"].is_array());
 }
 
 }  // namespace

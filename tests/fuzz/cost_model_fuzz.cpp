@@ -2,7 +2,8 @@
 // ("hcr-cost-model", CostModel::load_text) and the link model ("hcr-link-model",
 // LinkModel::parse). A loader either accepts the text or throws std::runtime_error naming the
 // origin, and a refused text changes nothing. What is accepted predicts finite, non-negative times
-// and survives save -> load unchanged: the same cells, the same predictions, the same text.
+// and survives save -> load unchanged: the same cells, the same predictions, the same text. A save
+// merging into the text as a file on disk (CostModel::merged_text) never throws and loads back.
 // Any other exception, a crash, undefined behaviour or a leak is a finding.
 #include "../../scheduler/cost_model.hpp"
 #include "fuzz_check.hpp"
@@ -84,6 +85,39 @@ void execution_model(std::string_view text) {
   HCR_FUZZ_CHECK(b.save_text() == texts, "saving the reloaded model writes the same text");
 }
 
+// A save merging into the text on disk (CostModel::merged_text, what concurrent savers do) never
+// throws whatever that text is, writes a file that loads, adds this model's new sample, and keeps
+// every cell of a file it accepted.
+void merged_save(std::string_view text) {
+  CostModel mine;
+  mine.record("merge-k", "gpu", 1, 10, 0.5);
+  const auto cells = mine.snapshot().at("gpu");
+  std::string why, merged;
+  try {
+    merged = CostModel::merged_text("gpu", cells, text, "fuzz.model.toml", &why);
+  } catch (const std::exception& e) {
+    HCR_FUZZ_CHECK(false, std::string("merging never throws: ") + e.what());
+  }
+  CostModel back;
+  try {
+    back.load_text(merged, "merged");
+  } catch (const std::runtime_error& e) {
+    HCR_FUZZ_CHECK(false, std::string("a merged model loads back: ") + e.what() + "\n" + merged);
+  }
+  HCR_FUZZ_CHECK(back.samples("merge-k", "gpu") >= 1, "the new sample is in the merged file");
+  if (!why.empty()) return;  // the file was replaced, as it had to be
+  CostModel disk;
+  try {
+    disk.load_text(text, "disk");
+  } catch (const std::runtime_error&) {
+    HCR_FUZZ_CHECK(false, "a file merged into without complaint loads on its own");
+  }
+  for (auto& r : disk.rows())
+    HCR_FUZZ_CHECK(back.predict(r.kernel, r.arch, r.footprint, r.size).source ==
+                       Prediction::Source::history,
+                   "cell " + r.kernel + " of the file survives the merge");
+}
+
 void link_model(std::string_view text) {
   const std::string origin = "fuzz-links.toml";
   std::vector<LinkModel::NamedLink> links;
@@ -129,6 +163,7 @@ void link_model(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   execution_model(text);
+  merged_save(text);
   link_model(text);
   return 0;
 }

@@ -13,6 +13,8 @@
 #include "test_kernels.hpp"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -1052,6 +1054,48 @@ TEST_P(CudaAbi, SourceKernelIsCompiledThenReadFromTheCache) {
   EXPECT_FALSE(again->logged("compiled for")) << again->log_text();
   run_axpy(*again, k2, 5);
   again->release(k2);
+}
+
+// A cubin another user could have written is never run: an entry owned by another user is
+// compiled anew and replaced by ours; a cache directory another user owns is not used at all (one
+// warning naming it and why), nothing is written there.
+TEST_P(CudaAbi, CacheEntriesAndDirectoriesOfOthersAreNotUsed) {
+  HCR_NEED_NVRTC();
+  hcr_kernel_t* k = p().source(0, "axpy", kAxpy);
+  ASSERT_NE(k, nullptr) << p().log_text();
+  p().release(k);
+  std::string arch = p().info(0).arch;
+  const fs::path dir = cache_.path() / arch.substr(0, arch.find(' '));
+  fs::path entry;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".bin") entry = e.path();
+  ASSERT_FALSE(entry.empty());
+  if (::chown(entry.c_str(), 12345, 12345) != 0) GTEST_SKIP() << "cannot chown (not root)";
+  p_->destroy();
+  auto again = make(Options{{"cache_dir", cache_.path().string()}});
+  ASSERT_TRUE(again->ok());
+  hcr_kernel_t* k2 = again->source(0, "axpy", kAxpy);
+  ASSERT_NE(k2, nullptr) << again->log_text();
+  EXPECT_FALSE(again->logged("read from cache")) << again->log_text();
+  EXPECT_TRUE(again->logged("kernel 'axpy' compiled for ")) << again->log_text();
+  struct stat st {};
+  ASSERT_EQ(::stat(entry.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid()) << "the planted entry was not replaced";
+  again->release(k2);
+  again->destroy();
+
+  test::TempDir other;
+  const fs::path theirs = other.path() / "theirs";
+  fs::create_directory(theirs);
+  ASSERT_EQ(::chown(theirs.c_str(), 12345, 12345), 0);
+  auto third = make(Options{{"cache_dir", theirs.string()}});
+  ASSERT_TRUE(third->ok());
+  hcr_kernel_t* k3 = third->source(0, "axpy", kAxpy);
+  ASSERT_NE(k3, nullptr) << third->log_text();
+  EXPECT_TRUE(third->logged("kernel cache " + theirs.string())) << third->log_text();
+  EXPECT_TRUE(third->logged("owned by uid 12345")) << third->log_text();
+  EXPECT_TRUE(fs::is_empty(theirs)) << "written into another user's directory";
+  third->release(k3);
 }
 
 TEST_P(CudaAbi, SourceKernelsMayBeCxxAnd2D) {

@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -464,11 +465,141 @@ TEST(OpenClBackend, WorldWritableCacheDirIsRefused) {
   std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
   test::LogCapture log(LogLevel::warn);
   Runtime rt(ocl_config({}, dir.path().string()));
-  EXPECT_TRUE(log.contains("is world-writable: program cache disabled"));
+  EXPECT_TRUE(log.contains("' not used (program cache disabled): " + dir.path().string() +
+                           ": writable by its group or others (mode 0777)"))
+      << "the warning names the directory and why";
   Kernel k = rt.kernel("add_one").source("opencl", kKernels);
   auto v = rt.vector<float>(8);
   rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();  // still runs, uncached
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+// The cache directory must be the user's (or root's) and writable by nobody else: a group member
+// or another user could otherwise plant binaries that we would run.
+TEST(OpenClBackend, CacheDirOfAnotherUserOrWritableByItsGroupIsRefused) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir tmp;
+  const auto theirs = tmp.path() / "theirs", group = tmp.path() / "group";
+  std::filesystem::create_directory(theirs);
+  std::filesystem::create_directory(group);
+  if (::chown(theirs.c_str(), 12345, 12345) != 0) GTEST_SKIP() << "cannot chown (not root)";
+  ASSERT_EQ(::chmod(group.c_str(), 0770), 0);
+  for (auto [dir, why] : {std::pair{theirs, std::string("owned by uid 12345")},
+                          std::pair{group, std::string("writable by its group or others")}}) {
+    test::LogCapture log(LogLevel::warn);
+    Runtime rt(ocl_config({}, dir.string()));
+    EXPECT_TRUE(log.contains("cache_dir '" + dir.string() + "' not used (program cache disabled)"))
+        << dir;
+    EXPECT_TRUE(log.contains(why)) << dir;
+    Kernel k = rt.kernel("add_one").source("opencl", kKernels);
+    auto v = rt.vector<float>(8);
+    rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();  // still runs, uncached
+    EXPECT_TRUE(std::filesystem::is_empty(dir)) << dir;
+  }
+}
+
+// An entry another user could have written is never loaded: one owned by another user, a link
+// (here to a valid entry elsewhere: it would be a hit), a FIFO (which would block a reader). Each
+// is rebuilt from source with a warning and replaced by our own file.
+TEST(OpenClBackend, PlantedCacheEntriesAreNotUsed) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir cache, elsewhere;
+  run_add_one(cache.path().string());
+  std::filesystem::path entry;
+  for (auto& e : std::filesystem::directory_iterator(cache.path()))
+    if (e.path().extension() == ".clbin") entry = e.path();
+  ASSERT_FALSE(entry.empty());
+  const auto copy = elsewhere.path() / "copy.clbin";
+  std::filesystem::copy_file(entry, copy);
+  const std::string good = [&] {
+    std::ifstream in(copy, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+
+  auto replant = [&](const std::string& how) {
+    std::filesystem::remove(entry);
+    if (how == "theirs") {
+      std::filesystem::copy_file(copy, entry);
+      return ::chown(entry.c_str(), 12345, 12345) == 0;
+    }
+    if (how == "link") {
+      std::filesystem::create_symlink(copy, entry);
+      return true;
+    }
+    return ::mkfifo(entry.c_str(), 0600) == 0;
+  };
+  for (const std::string how : {"theirs", "link", "fifo"}) {
+    if (!replant(how)) {
+      ADD_FAILURE() << how << ": cannot plant (not root?)";
+      continue;
+    }
+    auto lines = run_add_one(cache.path().string());
+    EXPECT_TRUE(any_contains(lines, "program cache entry not used (" + entry.string())) << how;
+    EXPECT_FALSE(any_contains(lines, "program cache hit")) << how << ": the planted entry ran";
+    EXPECT_TRUE(any_contains(lines, "program cache miss")) << how;
+    struct stat st {};
+    ASSERT_EQ(::lstat(entry.c_str(), &st), 0) << how;
+    EXPECT_TRUE(S_ISREG(st.st_mode) && st.st_uid == ::geteuid()) << how << ": not replaced";
+    std::ifstream in(copy, std::ios::binary);
+    EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+              good)
+        << how << ": the link's target was written";
+  }
+}
+
+// A default runtime (no configuration: every plugin installed, the OpenCL plugin with its default
+// device types) creates no directory or file of its own in the user's cache until something is
+// actually cached: not the program cache, nor (with dmda) a model directory when nothing was
+// learned. Run in a child of this binary with HOME and XDG_CACHE_HOME pointing at empty
+// directories, so that the drivers initialise there too. What the OpenCL drivers do when asked for
+// their devices is theirs: PoCL creates its kernel cache (with a stray tempfile_*) on any
+// clGetDeviceIDs, whatever the device type asked for.
+TEST(OpenClBackend, ADefaultRuntimeLeavesNothingOfItsOwnInTheUsersCaches) {
+  if (std::getenv("HCR_TEST_DEFAULT_RUNTIME_CHILD") != nullptr) {
+    { Runtime plain; }
+    setenv("HCR_SCHED", "dmda", 1);
+    { Runtime learning; }
+    return;
+  }
+  test::TempDir tmp;
+  const auto home = tmp.path() / "home", cache = tmp.path() / "cache";
+  std::filesystem::create_directory(home);
+  std::filesystem::create_directory(cache);
+  const std::string cmd = "HOME='" + home.string() + "' XDG_CACHE_HOME='" + cache.string() +
+                          "' HCR_TEST_DEFAULT_RUNTIME_CHILD=1 /proc/" +
+                          std::to_string(::getpid()) +
+                          "/exe --gtest_filter=OpenClBackend."
+                          "ADefaultRuntimeLeavesNothingOfItsOwnInTheUsersCaches > '" +
+                          (tmp.path() / "child.log").string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream logf(tmp.path() / "child.log");
+  std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << log;
+  ASSERT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
+  std::string found;
+  for (auto& e : std::filesystem::recursive_directory_iterator(tmp.path()))
+    found += "\n  " + e.path().string();
+  EXPECT_TRUE(std::filesystem::is_empty(home)) << "created:" << found;
+  EXPECT_FALSE(std::filesystem::exists(cache / "hcr")) << "created:" << found;
+}
+
+// A platform the configuration rules out (`platform`) is never initialised at all: not even its
+// drivers' own caches appear.
+TEST(OpenClBackend, APlatformRuledOutIsNeverInitialised) {
+  if (std::getenv("HCR_TEST_RULED_OUT_CHILD") != nullptr) {
+    Runtime rt(ocl_config({{"platform", "no-such-platform"}}, ""));
+    EXPECT_TRUE(opencl_devices(rt).empty());
+    return;
+  }
+  test::TempDir tmp;
+  const std::string cmd = "HOME='" + tmp.path().string() + "' XDG_CACHE_HOME='" +
+                          tmp.path().string() + "' HCR_TEST_RULED_OUT_CHILD=1 /proc/" +
+                          std::to_string(::getpid()) +
+                          "/exe --gtest_filter=OpenClBackend.APlatformRuledOutIsNeverInitialised"
+                          " > /dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path()));
 }
 
 // ---- binaries -------------------------------------------------------------------------------
