@@ -8,8 +8,13 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <mutex>
@@ -27,9 +32,92 @@ void host_log(void* host_context, hcr_log_level_t level, const char* message) {
   log::write(static_cast<LogLevel>(level), p->log_prefix + message);
 }
 
-bool world_writable(const fs::path& p, std::error_code& ec) {
-  auto st = fs::status(p, ec);
-  return !ec && (st.permissions() & fs::perms::others_write) != fs::perms::none;
+// ---- trust ------------------------------------------------------------------------------------
+//
+// Loading a library runs its code in this process, so whoever can change what a path leads to can
+// run code as this user. As OpenSSH's StrictModes and glibc's secure mode reason, a path is trusted
+// when every directory from / down, every symbolic link on the way (each resolved) and the file
+// itself are owned by root or this user (the effective uid) and writable by no one else. One
+// exception, for /tmp-like directories: a directory writable by others but sticky (S_ISVTX) lets
+// others add entries, never rename or remove ours, so it may lie on the way to an entry that root
+// or this user owns; the directory searched and the library file may never be writable by others.
+
+bool trusted_owner(uid_t uid) noexcept { return uid == 0 || uid == ::geteuid(); }
+
+std::string writable_by(mode_t mode) {
+  return (mode & S_IWOTH) ? "world-writable" : "group-writable";
+}
+
+// Empty when `path` (absolute) and everything leading to it are trusted and it is a directory
+// (want_directory) or a regular file; otherwise why not, naming the offending path.
+std::string untrusted(const fs::path& path, bool want_directory) {
+  if (!path.is_absolute()) return "not an absolute path: refused";
+  // Components still to walk, the next one last; resolved links push their targets' components.
+  std::vector<std::string> todo;
+  auto push = [&](const fs::path& p) {
+    std::vector<std::string> parts;
+    for (const fs::path& c : p.relative_path()) parts.push_back(c.string());
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  push(path);
+  fs::path at = "/";
+  struct stat st {};
+  if (::lstat("/", &st) != 0) return "cannot examine /: " + std::string(std::strerror(errno));
+  if (!trusted_owner(st.st_uid) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return "/ is not owned by root or not protected: refused";
+  bool shared = false;  // `at` is writable by others (sticky): its entries' owners matter
+  int links = 0;
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {  // `at` is already resolved: its parent is the real one
+      at = at.parent_path();
+      shared = false;
+      if (::lstat(at.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) shared = true;
+      continue;
+    }
+    const fs::path next = at / name;
+    if (::lstat(next.c_str(), &st) != 0)
+      return "cannot examine " + next.string() + ": " + std::strerror(errno);
+    if (S_ISLNK(st.st_mode)) {
+      // Replaceable by whoever may write `at` (checked on the way here) and, in a sticky
+      // directory, by the link's owner.
+      if (shared && !trusted_owner(st.st_uid))
+        return "symbolic link " + next.string() + " belongs to uid " + std::to_string(st.st_uid) +
+               " in the shared directory " + at.string() + ": refused";
+      if (++links > 40) return "too many symbolic links on the way to " + path.string();
+      std::error_code ec;
+      const fs::path target = fs::read_symlink(next, ec);
+      if (ec) return "cannot read symbolic link " + next.string() + ": " + ec.message();
+      if (target.is_absolute()) at = "/";
+      push(target);
+      continue;
+    }
+    const bool last = todo.empty();
+    const bool directory = S_ISDIR(st.st_mode);
+    const char* what = directory ? "directory" : "file";
+    if (!trusted_owner(st.st_uid))
+      return std::string(last ? "" : "on its path: ") + what + " " + next.string() +
+             " belongs to uid " + std::to_string(st.st_uid) +
+             " (neither root nor this user): refused";
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+      if (last) return writable_by(st.st_mode) + " " + what + ": refused";
+      if (!directory || !(st.st_mode & S_ISVTX))
+        return "on its path: " + writable_by(st.st_mode) + " " + what + " " + next.string() +
+               ": refused";
+      shared = true;
+    } else {
+      shared = false;
+    }
+    if (!last && !directory) return next.string() + " is not a directory";
+    at = next;
+    if (last) {
+      if (want_directory && !directory) return "not a directory";
+      if (!want_directory && !S_ISREG(st.st_mode)) return "not a regular file";
+    }
+  }
+  return {};
 }
 
 // A library that was loaded has run code (static initialisers, its plugin) that may have started
@@ -46,9 +134,8 @@ void keep_loaded(const std::shared_ptr<LoadedLibrary>& lib) {
 
 // Opens a library and checks its table. Null with record.reason set when it cannot be used.
 std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& record) {
-  std::error_code ec;
-  if (world_writable(file, ec)) {
-    record.reason = "world-writable file: refused";
+  if (std::string why = untrusted(file, false); !why.empty()) {
+    record.reason = why;
     return nullptr;
   }
   if (std::string why = elf_problem(file); !why.empty()) {
@@ -304,7 +391,7 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     if (!p.is_absolute()) d.reason = "not an absolute path: refused";
     else if (!fs::exists(p, ec)) d.reason = "does not exist";
     else if (!fs::is_directory(p, ec)) d.reason = "not a directory";
-    else if (world_writable(p, ec)) d.reason = "world-writable directory: refused";
+    else if (std::string why = untrusted(p, true); !why.empty()) d.reason = why;
     else if (auto canon = fs::weakly_canonical(p, ec);
              std::find(seen_dirs.begin(), seen_dirs.end(), canon) != seen_dirs.end())
       d.reason = "listed earlier";

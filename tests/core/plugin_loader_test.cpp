@@ -2,6 +2,8 @@
 // skipped with a diagnostic that names it while the runtime carries on.
 #include "../test_support.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -261,6 +263,172 @@ TEST(PluginLoader, WorldWritableDirectoriesAndFilesAreRefused) {
   EXPECT_EQ(rec->status, PluginRecord::Status::skipped);
   EXPECT_NE(rec->reason.find("world-writable file"), std::string::npos) << rec->reason;
   for (auto& d : rt.devices()) EXPECT_NE(d.backend, "stub");
+}
+
+// The loader trusts a library only when nobody but root and this user can change what its path
+// leads to: the directory searched, every directory above it, every symbolic link on the way and
+// the file itself. These cases need another owner, hence root (CI runs the suite as root).
+class PluginTrust : public ::testing::Test {
+ protected:
+  static constexpr uid_t kStranger = 4242;
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  }
+  // `dir` holding a copy of the stub; returns the library's path.
+  static fs::path with_stub(const fs::path& dir) {
+    fs::create_directories(dir);
+    fs::permissions(dir, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
+    const fs::path lib = dir / "libhcr-stub.so";
+    fs::copy_file(fs::path(HCR_TEST_GOOD_DIR) / "libhcr-stub.so", lib);
+    return lib;
+  }
+  // The runtime's verdict on searching `dir` for the stub: the directory's reason, else the
+  // library's, else "" (loaded).
+  static std::string verdict(const fs::path& dir) {
+    Config c;
+    c.use_environment = false;
+    c.plugin_paths = {dir.string()};
+    Runtime rt(c);
+    const LoadReport r = rt.load_report();
+    if (!r.dirs[0].used) return "dir: " + r.dirs[0].reason;
+    const PluginRecord* rec = find_record(r, dir.string());
+    if (rec == nullptr) return "no record";
+    return rec->status == PluginRecord::Status::loaded ? "" : "file: " + rec->reason;
+  }
+  TempDir top_;
+};
+
+TEST_F(PluginTrust, ATrustedPathLoads) {
+  with_stub(top_.path() / "plugins");
+  EXPECT_EQ(verdict(top_.path() / "plugins"), "");
+}
+
+TEST_F(PluginTrust, ADirectoryOfAnotherUserIsRefused) {
+  const fs::path dir = top_.path() / "plugins";
+  with_stub(dir);
+  ASSERT_EQ(::chown(dir.c_str(), kStranger, kStranger), 0);
+  EXPECT_EQ(verdict(dir), "dir: directory " + dir.string() +
+                              " belongs to uid 4242 (neither root nor this user): refused");
+}
+
+TEST_F(PluginTrust, AGroupWritableDirectoryIsRefused) {
+  const fs::path dir = top_.path() / "plugins";
+  with_stub(dir);
+  fs::permissions(dir, fs::perms::group_write, fs::perm_options::add);
+  EXPECT_EQ(verdict(dir), "dir: group-writable directory: refused");
+}
+
+TEST_F(PluginTrust, AParentWritableByOthersIsRefused) {
+  const fs::path parent = top_.path() / "parent";
+  const fs::path dir = parent / "plugins";
+  with_stub(dir);
+  fs::permissions(parent, fs::perms::group_write, fs::perm_options::add);
+  EXPECT_EQ(verdict(dir), "dir: on its path: group-writable directory " + parent.string() +
+                              ": refused");
+  // Another user's parent is as bad: they may rename our directory away and put theirs there.
+  fs::permissions(parent, fs::perms::group_write, fs::perm_options::remove);
+  ASSERT_EQ(::chown(parent.c_str(), kStranger, kStranger), 0);
+  EXPECT_NE(verdict(dir).find("on its path: directory " + parent.string() + " belongs to uid 4242"),
+            std::string::npos);
+}
+
+TEST_F(PluginTrust, AStickySharedParentIsLikeTmp) {
+  // World-writable and sticky (root's /tmp): others may add entries but not replace ours.
+  const fs::path shared = top_.path() / "shared";
+  const fs::path dir = shared / "plugins";
+  with_stub(dir);
+  fs::permissions(shared, fs::perms::all | fs::perms::sticky_bit);
+  EXPECT_EQ(verdict(dir), "");
+  // ... but an entry there that another user owns is theirs to replace.
+  ASSERT_EQ(::chown(dir.c_str(), kStranger, kStranger), 0);
+  EXPECT_NE(verdict(dir).find("belongs to uid 4242"), std::string::npos);
+  // Not sticky: anyone may rename our directory away.
+  ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  fs::permissions(shared, fs::perms::sticky_bit, fs::perm_options::remove);
+  EXPECT_EQ(verdict(dir), "dir: on its path: world-writable directory " + shared.string() +
+                              ": refused");
+}
+
+TEST_F(PluginTrust, ALibraryOfAnotherUserOrWritableByGroupIsRefused) {
+  const fs::path dir = top_.path() / "plugins";
+  const fs::path lib = with_stub(dir);
+  ASSERT_EQ(::chown(lib.c_str(), kStranger, kStranger), 0);
+  EXPECT_EQ(verdict(dir), "file: file " + lib.string() +
+                              " belongs to uid 4242 (neither root nor this user): refused");
+  ASSERT_EQ(::chown(lib.c_str(), 0, 0), 0);
+  fs::permissions(lib, fs::perms::group_write, fs::perm_options::add);
+  EXPECT_EQ(verdict(dir), "file: group-writable file: refused");
+}
+
+TEST_F(PluginTrust, SymbolicLinksAreFollowedAndTheirTargetsChecked) {
+  // A link in a trusted directory to a library in an untrusted one: the target decides.
+  const fs::path dir = top_.path() / "plugins";
+  fs::create_directories(dir);
+  const fs::path elsewhere = top_.path() / "elsewhere";
+  const fs::path lib = with_stub(elsewhere);
+  fs::create_symlink(lib, dir / "libhcr-stub.so");
+  EXPECT_EQ(verdict(dir), "");
+  fs::permissions(elsewhere, fs::perms::others_write, fs::perm_options::add);
+  EXPECT_EQ(verdict(dir), "file: on its path: world-writable directory " + elsewhere.string() +
+                              ": refused");
+  fs::permissions(elsewhere, fs::perms::others_write, fs::perm_options::remove);
+  ASSERT_EQ(::chown(lib.c_str(), kStranger, kStranger), 0);
+  EXPECT_NE(verdict(dir).find("file " + lib.string() + " belongs to uid 4242"),
+            std::string::npos);
+  // A searched directory that is a link: the same for its target.
+  ASSERT_EQ(::chown(lib.c_str(), 0, 0), 0);
+  const fs::path link_dir = top_.path() / "link-to-elsewhere";
+  fs::create_symlink(elsewhere, link_dir);
+  EXPECT_EQ(verdict(link_dir), "");
+  ASSERT_EQ(::chown(elsewhere.c_str(), kStranger, kStranger), 0);
+  EXPECT_NE(verdict(link_dir).find("directory " + elsewhere.string() + " belongs to uid 4242"),
+            std::string::npos);
+}
+
+TEST_F(PluginTrust, ALinkAnotherUserOwnsInASharedDirectoryIsRefused) {
+  // In a sticky directory the owner of an entry may replace it: a link there must be ours.
+  const fs::path shared = top_.path() / "shared";
+  fs::create_directories(shared);
+  fs::permissions(shared, fs::perms::all | fs::perms::sticky_bit);
+  const fs::path dir = top_.path() / "plugins";
+  with_stub(dir);
+  const fs::path link = shared / "plugins";
+  fs::create_symlink(dir, link);
+  EXPECT_EQ(verdict(link), "");
+  ASSERT_EQ(::lchown(link.c_str(), kStranger, kStranger), 0);
+  EXPECT_EQ(verdict(link), "dir: symbolic link " + link.string() + " belongs to uid 4242 in the " +
+                               "shared directory " + shared.string() + ": refused");
+}
+
+TEST_F(PluginTrust, HotPlugChecksTheFileAndItsPathToo) {
+  Runtime rt(test::stub_config());
+  const fs::path dir = top_.path() / "plugins";
+  const fs::path lib = with_stub(dir);
+  ASSERT_EQ(::chown(dir.c_str(), kStranger, kStranger), 0);
+  Error e = test::expect_error([&] { rt.load_plugin(lib.string()); });
+  EXPECT_EQ(e.code(), ErrorCode::plugin);
+  EXPECT_NE(std::string(e.what()).find("directory " + dir.string() + " belongs to uid 4242"),
+            std::string::npos)
+      << e.what();
+  EXPECT_EQ(rt.devices().size(), 1u);
+  ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
+  rt.load_plugin(lib.string());
+  EXPECT_EQ(rt.devices().size(), 2u);
+}
+
+TEST(PluginLoader, HotPlugRefusesARelativePath) {
+  // A relative name would be looked up in the working directory, whatever that holds.
+  Runtime rt(test::stub_config());
+  const fs::path cwd = fs::current_path();
+  fs::current_path(HCR_TEST_GOOD_DIR);
+  Error e = test::expect_error([&] { rt.load_plugin("libhcr-stub.so"); });
+  fs::current_path(cwd);
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(e.what()).find("'libhcr-stub.so' is not an absolute path"),
+            std::string::npos)
+      << e.what();
+  EXPECT_EQ(rt.devices().size(), 1u);
 }
 
 TEST(PluginLoader, NoConfigurationLoadsEveryInstalledPlugin) {
