@@ -864,7 +864,8 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
   {
     std::lock_guard<std::mutex> g(add_mutex_);
     check_alive("load_plugin");
-    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec);
+    std::string mistake;
+    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
@@ -884,6 +885,8 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
       }
     }
     report_.plugins.push_back(rec);
+    if (!mistake.empty())  // the table's fault, not the library's
+      throw Error(ErrorCode::config, "load_plugin: '" + file.string() + "': " + mistake);
     if (!inst)
       throw Error(ErrorCode::plugin, "load_plugin: '" + file.string() + "' skipped: " + rec.reason);
     PluginInstance& p = *inst;
