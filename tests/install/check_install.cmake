@@ -1,6 +1,8 @@
 # Installs hcr into a fresh prefix, builds samples/plugin against that install only, drops the
-# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs.
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, and SANITIZE (HCR_SANITIZE of the build).
+# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; then
+# builds a client with nothing but `pkg-config --cflags --libs hcr` and runs it.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX (the C++ compiler), and SANITIZE
+# (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 set(dropin "${WORK_DIR}/dropin")
@@ -26,9 +28,11 @@ run(${CMAKE_COMMAND} --build "${WORK_DIR}/plugin-build")
 
 file(MAKE_DIRECTORY "${dropin}")
 file(CHMOD "${dropin}" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+# hcr_add_plugin names the library after the plugin: libhcr-sample.so, no OUTPUT_NAME needed.
 file(GLOB plugin "${WORK_DIR}/plugin-build/libhcr-sample.so")
 if(NOT plugin)
-  message(FATAL_ERROR "the sample plugin was not built")
+  file(GLOB built "${WORK_DIR}/plugin-build/*.so")
+  message(FATAL_ERROR "hcr_add_plugin(hcr_sample ...) did not make libhcr-sample.so (made: ${built})")
 endif()
 file(COPY ${plugin} DESTINATION "${dropin}")
 
@@ -49,3 +53,41 @@ if(at EQUAL -1)
   message(FATAL_ERROR "sample_client did not run the plugin's kernel:\n${out}")
 endif()
 message(STATUS "out-of-tree plugin: built against the install, loaded, kernel ran")
+
+# pkg-config: the flags alone build and link a client, which finds the install's plugins.
+find_program(PKG_CONFIG NAMES pkg-config pkgconf)
+if(NOT PKG_CONFIG)
+  message(FATAL_ERROR "pkg-config not found (Debian: apt-get install pkgconf)")
+endif()
+file(GLOB_RECURSE pc_file "${prefix}/*/pkgconfig/hcr.pc")
+if(NOT pc_file)
+  message(FATAL_ERROR "no hcr.pc installed under ${prefix}")
+endif()
+get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr)
+string(STRIP "${out}" pc_flags)
+message(STATUS "pkg-config --cflags --libs hcr: ${pc_flags}")
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --variable=libdir hcr)
+string(STRIP "${out}" pc_libdir)
+separate_arguments(pc_args UNIX_COMMAND "${pc_flags}")
+file(WRITE "${WORK_DIR}/pc_client.cpp" [=[
+#include <hcr/hcr.hpp>
+#include <cstdio>
+int main() {
+  hcr::Runtime rt;
+  std::printf("pkg-config client: %zu device(s)\n", rt.devices().size());
+  return rt.devices().empty() ? 1 : 0;
+}
+]=])
+set(san_args "")
+if(SANITIZE)
+  set(san_args "-fsanitize=${SANITIZE}")
+endif()
+run(${CXX} -std=c++20 ${san_args} "${WORK_DIR}/pc_client.cpp" -o "${WORK_DIR}/pc_client"
+    ${pc_args} "-Wl,-rpath,${pc_libdir}")
+run("${WORK_DIR}/pc_client")
+string(FIND "${out}" "pkg-config client: " at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the pkg-config client did not run:\n${out}")
+endif()
+message(STATUS "pkg-config: hcr.pc builds and links a client that finds the installed plugins")
