@@ -28,13 +28,18 @@ inline size_t origin_line(const std::string& origin) {
   return line;
 }
 
-/// The problems as one message, in line order: one "where: key: what" line each.
+/// The problems as one message, in line order: one "where: key: what" line each, the first 50
+/// (a file of a million mistakes is refused with a readable message, not a huge one).
 inline std::string problems_text(std::vector<ConfigProblem> problems) {
+  constexpr size_t kShown = 50;
   std::stable_sort(problems.begin(), problems.end(), [](const auto& a, const auto& b) {
     return origin_line(a.where) < origin_line(b.where);
   });
   std::string text;
-  for (const ConfigProblem& p : problems) text += (text.empty() ? "" : "\n") + p.where + ": " + p.text;
+  for (size_t i = 0; i < problems.size() && i < kShown; ++i)
+    text += (text.empty() ? "" : "\n") + problems[i].where + ": " + problems[i].text;
+  if (problems.size() > kShown)
+    text += "\n(and " + std::to_string(problems.size() - kShown) + " more)";
   return text;
 }
 

@@ -249,6 +249,17 @@ TEST(Config, EveryProblemOfAFileIsReportedInOnePassInLineOrder) {
   EXPECT_EQ(std::string(e.what()), expected);
 }
 
+TEST(Config, AFileOfManyMistakesGetsAReadableMessage) {
+  std::string text = "[scheduler]\n";
+  for (int i = 0; i < 120; ++i) text += "key" + std::to_string(i) + " = 1\n";
+  Error e = expect_error([&] { Config::parse(text, "many.toml"); });
+  const std::string what = e.what();
+  EXPECT_EQ(what.rfind("many.toml:2: scheduler.key0: unknown key", 0), 0u) << what;
+  EXPECT_NE(what.find("many.toml:51: scheduler.key49: unknown key"), std::string::npos);
+  EXPECT_EQ(what.find("scheduler.key50:"), std::string::npos);
+  EXPECT_NE(what.find("\n(and 70 more)"), std::string::npos) << what.substr(what.size() - 40);
+}
+
 TEST(Config, BackendOptionsRememberTheirLines) {
   Config c = Config::parse("[[backend]]\nname = \"sim\"\nseed = 3\n[[backend.device]]\n"
                            "name = \"a\"\ngflops = 5\n",
