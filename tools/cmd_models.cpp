@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -139,13 +140,29 @@ int cmd_models(Args& args) {
   args.check_all_used();
   std::string dir = dir_arg ? *dir_arg : sched::model_directory(config);
   if (dir.empty()) throw Error(ErrorCode::config, "model persistence is off (model_dir = \"off\")");
+  // A directory asked for by name must be there (the default one appears with the first run).
+  std::error_code ec;
+  if (dir_arg && !std::filesystem::is_directory(dir, ec))
+    throw Error(ErrorCode::invalid_argument,
+                "--dir '" + dir + "': " +
+                    (std::filesystem::exists(dir, ec) ? "not a directory" : "no such directory"));
   std::vector<std::string> warnings;
   auto rows = sched::read_models(dir, warnings);
   for (auto& w : warnings) std::fprintf(stderr, "hcr models: %s\n", w.c_str());
-  if (kernel)
+  if (kernel) {
+    std::set<std::string> known;
+    for (const sched::ModelRow& r : rows) known.insert(r.kernel);
+    if (!known.count(*kernel)) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error(ErrorCode::invalid_argument,
+                  "--kernel '" + *kernel + "': no learned costs for it in " + dir + " (" +
+                      (list.empty() ? "none learned yet" : "kernels: " + list) + ")");
+    }
     rows.erase(std::remove_if(rows.begin(), rows.end(),
                               [&](const sched::ModelRow& r) { return r.kernel != *kernel; }),
                rows.end());
+  }
   std::printf("models in %s\n", dir.c_str());
   if (rows.empty()) {
     std::printf("(no learned costs yet: run something with policy dmda)\n");

@@ -88,8 +88,10 @@ const char* kUsage =
     "usage: hcr <command> [options]\n"
     "\n"
     "commands:\n"
-    "  devices   plugins searched, loaded and skipped (and why); the devices found\n"
-    "            --config FILE\n"
+    "  devices   plugins searched, loaded and skipped (and why); the devices found; exits 1\n"
+    "            when none loads. Each library is probed in a child process: one that crashes\n"
+    "            or hangs is named, left out, and the rest listed.\n"
+    "            --config FILE  --probe-timeout S (30)  --no-probe (list in this process)\n"
     "  run       the main job: a tiled matmul across every device, checked, with GFLOP/s\n"
     "            --size N (2048)  --tile T (512)  --dtype f32|f64 (f32)  --repeat R (1)\n"
     "            --config FILE  --no-check  --no-progress\n"
@@ -101,7 +103,8 @@ const char* kUsage =
     "\n"
     "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"
     "             ws, dmda, dmdas), HCR_TRACE (write a trace there at the end),\n"
-    "             HCR_LOG (trace|debug|info|warn|error|off)\n";
+    "             HCR_LOG (trace|debug|info|warn|error|off; info names each plugin library\n"
+    "             before its code runs), HCR_PLUGIN_DISABLE (plugin files never opened)\n";
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -23,7 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build="${HCR_BUILD_DIR:-build}"
 
 packages=(
-  build-essential cmake ninja-build                     # toolchain
+  build-essential cmake ninja-build pkgconf             # toolchain; pkg-config checks hcr.pc
   libtbb-dev libboost-dev libtomlplusplus-dev            # oneTBB, Boost.DLL, TOML++
   nlohmann-json3-dev libexpat1-dev                       # trace files (JSON), SVG check (XML)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev

@@ -154,7 +154,8 @@ class SimBackend final : public sdk::Backend {
       for (const std::string& key : c.ignored)
         host().warn("sim: option '" + key + "' has no effect: device '" + c.name +
                     "' works in host memory and has no link");
-    sim_ = std::make_unique<Simulator>(machine_, std::move(keys));
+    sim_ = std::make_unique<Simulator>(machine_, std::move(keys),
+                                       [this](const std::string& m) { host().warn(m); });
     host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
                 std::to_string(machine_.seed) + ", time_scale " +
                 std::to_string(machine_.time_scale) + (machine_.compute ? "" : ", timing only"));

@@ -10,7 +10,9 @@
 #include <hcr/sdk/backend.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdio>
 
 namespace hcr::sim {
 
@@ -62,8 +64,12 @@ double noise_factor(double noise, uint64_t seed, uint64_t device_key, uint64_t s
 
 // ---- construction and shutdown --------------------------------------------------------------
 
-Simulator::Simulator(const MachineConfig& machine, std::vector<uint64_t> device_keys)
-    : machine_(machine), clock_(machine.time_scale), keys_(std::move(device_keys)) {
+Simulator::Simulator(const MachineConfig& machine, std::vector<uint64_t> device_keys,
+                     std::function<void(const std::string&)> warn)
+    : machine_(machine),
+      warn_(std::move(warn)),
+      clock_(machine.time_scale),
+      keys_(std::move(device_keys)) {
   for (const DeviceConfig& c : machine_.devices) {
     auto d = std::make_unique<Device>();
     d->config = &c;
@@ -275,6 +281,30 @@ void Simulator::timer_loop() {
   }
 }
 
+// A device's real work (the host computing its kernels, copying its bytes) that keeps running far
+// past the modelled duration means the host, not the model, sets the device's pace: `done` comes
+// when the work ends, so the scheduler learns this machine's speed instead of the simulated one
+// and every device looks alike. Said once per device, when 4 of its last 8 works took more than
+// twice their modelled (wall) time.
+void Simulator::note_real_time(Device& d, const Op& op, double real_seconds) {
+  constexpr double kRatio = 2;
+  const double modelled = op.duration * clock_.scale();
+  const bool over = real_seconds > kRatio * modelled;
+  uint32_t bits = d.overruns.load(std::memory_order_relaxed), next = 0;
+  do {
+    next = ((bits << 1) | (over ? 1u : 0u)) & 0xffu;
+  } while (!d.overruns.compare_exchange_weak(bits, next, std::memory_order_relaxed));
+  if (!over || std::popcount(next) < 4 || !warn_ || d.warned.exchange(true)) return;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%g", clock_.scale());
+  warn_("sim: device '" + d.config->name + "': the host took " + format_seconds(real_seconds) +
+        " for the real work of " + op.what + ", modelled at " + format_seconds(modelled) +
+        " (time_scale " + scale + "), and ran past twice the model in 4 of the device's last 8 "
+        "operations: the host's computation, not the model, sets this device's pace, so its "
+        "timings and the scheduler's choices reflect this machine, not the simulated one. Set "
+        "compute = false (timing only) or a larger time_scale");
+}
+
 void Simulator::worker_loop() {
   for (;;) {
     Op* op = nullptr;
@@ -286,11 +316,14 @@ void Simulator::worker_loop() {
       work_.pop_front();
     }
     hcr_error_t* err = nullptr;
+    const auto began = Clock::Real::now();
     try {
       err = op->work(op->slot);
     } catch (...) {  // work functions guard themselves; this is the last line
       err = sdk::make_error(HCR_ERROR_INTERNAL, op->what + ": work threw");
     }
+    note_real_time(*devices_[op->device], *op,
+                   std::chrono::duration<double>(Clock::Real::now() - began).count());
     op->work_error = err;
     if (op->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) fire(op);
   }

@@ -83,7 +83,10 @@ struct Op {
 
 class Simulator {
  public:
-  Simulator(const MachineConfig& machine, std::vector<uint64_t> device_keys);
+  /// `warn` (may be empty) receives the simulator's warnings: once per device whose real work
+  /// keeps taking much longer than its modelled duration (see note_real_time). Thread-safe.
+  Simulator(const MachineConfig& machine, std::vector<uint64_t> device_keys,
+            std::function<void(const std::string&)> warn = {});
   ~Simulator();
   Simulator(const Simulator&) = delete;
   Simulator& operator=(const Simulator&) = delete;
@@ -115,6 +118,8 @@ class Simulator {
     int syncing = 0;       // synchronize() calls waiting
     std::atomic<uint64_t> launches{0};
     std::atomic<uint64_t> copies{0};
+    std::atomic<uint32_t> overruns{0};  // the last 8 works, a bit each: 1 = ran far past its model
+    std::atomic<bool> warned{false};
   };
   struct Event {
     Clock::Real::time_point when;
@@ -131,8 +136,10 @@ class Simulator {
   void fire(Op* op) noexcept;
   void timer_loop();
   void worker_loop();
+  void note_real_time(Device& d, const Op& op, double real_seconds);
 
   const MachineConfig& machine_;
+  std::function<void(const std::string&)> warn_;
   Clock clock_;
   std::vector<uint64_t> keys_;
   std::vector<std::unique_ptr<Device>> devices_;

@@ -6,10 +6,15 @@
 
 #include <toml++/toml.h>
 
+#include "config_check.hpp"
 #include "units.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -21,15 +26,32 @@ namespace {
 // 1e300 would overflow the conversion. The same bound as Runtime's check of a hand-built Config.
 constexpr double kMaxTimeout = 1e9;
 
+// A configuration file can be big: beyond this it is refused unread (it would be no configuration
+// anyone wrote by hand, and /dev/zero must not fill memory).
+constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
+
+// Every problem of a file is reported, in line order, in one Error: fail() records one and
+// abandons only the key at hand (Skip), and parsing goes on with the next.
 class Parser {
  public:
   explicit Parser(std::string origin) : origin_(std::move(origin)) {}
+
+  struct Skip {};
 
   [[noreturn]] void fail(const toml::node* n, const std::string& key, const std::string& what) const {
     std::string where = origin_;
     if (n != nullptr && n->source().begin.line != 0)
       where += ":" + std::to_string(n->source().begin.line);
-    throw Error(ErrorCode::config, where + ": " + key + ": " + what);
+    problems_.push_back({where, key + ": " + what});
+    throw Skip{};
+  }
+  // Runs `f`, a step that may fail(): a failure abandons only that step.
+  template <class F>
+  void step(F&& f) const {
+    try {
+      f();
+    } catch (const Skip&) {
+    }
   }
   std::string at(const toml::node& n) const {
     return origin_ + ":" + std::to_string(n.source().begin.line);
@@ -82,16 +104,16 @@ class Parser {
     return os.str();
   }
 
-  // Flattens a backend table's keys to dotted strings.
-  void flatten(const toml::node& n, const std::string& key,
-               std::vector<std::pair<std::string, std::string>>& out) const {
+  // Flattens a backend table's keys to dotted strings, each with the place it was written.
+  void flatten(const toml::node& n, const std::string& key, BackendConfig& out) const {
     if (auto* t = n.as_table()) {
-      for (auto&& [k, v] : *t) flatten(v, key + "." + std::string(k.str()), out);
+      for (auto&& [k, v] : *t) step([&] { flatten(v, key + "." + std::string(k.str()), out); });
       return;
     }
     if (auto* a = n.as_array()) {
       if (!a->empty() && a->is_array_of_tables()) {
-        for (size_t i = 0; i < a->size(); ++i) flatten(*a->get(i), key + "." + std::to_string(i), out);
+        for (size_t i = 0; i < a->size(); ++i)
+          step([&] { flatten(*a->get(i), key + "." + std::to_string(i), out); });
         return;
       }
       std::string joined;
@@ -102,16 +124,19 @@ class Parser {
         if (i) joined += ',';
         joined += scalar_text(e, key);
       }
-      out.emplace_back(key, joined);
+      out.options.emplace_back(key, joined);
+      out.option_origins.push_back(at(n));
       return;
     }
-    out.emplace_back(key, scalar_text(n, key));
+    out.options.emplace_back(key, scalar_text(n, key));
+    out.option_origins.push_back(at(n));
   }
 
+  /// The configuration; throws Error(config) listing every problem found, in line order.
   Config run(const toml::table& root) const {
     Config c;
     c.origin = origin_;
-    for (auto&& [k, v] : root) {
+    for (auto&& [k, v] : root) step([&] {
       std::string key(k.str());
       if (key == "runtime") runtime(table(v, key), c);
       else if (key == "scheduler") scheduler(table(v, key), c);
@@ -119,12 +144,16 @@ class Parser {
       else if (key == "trace") trace(table(v, key), c);
       else if (key == "backend") backends(v, c);
       else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace or backend)");
-    }
+    });
+    for (detail::ConfigProblem& p : detail::duplicate_tables(c.backends))
+      problems_.push_back(std::move(p));
+    if (!problems_.empty())
+      throw Error(ErrorCode::config, detail::problems_text(std::move(problems_)));
     return c;
   }
 
   void runtime(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) {
+    for (auto&& [k, v] : t) step([&] {
       std::string key = "runtime." + std::string(k.str());
       if (k.str() == "plugin_paths") {
         auto* a = v.as_array();
@@ -162,11 +191,11 @@ class Parser {
              "unknown key (expected plugin_paths, log_level, quarantine_failures, "
              "quarantine_window or task_timeout)");
       }
-    }
+    });
   }
 
   void scheduler(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) {
+    for (auto&& [k, v] : t) step([&] {
       std::string key = "scheduler." + std::string(k.str());
       if (k.str() == "policy") {
         c.policy = string(v, key);
@@ -199,11 +228,11 @@ class Parser {
         fail(&v, key,
              "unknown key (expected policy, model_dir, calibrate, calibrate_samples or seed)");
       }
-    }
+    });
   }
 
   void data(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) {
+    for (auto&& [k, v] : t) step([&] {
       std::string key = "data." + std::string(k.str());
       if (k.str() == "prefetch") {
         c.prefetch = boolean(v, key);
@@ -219,11 +248,11 @@ class Parser {
       } else {
         fail(&v, key, "unknown key (expected prefetch, lookahead or writeback)");
       }
-    }
+    });
   }
 
   void trace(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) {
+    for (auto&& [k, v] : t) step([&] {
       std::string key = "trace." + std::string(k.str());
       if (k.str() == "file" || k.str() == "gantt") {
         std::string path = string(v, key);
@@ -234,42 +263,49 @@ class Parser {
       } else {
         fail(&v, key, "unknown key (expected file, gantt or counters)");
       }
-    }
+    });
   }
 
   void backends(const toml::node& n, Config& c) const {
     auto* a = n.as_array();
     if (a == nullptr || !a->is_array_of_tables())
       fail(&n, "backend", "expected [[backend]] tables");
-    for (auto&& e : *a) {
+    for (auto&& e : *a) step([&] {
       const toml::table& t = *e.as_table();
       BackendConfig b;
       b.origin = at(t);
-      bool named = false;
+      bool named = false, bad = false;
       for (auto&& [k, v] : t) {
-        std::string key(k.str());
-        if (key == "name") {
-          b.name = string(v, "backend.name");
-          named = true;
-        } else if (key == "enabled") {
-          b.enabled = boolean(v, "backend.enabled");
-        } else if (key == "memory_limit") {
-          b.memory_limit = scalar_text(v, "backend.memory_limit");
-          if (!detail::parse_memory_limit(b.memory_limit))
-            fail(&v, "backend.memory_limit",
-                 "'" + b.memory_limit + "' is not a size (\"4GiB\", \"512MB\", bytes) or a "
-                 "share (\"75%\")");
-        } else {
-          flatten(v, key, b.options);
-        }
+        const size_t before = problems_.size();
+        step([&] {
+          std::string key(k.str());
+          if (key == "name") {
+            named = true;
+            b.name = string(v, "backend.name");
+          } else if (key == "enabled") {
+            b.enabled = boolean(v, "backend.enabled");
+          } else if (key == "memory_limit") {
+            b.memory_limit = scalar_text(v, "backend.memory_limit");
+            if (!detail::parse_memory_limit(b.memory_limit))
+              fail(&v, "backend.memory_limit",
+                   "'" + b.memory_limit + "' is not a size (\"4GiB\", \"512MB\", bytes) or a "
+                   "share (\"75%\")");
+          } else {
+            flatten(v, key, b);
+          }
+        });
+        bad = bad || problems_.size() != before;
       }
-      if (!named || b.name.empty()) fail(&t, "backend.name", "every [[backend]] needs a name");
-      c.backends.push_back(std::move(b));
-    }
+      if (!named || (b.name.empty() && !bad))
+        fail(&t, "backend.name", "every [[backend]] needs a name");
+      // A table with a mistake stays out: the loader would only add confusion about it.
+      if (!bad) c.backends.push_back(std::move(b));
+    });
   }
 
  private:
   std::string origin_;
+  mutable std::vector<detail::ConfigProblem> problems_;
 };
 
 }  // namespace
@@ -288,12 +324,36 @@ Config Config::parse(std::string_view text, std::string origin) {
 }
 
 Config Config::load(const std::filesystem::path& file) {
+  // What the path is, before opening it: a FIFO would block the open, /dev/zero never end.
+  const std::string name = "configuration file '" + file.string() + "'";
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0)
+    throw Error(ErrorCode::config, "cannot read " + name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    throw Error(ErrorCode::config, name + " is a directory");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorCode::config,
+                name + " is not a regular file (" +
+                    (S_ISFIFO(st.st_mode)  ? "a FIFO"
+                     : S_ISCHR(st.st_mode) ? "a character device"
+                     : S_ISBLK(st.st_mode) ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                           : "not a file") +
+                    "): refused");
+  auto too_big = [&] {
+    return Error(ErrorCode::config, name + " is larger than " +
+                                        std::to_string(kMaxConfigBytes >> 20) + " MiB: refused");
+  };
+  if (static_cast<std::uintmax_t>(st.st_size) > kMaxConfigBytes) throw too_big();
   std::ifstream in(file, std::ios::binary);
-  if (!in)
-    throw Error(ErrorCode::config, "cannot read configuration file '" + file.string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), file.string());
+  if (!in) throw Error(ErrorCode::config, "cannot read " + name + ": " + std::strerror(errno));
+  // At most one byte past the cap: a file that grew since stat is refused all the same.
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw Error(ErrorCode::config, "cannot read " + name);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) throw too_big();
+  return parse(text, file.string());
 }
 
 }  // namespace hcr

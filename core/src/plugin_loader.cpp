@@ -1,18 +1,26 @@
 // The plugin loader. Modelled on the Khronos ICD loader's tolerance: each library that cannot be
 // used is skipped with the file and the reason, and loading carries on. Search order: the
-// configuration's directories, then HCR_PLUGIN_PATH, then the install's plugin directory.
+// configuration's directories, then HCR_PLUGIN_PATH, then the install's plugin directory; files
+// named in HCR_PLUGIN_DISABLE are left alone.
 #include "plugin_loader.hpp"
 
+#include "config_check.hpp"
 #include "elf_check.hpp"
 #include "log_internal.hpp"
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
-#include <set>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -27,9 +35,92 @@ void host_log(void* host_context, hcr_log_level_t level, const char* message) {
   log::write(static_cast<LogLevel>(level), p->log_prefix + message);
 }
 
-bool world_writable(const fs::path& p, std::error_code& ec) {
-  auto st = fs::status(p, ec);
-  return !ec && (st.permissions() & fs::perms::others_write) != fs::perms::none;
+// ---- trust ------------------------------------------------------------------------------------
+//
+// Loading a library runs its code in this process, so whoever can change what a path leads to can
+// run code as this user. As OpenSSH's StrictModes and glibc's secure mode reason, a path is trusted
+// when every directory from / down, every symbolic link on the way (each resolved) and the file
+// itself are owned by root or this user (the effective uid) and writable by no one else. One
+// exception, for /tmp-like directories: a directory writable by others but sticky (S_ISVTX) lets
+// others add entries, never rename or remove ours, so it may lie on the way to an entry that root
+// or this user owns; the directory searched and the library file may never be writable by others.
+
+bool trusted_owner(uid_t uid) noexcept { return uid == 0 || uid == ::geteuid(); }
+
+std::string writable_by(mode_t mode) {
+  return (mode & S_IWOTH) ? "world-writable" : "group-writable";
+}
+
+// Empty when `path` (absolute) and everything leading to it are trusted and it is a directory
+// (want_directory) or a regular file; otherwise why not, naming the offending path.
+std::string untrusted(const fs::path& path, bool want_directory) {
+  if (!path.is_absolute()) return "not an absolute path: refused";
+  // Components still to walk, the next one last; resolved links push their targets' components.
+  std::vector<std::string> todo;
+  auto push = [&](const fs::path& p) {
+    std::vector<std::string> parts;
+    for (const fs::path& c : p.relative_path()) parts.push_back(c.string());
+    todo.insert(todo.end(), parts.rbegin(), parts.rend());
+  };
+  push(path);
+  fs::path at = "/";
+  struct stat st {};
+  if (::lstat("/", &st) != 0) return "cannot examine /: " + std::string(std::strerror(errno));
+  if (!trusted_owner(st.st_uid) || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return "/ is not owned by root or not protected: refused";
+  bool shared = false;  // `at` is writable by others (sticky): its entries' owners matter
+  int links = 0;
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {  // `at` is already resolved: its parent is the real one
+      at = at.parent_path();
+      shared = false;
+      if (::lstat(at.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH))) shared = true;
+      continue;
+    }
+    const fs::path next = at / name;
+    if (::lstat(next.c_str(), &st) != 0)
+      return "cannot examine " + next.string() + ": " + std::strerror(errno);
+    if (S_ISLNK(st.st_mode)) {
+      // Replaceable by whoever may write `at` (checked on the way here) and, in a sticky
+      // directory, by the link's owner.
+      if (shared && !trusted_owner(st.st_uid))
+        return "symbolic link " + next.string() + " belongs to uid " + std::to_string(st.st_uid) +
+               " in the shared directory " + at.string() + ": refused";
+      if (++links > 40) return "too many symbolic links on the way to " + path.string();
+      std::error_code ec;
+      const fs::path target = fs::read_symlink(next, ec);
+      if (ec) return "cannot read symbolic link " + next.string() + ": " + ec.message();
+      if (target.is_absolute()) at = "/";
+      push(target);
+      continue;
+    }
+    const bool last = todo.empty();
+    const bool directory = S_ISDIR(st.st_mode);
+    const char* what = directory ? "directory" : "file";
+    if (!trusted_owner(st.st_uid))
+      return std::string(last ? "" : "on its path: ") + what + " " + next.string() +
+             " belongs to uid " + std::to_string(st.st_uid) +
+             " (neither root nor this user): refused";
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+      if (last) return writable_by(st.st_mode) + " " + what + ": refused";
+      if (!directory || !(st.st_mode & S_ISVTX))
+        return "on its path: " + writable_by(st.st_mode) + " " + what + " " + next.string() +
+               ": refused";
+      shared = true;
+    } else {
+      shared = false;
+    }
+    if (!last && !directory) return next.string() + " is not a directory";
+    at = next;
+    if (last) {
+      if (want_directory && !directory) return "not a directory";
+      if (!want_directory && !S_ISREG(st.st_mode)) return "not a regular file";
+    }
+  }
+  return {};
 }
 
 // A library that was loaded has run code (static initialisers, its plugin) that may have started
@@ -46,9 +137,8 @@ void keep_loaded(const std::shared_ptr<LoadedLibrary>& lib) {
 
 // Opens a library and checks its table. Null with record.reason set when it cannot be used.
 std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& record) {
-  std::error_code ec;
-  if (world_writable(file, ec)) {
-    record.reason = "world-writable file: refused";
+  if (std::string why = untrusted(file, false); !why.empty()) {
+    record.reason = why;
     return nullptr;
   }
   if (std::string why = elf_problem(file); !why.empty()) {
@@ -57,6 +147,10 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
   }
   auto lib = std::make_shared<LoadedLibrary>();
   lib->path = file.string();
+  // From here on the library's own code runs (its static initialisers, then its entry point):
+  // said first, so that a library that crashes or hangs the process is named by the last line
+  // logged. `hcr devices` reads these lines to name the culprit (tools/cmd_devices.cpp).
+  HCR_LOG(info, "opening plugin library " << lib->path);
   try {
     lib->library.load(file, boost::dll::load_mode::rtld_lazy | boost::dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
@@ -133,9 +227,33 @@ std::shared_ptr<LoadedLibrary> open_library(const fs::path& file, PluginRecord& 
   return lib;
 }
 
-// Creates one instance of `lib` and reads its devices. Null with record.reason set on failure.
+// A plugin's refusal of its options (HCR_ERROR_INVALID_ARGUMENT from plugin_create: the ABI's
+// "bad option"), placed at the key it names in quotes ('threads'; the first one the message
+// names) and that key's line, else at the table.
+detail::ConfigProblem option_problem(const BackendConfig& bc, const std::string& message) {
+  size_t best = std::string::npos, which = 0;
+  for (size_t i = 0; i < bc.options.size(); ++i) {
+    const size_t at = message.find("'" + bc.options[i].first + "'");
+    if (at < best || (at == best && at != std::string::npos &&
+                      bc.options[i].first.size() > bc.options[which].first.size())) {
+      best = at;
+      which = i;
+    }
+  }
+  const std::string table = bc.origin.empty() ? "backend '" + bc.name + "'" : bc.origin;
+  if (best == std::string::npos)
+    return {table, "backend '" + bc.name + "': " + message};
+  const std::string where =
+      which < bc.option_origins.size() ? bc.option_origins[which] : table;
+  return {where, "backend." + bc.options[which].first + ": " + message + " (plugin '" + bc.name +
+                     "')"};
+}
+
+// Creates one instance of `lib` and reads its devices. Null with record.reason set on failure;
+// `mistake` is set too when the plugin refused the table's options.
 std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>& lib,
-                                            const BackendConfig& bc, PluginRecord& record) {
+                                            const BackendConfig& bc, PluginRecord& record,
+                                            std::optional<detail::ConfigProblem>* mistake = nullptr) {
   auto p = std::make_unique<PluginInstance>();
   p->library = lib;
   p->api = lib->api;
@@ -160,8 +278,12 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   a.num_options = options.size();
   a.library_path = lib->path.c_str();
   std::string where = bc.origin.empty() ? "" : " (backend table at " + bc.origin + ")";
+  HCR_LOG(info, "initialising plugin '" << lib->name << "' from " << lib->path);
   if (hcr_error_t* err = lib->api->plugin_create(&a)) {
-    record.reason = "init failed: " + take_error(lib->api, err) + where;
+    const bool refused = lib->api->error_code(err) == HCR_ERROR_INVALID_ARGUMENT;
+    const std::string message = take_error(lib->api, err);
+    record.reason = "init failed: " + message + where;
+    if (refused && mistake != nullptr) *mistake = option_problem(bc, message);
     return nullptr;
   }
   if (a.plugin == nullptr) {
@@ -171,6 +293,7 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   p->handle = a.plugin;
 
   size_t count = 0;
+  HCR_LOG(debug, "plugin '" << lib->name << "' from " << lib->path << ": counting devices");
   if (hcr_error_t* err = lib->api->device_count(p->handle, &count)) {
     record.reason = "device_count failed: " + take_error(lib->api, err);
     return nullptr;
@@ -182,6 +305,7 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   for (size_t i = 0; i < count; ++i) {
     hcr_device_info_t info{};
     info.struct_size = HCR_DEVICE_INFO_STRUCT_SIZE;
+    HCR_LOG(debug, "plugin '" << lib->name << "' from " << lib->path << ": describing device " << i);
     if (hcr_error_t* err = lib->api->device_info(p->handle, i, &info)) {
       HCR_LOG(warn, lib->path << ": device " << i << " skipped: " << take_error(lib->api, err));
       continue;
@@ -262,6 +386,21 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
         if (!item.empty()) dirs.emplace_back(item, "HCR_PLUGIN_PATH");
     }
   dirs.emplace_back(install_plugin_dir().string(), "install");
+  // HCR_PLUGIN_DISABLE: libraries never opened (full paths or file names, ':'-separated), as the
+  // Vulkan loader's VK_LOADER_DRIVERS_DISABLE: the way around one that crashes or hangs the
+  // process at start (`hcr devices` finds it and sets this for its own probes).
+  std::vector<std::string> disabled;
+  if (config.use_environment)
+    if (const char* env = std::getenv("HCR_PLUGIN_DISABLE"); env && *env) {
+      std::stringstream ss(env);
+      for (std::string item; std::getline(ss, item, ':');)
+        if (!item.empty()) disabled.push_back(item);
+    }
+  auto is_disabled = [&](const fs::path& file) {
+    return std::any_of(disabled.begin(), disabled.end(), [&](const std::string& d) {
+      return d == file.string() || d == file.filename().string();
+    });
+  };
 
   // With [[backend]] tables, a library whose file name says it is a plugin nobody asked for
   // (libhcr-<name>.so) is not opened at all: loading one costs milliseconds (its dependencies'
@@ -304,7 +443,7 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     if (!p.is_absolute()) d.reason = "not an absolute path: refused";
     else if (!fs::exists(p, ec)) d.reason = "does not exist";
     else if (!fs::is_directory(p, ec)) d.reason = "not a directory";
-    else if (world_writable(p, ec)) d.reason = "world-writable directory: refused";
+    else if (std::string why = untrusted(p, true); !why.empty()) d.reason = why;
     else if (auto canon = fs::weakly_canonical(p, ec);
              std::find(seen_dirs.begin(), seen_dirs.end(), canon) != seen_dirs.end())
       d.reason = "listed earlier";
@@ -319,6 +458,12 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     for (const fs::path& file : library_files(p)) {
       PluginRecord rec;
       rec.path = file.string();
+      if (is_disabled(file)) {
+        rec.reason = "disabled by HCR_PLUGIN_DISABLE (not opened)";
+        HCR_LOG(info, "plugin " << rec.path << " skipped: " << rec.reason);
+        report.plugins.push_back(std::move(rec));
+        continue;
+      }
       if (unwanted(file)) {
         rec.reason = "not named in the configuration (not opened)";
         unopened.push_back(report.plugins.size());
@@ -341,12 +486,18 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
 
 
   std::vector<std::unique_ptr<PluginInstance>> instances;
+  // Mistakes in the [[backend]] tables: all of them are collected, then thrown as one Error.
+  std::vector<detail::ConfigProblem> mistakes = detail::duplicate_tables(config.backends);
   DeviceBudget budget;  // what the runtime can take, over every instance
   auto create = [&](const std::shared_ptr<LoadedLibrary>& lib, const BackendConfig& bc,
                     bool first) {
     PluginRecord rec = report.plugins[record_of[lib->name]];
     rec.reason.clear();
-    auto inst = instantiate(lib, bc, rec);
+    std::optional<detail::ConfigProblem> mistake;
+    // A table of the configuration is the user's: options the plugin refuses are a mistake in it.
+    // Loading every plugin with no options (no tables) has no table to blame.
+    auto inst = instantiate(lib, bc, rec, config.backends.empty() ? nullptr : &mistake);
+    if (mistake) mistakes.push_back(std::move(*mistake));
     if (inst) {
       // The first devices found are kept; the rest are left out, saying so.
       const size_t offered = inst->devices.size();
@@ -370,7 +521,7 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     }
     rec.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;
     if (inst) HCR_LOG(info, "plugin " << rec.path << ": loaded, " << rec.devices << " device(s)");
-    else HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
+    else if (!mistake) HCR_LOG(warn, "plugin " << rec.path << " skipped: " << rec.reason);
     if (first) report.plugins[record_of[lib->name]] = rec;
     else report.plugins.push_back(rec);
     if (inst) instances.push_back(std::move(inst));
@@ -380,6 +531,36 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     for (auto& lib : libraries) create(lib, BackendConfig{lib->name, true, {}, {}}, true);
     return instances;
   }
+
+  // Why no library is plugin `name`. A mistake (a misspelt name) when every library was examined
+  // and none is it; not one when a library that could be it was skipped before telling its name
+  // (it cannot load here, it is disabled): its name is then no mistake, the machine lacks it. A
+  // library named libhcr-<other>.so is taken to be plugin <other>, as its name says.
+  auto why_missing = [&](const BackendConfig& bc, bool& mistake) {
+    std::string maybe;
+    for (const PluginRecord& r : report.plugins) {
+      if (r.path.empty() || r.status == PluginRecord::Status::loaded) continue;
+      const std::string file = fs::path(r.path).filename().string();
+      const std::string prefix = "libhcr-";
+      const bool hinted = file.rfind(prefix, 0) == 0;
+      const std::string hint = hinted ? file.substr(prefix.size(), file.find('.') - prefix.size())
+                                      : std::string();
+      const bool could_be = r.name == bc.name || (r.name.empty() && (!hinted || hint == bc.name));
+      if (could_be) maybe += (maybe.empty() ? "" : "; ") + r.path + ": " + r.reason;
+    }
+    mistake = maybe.empty();
+    if (!mistake)
+      return "no usable plugin named '" + bc.name + "' (backend table at " + bc.origin +
+             "): perhaps " + maybe;
+    std::string found, unsearched;
+    for (auto& lib : libraries) found += (found.empty() ? "" : ", ") + lib->name;
+    for (const LoadReport::Dir& d : report.dirs)
+      if (!d.used && d.origin != "install" && d.reason != "listed earlier")
+        unsearched += (unsearched.empty() ? "" : ", ") + d.path + " (" + d.reason + ")";
+    return "no plugin named '" + bc.name + "' in the search path (found: " +
+           (found.empty() ? "none" : found) + ")" +
+           (unsearched.empty() ? "" : "; not searched: " + unsearched);
+  };
   std::map<std::string, bool> used;
   for (const BackendConfig& bc : config.backends) {
     auto it = std::find_if(libraries.begin(), libraries.end(),
@@ -387,16 +568,19 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
     if (!bc.enabled || it == libraries.end()) {
       PluginRecord rec;
       rec.name = bc.name;
+      bool mistake = false;
       rec.reason = !bc.enabled ? "disabled in the configuration (" + bc.origin + ")"
-                               : "no plugin named '" + bc.name +
-                                     "' in the search path (backend table at " + bc.origin + ")";
-      HCR_LOG(warn, "backend '" << bc.name << "' skipped: " << rec.reason);
+                               : why_missing(bc, mistake);
+      if (mistake) mistakes.push_back({bc.origin, "backend.name: " + rec.reason});
+      else HCR_LOG(warn, "backend '" << bc.name << "' skipped: " << rec.reason);
       report.plugins.push_back(std::move(rec));
       continue;
     }
     create(*it, bc, !used[bc.name]);
     used[bc.name] = true;
   }
+  if (!mistakes.empty())
+    throw Error(ErrorCode::config, detail::problems_text(std::move(mistakes)));
   for (auto& lib : libraries)
     if (!used[lib->name]) {
       auto& rec = report.plugins[record_of[lib->name]];
@@ -406,7 +590,7 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
 }
 
 std::unique_ptr<PluginInstance> load_one(const fs::path& file, const BackendConfig& backend,
-                                         PluginRecord& record) {
+                                         PluginRecord& record, std::string* mistake) {
   record.path = file.string();
   auto lib = open_library(file, record);
   if (!lib) return nullptr;
@@ -414,7 +598,9 @@ std::unique_ptr<PluginInstance> load_one(const fs::path& file, const BackendConf
     record.reason = "the library is plugin '" + lib->name + "', not '" + backend.name + "'";
     return nullptr;
   }
-  auto inst = instantiate(lib, backend, record);
+  std::optional<detail::ConfigProblem> refused;
+  auto inst = instantiate(lib, backend, record, &refused);
+  if (refused && mistake != nullptr) *mistake = refused->where + ": " + refused->text;
   record.status = inst ? PluginRecord::Status::loaded : PluginRecord::Status::skipped;
   return inst;
 }

@@ -1,5 +1,7 @@
-// Finds, loads and checks backend plugins (Boost.DLL), and creates their instances. Every failure
-// skips the file or table with a diagnostic in the LoadReport; nothing here throws for a bad plugin.
+// Finds, loads and checks backend plugins (Boost.DLL), and creates their instances. A library that
+// cannot be used is skipped with a diagnostic in the LoadReport; nothing here throws for a bad
+// plugin. Mistakes in the configuration's [[backend]] tables (options a plugin refuses, a name no
+// library has, two identical tables) are collected and thrown together as one Error(config).
 #pragma once
 
 #include <hcr/config.hpp>
@@ -72,8 +74,11 @@ struct DeviceBudget {
 };
 
 /// Loads one library file and instantiates it with `backend` (options) — hot-plug and tests.
+/// When the plugin refuses the options (a mistake in the table, not a broken library), `mistake`
+/// (if given) gets "where: backend.key: what".
 std::unique_ptr<PluginInstance> load_one(const std::filesystem::path& file,
-                                         const BackendConfig& backend, PluginRecord& record);
+                                         const BackendConfig& backend, PluginRecord& record,
+                                         std::string* mistake = nullptr);
 
 /// Text of an ABI error, which is then freed through `api`.
 std::string take_error(const hcr_plugin_api_t* api, hcr_error_t* error);

@@ -845,15 +845,20 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
 
 PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConfig& backend) {
   check_alive("load_plugin");
-  // A relative path is the application's to give (it names a file, resolved against the working
-  // directory here, never searched for); the absolute-only rule is for search directories.
   if (!backend.enabled)
     throw Error(ErrorCode::invalid_argument,
                 "load_plugin: '" + path + "' with a backend table that says enabled = false" +
                     (backend.origin.empty() ? std::string() : " (" + backend.origin + ")"));
+  // Absolute only, as for search directories: a relative name would load whatever the working
+  // directory (perhaps another user's, or a download folder) holds under that name. The loader
+  // then checks the file and every directory leading to it (plugin_loader.cpp, untrusted()).
+  if (!std::filesystem::path(path).is_absolute())
+    throw Error(ErrorCode::invalid_argument,
+                "load_plugin: '" + path + "' is not an absolute path (a relative name would be "
+                "looked up in the working directory): refused");
   std::error_code ec;
-  const std::filesystem::path file = std::filesystem::absolute(path, ec);
-  if (path.empty() || ec || !std::filesystem::is_regular_file(file, ec))
+  const std::filesystem::path file = path;
+  if (!std::filesystem::is_regular_file(file, ec))
     throw Error(ErrorCode::plugin, "load_plugin: '" + path + "' is not a file");
   std::vector<Ref<KernelState>> kernels;
   uint32_t first = 0, last = 0;
@@ -861,7 +866,8 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
   {
     std::lock_guard<std::mutex> g(add_mutex_);
     check_alive("load_plugin");
-    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec);
+    std::string mistake;
+    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
@@ -881,6 +887,8 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
       }
     }
     report_.plugins.push_back(rec);
+    if (!mistake.empty())  // the table's fault, not the library's
+      throw Error(ErrorCode::config, "load_plugin: '" + file.string() + "': " + mistake);
     if (!inst)
       throw Error(ErrorCode::plugin, "load_plugin: '" + file.string() + "' skipped: " + rec.reason);
     PluginInstance& p = *inst;

@@ -1,6 +1,8 @@
 // TOML configuration: every key checked; errors name file, line and key.
 #include "../test_support.hpp"
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 namespace hcr {
@@ -213,6 +215,94 @@ TEST(Config, LoadReadsAFileAndNamesItInErrors) {
                          "threads = 1\nbogus = [[1], [2]]\n";
   Error e = expect_error([&] { Config::load(path); });
   EXPECT_NE(std::string(e.what()).find(path.string() + ":6: bogus"), std::string::npos)
+      << e.what();
+}
+
+TEST(Config, EveryProblemOfAFileIsReportedInOnePassInLineOrder) {
+  Error e = expect_error([] {
+    Config::parse(
+        "[runtime]\n"
+        "log_level = \"loud\"\n"         // 2
+        "[scheduler]\n"
+        "policy = \"eager\"\n"
+        "plicy = \"dmda\"\n"              // 5
+        "[data]\n"
+        "lookahead = -2\n"                // 7
+        "[[backend]]\n"                   // 8: no name
+        "threads = 2\n"
+        "[[backend]]\n"
+        "name = \"cpu\"\n"
+        "bogus = [[1], [2]]\n"            // 12
+        "[trace]\n"
+        "file = \"\"\n",                   // 14
+        "many.toml");
+  });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  const std::string expected =
+      "many.toml:2: runtime.log_level: 'loud' is not one of trace, debug, info, warn, error, off\n"
+      "many.toml:5: scheduler.plicy: unknown key (expected policy, model_dir, calibrate, "
+      "calibrate_samples or seed)\n"
+      "many.toml:7: data.lookahead: -2 is not -1 or 0 to 1024\n"
+      "many.toml:8: backend.name: every [[backend]] needs a name\n"
+      "many.toml:12: bogus: arrays may hold values or tables, not a mix or nested arrays\n"
+      "many.toml:14: trace.file: an empty path";
+  EXPECT_EQ(std::string(e.what()), expected);
+}
+
+TEST(Config, AFileOfManyMistakesGetsAReadableMessage) {
+  std::string text = "[scheduler]\n";
+  for (int i = 0; i < 120; ++i) text += "key" + std::to_string(i) + " = 1\n";
+  Error e = expect_error([&] { Config::parse(text, "many.toml"); });
+  const std::string what = e.what();
+  EXPECT_EQ(what.rfind("many.toml:2: scheduler.key0: unknown key", 0), 0u) << what;
+  EXPECT_NE(what.find("many.toml:51: scheduler.key49: unknown key"), std::string::npos);
+  EXPECT_EQ(what.find("scheduler.key50:"), std::string::npos);
+  EXPECT_NE(what.find("\n(and 70 more)"), std::string::npos) << what.substr(what.size() - 40);
+}
+
+TEST(Config, BackendOptionsRememberTheirLines) {
+  Config c = Config::parse("[[backend]]\nname = \"sim\"\nseed = 3\n[[backend.device]]\n"
+                           "name = \"a\"\ngflops = 5\n",
+                           "lines.toml");
+  ASSERT_EQ(c.backends.size(), 1u);
+  const BackendConfig& b = c.backends[0];
+  ASSERT_EQ(b.option_origins.size(), b.options.size());
+  for (size_t i = 0; i < b.options.size(); ++i) {
+    const std::string& key = b.options[i].first;
+    const std::string want = key == "seed"             ? "lines.toml:3"
+                             : key == "device.0.name"   ? "lines.toml:5"
+                             : key == "device.0.gflops" ? "lines.toml:6"
+                                                        : "?";
+    EXPECT_EQ(b.option_origins[i], want) << key;
+  }
+}
+
+TEST(Config, LoadRefusesWhatIsNoRegularFileWithoutReadingIt) {
+  // /dev/zero would never end, a FIFO would block the open: refused from stat alone.
+  Error e = expect_error([] { Config::load("/dev/zero"); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_EQ(std::string(e.what()),
+            "configuration file '/dev/zero' is not a regular file (a character device): refused");
+  test::TempDir dir;
+  const auto fifo = dir.path() / "devices.toml";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  e = expect_error([&] { Config::load(fifo); });
+  EXPECT_NE(std::string(e.what()).find("is not a regular file (a FIFO): refused"),
+            std::string::npos)
+      << e.what();
+  e = expect_error([&] { Config::load(dir.path()); });
+  EXPECT_EQ(std::string(e.what()),
+            "configuration file '" + dir.path().string() + "' is a directory");
+}
+
+TEST(Config, LoadRefusesAFileOverItsSizeCap) {
+  test::TempDir dir;
+  const auto big = dir.path() / "big.toml";
+  { std::ofstream(big) << "# a comment\n"; }
+  std::filesystem::resize_file(big, (16u << 20) + 1);  // sparse: costs no disk
+  Error e = expect_error([&] { Config::load(big); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find("is larger than 16 MiB: refused"), std::string::npos)
       << e.what();
 }
 

@@ -95,7 +95,7 @@ TEST(Runtime, MisuseThrowsNamingTheValue) {
 TEST(Runtime, NoDevicesStillConstructsAndFailsTasksClearly) {
   Config c;
   c.use_environment = false;
-  c.backends.push_back({"nonesuch", true, {}, "test"});
+  c.backends.push_back({"cpu", false, {}, "test"});  // a table that loads nothing
   Runtime rt(c);
   EXPECT_TRUE(rt.devices().empty());
   Event e = rt.submit(Task(rt.kernel("anything").cpu([](TaskContext&) {})));

@@ -1,6 +1,8 @@
 # Installs hcr into a fresh prefix, builds samples/plugin against that install only, drops the
-# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs.
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, and SANITIZE (HCR_SANITIZE of the build).
+# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; then
+# builds a client with nothing but `pkg-config --cflags --libs hcr` and runs it.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX (the C++ compiler), and SANITIZE
+# (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 set(dropin "${WORK_DIR}/dropin")
@@ -26,9 +28,11 @@ run(${CMAKE_COMMAND} --build "${WORK_DIR}/plugin-build")
 
 file(MAKE_DIRECTORY "${dropin}")
 file(CHMOD "${dropin}" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+# hcr_add_plugin names the library after the plugin: libhcr-sample.so, no OUTPUT_NAME needed.
 file(GLOB plugin "${WORK_DIR}/plugin-build/libhcr-sample.so")
 if(NOT plugin)
-  message(FATAL_ERROR "the sample plugin was not built")
+  file(GLOB built "${WORK_DIR}/plugin-build/*.so")
+  message(FATAL_ERROR "hcr_add_plugin(hcr_sample ...) did not make libhcr-sample.so (made: ${built})")
 endif()
 file(COPY ${plugin} DESTINATION "${dropin}")
 
@@ -49,3 +53,81 @@ if(at EQUAL -1)
   message(FATAL_ERROR "sample_client did not run the plugin's kernel:\n${out}")
 endif()
 message(STATUS "out-of-tree plugin: built against the install, loaded, kernel ran")
+
+# The README's plugin, as a reader copies it: its C++ and CMake blocks build against the install
+# into libhcr-mine.so, which `hcr devices` loads as plugin "mine".
+file(READ "${SOURCE_DIR}/README.md" readme)
+string(FIND "${readme}" "## Writing a backend plugin" at)
+string(SUBSTRING "${readme}" ${at} -1 readme)
+function(readme_block lang var)  # the first ```<lang> block of `readme`, without its fences
+  string(FIND "${readme}" "```${lang}\n" from)
+  if(from EQUAL -1)
+    message(FATAL_ERROR "README: no ${lang} block in 'Writing a backend plugin'")
+  endif()
+  string(LENGTH "```${lang}\n" fence)
+  math(EXPR from "${from} + ${fence}")
+  string(SUBSTRING "${readme}" ${from} -1 rest)
+  string(FIND "${rest}" "```" to)
+  string(SUBSTRING "${rest}" 0 ${to} text)
+  set(${var} "${text}" PARENT_SCOPE)
+endfunction()
+readme_block(cpp readme_cpp)
+readme_block(cmake readme_cmake)
+set(readme_dir "${WORK_DIR}/readme-plugin")
+file(WRITE "${readme_dir}/my_backend.cpp" "${readme_cpp}")
+file(WRITE "${readme_dir}/CMakeLists.txt"
+     "cmake_minimum_required(VERSION 3.25)\nproject(readme_plugin LANGUAGES CXX)\n${readme_cmake}")
+run(${CMAKE_COMMAND} -S "${readme_dir}" -B "${readme_dir}/build" -G "${GENERATOR}"
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${flags}")
+run(${CMAKE_COMMAND} --build "${readme_dir}/build")
+if(NOT EXISTS "${readme_dir}/build/libhcr-mine.so")
+  file(GLOB built "${readme_dir}/build/*.so")
+  message(FATAL_ERROR "the README's plugin did not build into libhcr-mine.so (made: ${built})")
+endif()
+file(MAKE_DIRECTORY "${readme_dir}/dropin")
+file(CHMOD "${readme_dir}/dropin" DIRECTORY_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+file(COPY "${readme_dir}/build/libhcr-mine.so" DESTINATION "${readme_dir}/dropin")
+run(${CMAKE_COMMAND} -E env HCR_PLUGIN_PATH=${readme_dir}/dropin ${hcr_tool} devices)
+string(FIND "${out}" "loaded   mine 1.0" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "`hcr devices` did not load the README's plugin:\n${out}")
+endif()
+message(STATUS "the README's plugin builds into libhcr-mine.so and loads")
+
+# pkg-config: the flags alone build and link a client, which finds the install's plugins.
+find_program(PKG_CONFIG NAMES pkg-config pkgconf)
+if(NOT PKG_CONFIG)
+  message(FATAL_ERROR "pkg-config not found (Debian: apt-get install pkgconf)")
+endif()
+file(GLOB_RECURSE pc_file "${prefix}/*/pkgconfig/hcr.pc")
+if(NOT pc_file)
+  message(FATAL_ERROR "no hcr.pc installed under ${prefix}")
+endif()
+get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr)
+string(STRIP "${out}" pc_flags)
+message(STATUS "pkg-config --cflags --libs hcr: ${pc_flags}")
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --variable=libdir hcr)
+string(STRIP "${out}" pc_libdir)
+separate_arguments(pc_args UNIX_COMMAND "${pc_flags}")
+file(WRITE "${WORK_DIR}/pc_client.cpp" [=[
+#include <hcr/hcr.hpp>
+#include <cstdio>
+int main() {
+  hcr::Runtime rt;
+  std::printf("pkg-config client: %zu device(s)\n", rt.devices().size());
+  return rt.devices().empty() ? 1 : 0;
+}
+]=])
+set(san_args "")
+if(SANITIZE)
+  set(san_args "-fsanitize=${SANITIZE}")
+endif()
+run(${CXX} -std=c++20 ${san_args} "${WORK_DIR}/pc_client.cpp" -o "${WORK_DIR}/pc_client"
+    ${pc_args} "-Wl,-rpath,${pc_libdir}")
+run("${WORK_DIR}/pc_client")
+string(FIND "${out}" "pkg-config client: " at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the pkg-config client did not run:\n${out}")
+endif()
+message(STATUS "pkg-config: hcr.pc builds and links a client that finds the installed plugins")

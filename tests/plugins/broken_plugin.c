@@ -3,8 +3,10 @@
  * runtime. Pure C, as an out-of-tree vendor might write. */
 #include <hcr/plugin.h>
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NO_ENTRY 1         /* exports something else, not hcr_plugin_get_api */
 #define WRONG_MAJOR 2      /* speaks ABI major + 1 */
@@ -13,6 +15,15 @@
 #define INIT_FAILS 5       /* plugin_create returns an error */
 #define GARBAGE_SIZE 6     /* struct_size is nonsense (huge) */
 #define RETURNS_NULL 7     /* hcr_plugin_get_api returns NULL */
+/* Defects no process survives, for `hcr devices`' probes (tests/plugins/crashing, never in a
+ * directory the other tests load): */
+#define CRASH_CREATE 8     /* plugin_create dies of SIGSEGV */
+#define HANG_COUNT 9       /* device_count never returns */
+#define CRASH_LOAD 10      /* a static initialiser dies of SIGSEGV while the library loads */
+
+#ifndef PLUGIN_NAME
+#define PLUGIN_NAME "broken"
+#endif
 
 struct hcr_error {
   hcr_error_code_t code;
@@ -32,6 +43,10 @@ static hcr_error_t* create(hcr_plugin_create_args_t* a) {
 #if DEFECT == INIT_FAILS
   (void)a;
   return make_error("broken plugin: init refuses to start (no hardware)");
+#elif DEFECT == CRASH_CREATE
+  (void)a;
+  raise(SIGSEGV);
+  return make_error("unreachable");
 #else
   a->plugin = (hcr_plugin_t*)1;
   return NULL;
@@ -40,9 +55,16 @@ static hcr_error_t* create(hcr_plugin_create_args_t* a) {
 static void destroy(hcr_plugin_t* p) { (void)p; }
 static hcr_error_t* count(hcr_plugin_t* p, size_t* n) {
   (void)p;
+#if DEFECT == HANG_COUNT
+  for (;;) pause();
+#endif
   *n = 0;
   return NULL;
 }
+
+#if DEFECT == CRASH_LOAD
+__attribute__((constructor)) static void crash_while_loading(void) { raise(SIGSEGV); }
+#endif
 static hcr_error_t* info(hcr_plugin_t* p, size_t d, hcr_device_info_t* i) {
   (void)p, (void)d, (void)i;
   return make_error("no devices");
@@ -68,7 +90,7 @@ static const hcr_plugin_api_t* get_api(void) {
   table.struct_size = HCR_PLUGIN_API_STRUCT_SIZE;
   table.abi_major = HCR_ABI_MAJOR;
   table.abi_minor = HCR_ABI_MINOR;
-  table.name = "broken";
+  table.name = PLUGIN_NAME;
   table.version = "0";
   table.error_code = err_code;
   table.error_message = err_message;

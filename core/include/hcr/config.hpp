@@ -32,7 +32,10 @@
 /// \endcode
 ///
 /// Every key has a default. Unknown keys and wrong types throw hcr::Error naming the file, the line
-/// and the key.
+/// and the key; every problem of a file is in that one Error, a line each, in line order. Keys the
+/// plugin reads are checked when the runtime creates it: one it refuses, a table naming no plugin
+/// in the search path, or two tables of one plugin with the same options, is an Error of the
+/// runtime's constructor named the same way.
 #pragma once
 
 #include <hcr/export.hpp>
@@ -57,6 +60,9 @@ struct BackendConfig {
   /// Memory hcr may use on each of this backend's devices: bytes ("4GiB") or a share ("75%").
   /// Empty: 90% of what the device reports. Read by the runtime, not passed to the plugin.
   std::string memory_limit;
+  /// "file:line" of each option, in the order of `options` (the parser fills it; may be empty in
+  /// a table built by hand): a mistake the plugin reports is named at its key's line.
+  std::vector<std::string> option_origins;
 };
 
 /// The whole configuration. Plain data: build one by hand or with load()/parse(). The Runtime
@@ -106,7 +112,9 @@ struct HCR_API Config {
   /// values above.
   bool use_environment = true;
 
-  /// Parses a TOML file. Throws Error(ErrorCode::config) naming file, line and key.
+  /// Parses a TOML file. Throws Error(ErrorCode::config) naming file, line and key. A path that is
+  /// not a regular file (a directory, a FIFO, /dev/zero) or is larger than 16 MiB is refused
+  /// without being read.
   static Config load(const std::filesystem::path& file);
   /// Parses TOML text; `origin` names it in messages.
   static Config parse(std::string_view toml, std::string origin = "<string>");

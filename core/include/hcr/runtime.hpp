@@ -108,10 +108,11 @@ class HCR_API Runtime {
   /// What the loader did (a snapshot; load_plugin appends to it).
   LoadReport load_report() const;
 
-  /// Hot-plug: loads one plugin library (an absolute or relative file path) with `backend`'s
-  /// options, as a [[backend]] table would give them; its devices join scheduling at once
-  /// (learning policies explore them) and take work already waiting. Throws Error(plugin)
-  /// naming the file and the loader's reason when the library cannot be used.
+  /// Hot-plug: loads one plugin library (an absolute file path; a relative one throws
+  /// Error(invalid_argument)) with `backend`'s options, as a [[backend]] table would give them;
+  /// its devices join scheduling at once (learning policies explore them) and take work already
+  /// waiting. Throws Error(plugin) naming the file and the loader's reason when the library cannot
+  /// be used (including a file or directory on its path that someone else may write).
   PluginRecord load_plugin(const std::string& path, const BackendConfig& backend = {});
   /// Takes a device out of scheduling for good: work queued for it is placed elsewhere, tasks
   /// running there finish, and data whose only valid copy is in its memory is written back

@@ -375,12 +375,13 @@ TEST(CudaPlugin, BadOptionsAreRefusedNamingThem) {
            std::tuple{"cache_dir", "relative/dir", "must be an absolute path"},
            std::tuple{"copy_threads", "-1", "option 'copy_threads' = -1"},
        }) {
-    Runtime rt(cuda_config({{key, value}}));
-    const std::optional<PluginRecord> r = record(rt, "cuda");
-    ASSERT_TRUE(r.has_value());
-    EXPECT_EQ(r->status, PluginRecord::Status::skipped) << key << "=" << value;
-    EXPECT_NE(r->reason.find(why), std::string::npos) << r->reason;
-    EXPECT_NE(r->reason.find("test"), std::string::npos) << "names the backend table: " << r->reason;
+    // A mistake in the table is the configuration's: the runtime does not start, and says where.
+    Error e = test::expect_error([&] { Runtime rt(cuda_config({{key, value}})); });
+    EXPECT_EQ(e.code(), ErrorCode::config) << key << "=" << value;
+    const std::string what = e.what();
+    EXPECT_NE(what.find(why), std::string::npos) << what;
+    EXPECT_EQ(what.rfind(std::string("test: backend.") + key + ": ", 0), 0u)
+        << "names the backend table and key: " << what;
   }
 }
 

@@ -213,9 +213,15 @@ class Options {
       }
     return r;
   }
+  /// Throws HCR_ERROR_INVALID_ARGUMENT naming every key never read, each in quotes ("unknown
+  /// options 'threds', 'devcies'"): the host reports them at their lines in the configuration.
   void check_all_used() const {
+    std::string unknown;
+    size_t n = 0;
     for (auto& it : items_)
-      if (!it.used) throw Error(HCR_ERROR_INVALID_ARGUMENT, "unknown option '" + it.key + "'");
+      if (!it.used) unknown += std::string(n++ ? ", '" : "'") + it.key + "'";
+    if (n > 0)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, (n == 1 ? "unknown option " : "unknown options ") + unknown);
   }
 
  private:
