@@ -130,9 +130,12 @@ void RuntimeCore::shutdown() noexcept {
   auto is_stuck = [&](const PluginInstance* p) {
     return std::find(stuck.begin(), stuck.end(), p) != stuck.end();
   };
-  for (auto& d : dev_)
-    if (is_stuck(d->plugin) && d->info.memory_node != 0)
-      data_.abandon_node(d->info.memory_node, d->info.name);
+  std::vector<bool> device_stuck(dev_.size());  // by device: its plugin will not be destroyed
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    device_stuck[i] = is_stuck(dev_[i]->plugin);
+    if (device_stuck[i] && dev_[i]->info.memory_node != 0)
+      data_.abandon_node(dev_[i]->info.memory_node, dev_[i]->info.name);
+  }
   data_.shutdown();  // every buffer's data home, device memory freed
   for (auto [file, write] : {std::pair{config_.trace_file, &RuntimeCore::write_trace},
                              std::pair{config_.gantt_file, &RuntimeCore::write_gantt}}) {
@@ -144,8 +147,9 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(error, e.what());
     }
   }
-  for (auto& d : dev_) {
-    if (is_stuck(d->plugin)) continue;
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    if (device_stuck[i]) continue;
+    DeviceState* d = dev_[i].get();
     if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
@@ -157,7 +161,7 @@ void RuntimeCore::shutdown() noexcept {
       for (size_t d = 0, n = device_count(); d < n; ++d) {
         KernelDevice& kd = k->devices[d];
         // A stuck launch may still use its kernel's handle: it stays.
-        if (kd.handle && !is_stuck(dev_[d]->plugin))
+        if (kd.handle && !device_stuck[d])
           dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
         kd.handle = nullptr;
         k->set_capability(d, Capability::no);
@@ -169,8 +173,9 @@ void RuntimeCore::shutdown() noexcept {
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
   for (auto& p : plugins_)
     if (!is_stuck(p.get())) p.reset();
-  for (auto& d : dev_) {
-    if (is_stuck(d->plugin)) continue;
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    if (device_stuck[i]) continue;
+    DeviceState* d = dev_[i].get();
     // No answer can come any more: the slots go back to the table, releasing what a launch given
     // up on held if its plugin ended without answering.
     for_each_slot(*d, [](LaunchSlot& s) {
@@ -189,13 +194,19 @@ void RuntimeCore::shutdown() noexcept {
     kernels_.clear();
     return;
   }
-  // What the stuck launches may touch stays: this object (through the task's kernel, or here),
-  // its devices, kernels and the stuck plugins, reachable from a list that is never freed.
+  // What the stuck launches may touch stays: this object, its devices, kernels and the stuck
+  // plugins, reachable from a list that is never freed. (The hung task's kernel holds this object
+  // too, but only until the plugin's late done releases it: on the plugin's own thread, which must
+  // not be where the plugin is destroyed and its library unloaded.)
   static auto* abandoned = new std::vector<std::shared_ptr<RuntimeCore>>();
-  static std::mutex abandoned_mutex;
+  static auto* abandoned_mutex = new std::mutex();
   if (std::shared_ptr<RuntimeCore> me = self()) {
-    std::lock_guard<std::mutex> g(abandoned_mutex);
-    abandoned->push_back(std::move(me));
+    try {
+      std::lock_guard<std::mutex> g(*abandoned_mutex);
+      abandoned->push_back(std::move(me));
+    } catch (...) {  // no memory even for that: nothing better to do
+      HCR_LOG(error, "shutdown: cannot keep the runtime for its stuck plugins");
+    }
   }
 }
 

@@ -655,13 +655,6 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   void* const token = t->launch_token;
   la.done = &RuntimeCore::on_launch_done;
   la.done_user_data = token;
-  if (task_timeout_ > 0)  // from now on the watchdog keeps an eye on this launch
-    LaunchTable::slot(LaunchTable::index_of(token))
-        ->deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                (std::chrono::steady_clock::now() + task_timeout_duration_)
-                                    .time_since_epoch())
-                                .count(),
-                            std::memory_order_relaxed);
   la.param_offsets = t->param_offsets.data();
   la.num_params = t->param_offsets.size();
   for (int i = 0; i < 3; ++i) {
@@ -669,6 +662,15 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.local_size[i] = t->local_size[i];
   }
   if (timing_ || trace_.on()) t->start = std::chrono::steady_clock::now();
+  // From now on the watchdog keeps an eye on this launch, and may end the attempt: the last
+  // touch of `t` here comes before (release; the watchdog reads the deadline with acquire).
+  if (task_timeout_ > 0)
+    LaunchTable::slot(LaunchTable::index_of(token))
+        ->deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                (std::chrono::steady_clock::now() + task_timeout_duration_)
+                                    .time_since_epoch())
+                                .count(),
+                            std::memory_order_release);
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
     launch_answered(token, err, nullptr, true);  // not `t`: done may have come first
 }
@@ -680,16 +682,16 @@ bool RuntimeCore::try_arm(uint32_t index, TaskNode* t) noexcept {
   const uint64_t st = s.state.load(std::memory_order_acquire);
   if (LaunchSlot::status(st) != LaunchSlot::kFree) return false;
   // Free slots change hands only here (one pumper per device). The generation moves first, then
-  // the fields, then the status (a seqlock): a late call for the previous launch that reads the
-  // fields then sees whether they are still that launch's.
+  // the fields, then the status: a late call for the previous launch that reads the kernel field
+  // (acquire, pairing with the release here) and then the generation sees whether the field is
+  // still that launch's (protocol_error).
   const uint64_t gen = (LaunchSlot::generation(st) + 1) & LaunchSlot::kGenerationMask;
   s.state.store(LaunchSlot::make(gen, LaunchSlot::kFree), std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
   s.task.store(t, std::memory_order_relaxed);
-  s.kernel.store(t->kernel->name.c_str(), std::memory_order_relaxed);
+  s.kernel.store(t->kernel->name.c_str(), std::memory_order_release);
   s.deadline_ns.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);
-  s.state.store(LaunchSlot::make(gen, LaunchSlot::kArmed), std::memory_order_release);
   t->launch_token = LaunchTable::token(index, gen);
+  s.state.store(LaunchSlot::make(gen, LaunchSlot::kArmed), std::memory_order_release);
   return true;
 }
 
@@ -777,10 +779,9 @@ void RuntimeCore::protocol_error(LaunchSlot& s, uint64_t gen, hcr_error_t* error
                                  bool returned) noexcept {
   // The slot's device is valid while its plugin can call (devices outlive their plugins; a plugin
   // left running at shutdown keeps the whole runtime). Its kernel field names this launch's
-  // kernel while the generation has not moved on (read as a seqlock; kernels outlive plugins too).
+  // kernel unless the generation has moved on since (see try_arm; kernels outlive plugins too).
   DeviceState* d = s.device.load(std::memory_order_acquire);
-  const char* kernel = s.kernel.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  const char* kernel = s.kernel.load(std::memory_order_acquire);
   if (LaunchSlot::generation(s.state.load(std::memory_order_relaxed)) != gen) kernel = nullptr;
   if (d == nullptr) {
     HCR_LOG(error, "a launch was answered after its runtime had ended: ignored");
@@ -823,7 +824,7 @@ void RuntimeCore::watchdog() noexcept {
       for_each_slot(*dev_[i], [&](LaunchSlot& s) {
         uint64_t st = s.state.load(std::memory_order_acquire);
         if (LaunchSlot::status(st) != LaunchSlot::kArmed ||
-            s.deadline_ns.load(std::memory_order_relaxed) > now_ns)
+            s.deadline_ns.load(std::memory_order_acquire) > now_ns)
           return;
         TaskNode* t = s.task.load(std::memory_order_relaxed);
         const uint64_t gen = LaunchSlot::generation(st);
