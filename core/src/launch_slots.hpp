@@ -11,7 +11,6 @@
 #include <boost/container/small_vector.hpp>
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -28,7 +27,6 @@ struct TaskNode;
 struct HungLaunch {
   TaskNode* task;  // a reference: its arguments (abi_args, params) and its kernel
   boost::container::small_vector<BufferState*, 3> buffers;  // references: their memory
-  std::chrono::steady_clock::time_point started;
 };
 
 struct alignas(64) LaunchSlot {

@@ -761,12 +761,13 @@ void RuntimeCore::launch_answered(void* token, hcr_error_t* error,
     if (status == LaunchSlot::kGivenUp) {  // back after the watchdog gave up: only let go
       HungLaunch* h = s->hung.load(std::memory_order_relaxed);
       DeviceState* d = s->device.load(std::memory_order_relaxed);
+      const char* kernel = s->kernel.load(std::memory_order_relaxed);
       if (!s->state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kFree),
                                             std::memory_order_acq_rel))
         continue;
       if (error != nullptr) d->plugin->api->error_destroy(error);
-      HCR_LOG(debug, "kernel '" << s->kernel.load(std::memory_order_relaxed) << "' on device '"
-                                << d->info.name << "' came back after the task timeout gave up on it");
+      HCR_LOG(debug, "kernel '" << kernel << "' on device '" << d->info.name
+                                << "' came back after the task timeout gave up on it");
       release_hung(h);
       return;
     }
@@ -834,15 +835,15 @@ void RuntimeCore::watchdog() noexcept {
         // The attempt is ours to end, so the task is still running it, with its arguments. What
         // the plugin may still be using is held until its done arrives (which waits for
         // kGivenUp): the task ends elsewhere, and would let go of its buffers.
-        auto* h = new HungLaunch{t, {}, now - task_timeout_duration_};
+        auto* h = new HungLaunch{t, {}};
         retain(t);
         for (const ArgRec& a : t->args) {
           retain(a.buffer);
           h->buffers.push_back(a.buffer);
         }
+        t->launch_token = nullptr;
         s.hung.store(h, std::memory_order_relaxed);
         s.state.store(LaunchSlot::make(gen, LaunchSlot::kGivenUp), std::memory_order_release);
-        t->launch_token = nullptr;
         expired.push_back(t);  // alive until launch_done ends it (its running reference)
       });
     lock.unlock();
