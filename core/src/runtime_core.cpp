@@ -297,16 +297,23 @@ void RuntimeCore::submit(TaskNode* t) {
     wait_for_room(seq);
   // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
   // load and the count may have been looked at without this task: it then counts in the new one
-  // instead, so that a wait_all beginning after this submit returns always waits for it.
-  uint64_t e = epoch_.load(std::memory_order_seq_cst);
-  for (;;) {
-    open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
-    const uint64_t now = epoch_.load(std::memory_order_seq_cst);
-    if (now == e) break;
-    if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
-    e = now;
+  // instead, so that a wait_all beginning after this submit returns always waits for it. A task
+  // submitted by a running kernel counts with that kernel's task instead, whose count stays open
+  // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
+  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == this) {
+    open_[parent->epoch].fetch_add(1, std::memory_order_seq_cst);
+    t->epoch = parent->epoch;
+  } else {
+    uint64_t e = epoch_.load(std::memory_order_seq_cst);
+    for (;;) {
+      open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
+      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
+      if (now == e) break;
+      if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
+      e = now;
+    }
+    t->epoch = static_cast<uint8_t>(e & 1);
   }
-  t->epoch = static_cast<uint8_t>(e & 1);
 
   // One registration per distinct buffer, with the union of its access modes.
   const size_t n = t->args.size();

@@ -149,6 +149,28 @@ TEST(Runtime, WaitAllReturnsWhileAnotherThreadKeepsSubmitting) {
   }
 }
 
+TEST(Runtime, WaitAllWaitsForWhatItsTasksSubmit) {
+  // A task submits children from inside its kernel once wait_all is (about to be) waiting: they
+  // count with their parent, so wait_all waits for them too (fork-join), at any depth.
+  Runtime rt(test::cpu_config(2));
+  std::atomic<bool> go{false};
+  std::atomic<int> ran{0};
+  Kernel child = rt.kernel("child").cpu([&](TaskContext& ctx) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    while (std::chrono::steady_clock::now() < until) {}  // work, so that they outlast the parent
+    ran.fetch_add(1);
+    if (ctx.param<int>(0) > 0) rt.submit(Task(child).param(ctx.param<int>(0) - 1));
+  });
+  Kernel parent = rt.kernel("parent").cpu([&](TaskContext&) {
+    while (!go.load()) std::this_thread::yield();
+    for (int i = 0; i < 10; ++i) rt.submit(Task(child).param(1));
+  });
+  rt.submit(Task(parent));
+  go = true;
+  rt.wait_all();
+  EXPECT_EQ(ran.load(), 20);
+}
+
 TEST(Runtime, SubmitWaitsWhileMaxTasksInFlightAreUnfinished) {
   // One worker held by the first task: nothing finishes. A thread submitting 3x the bound must be
   // held at the bound until the gate opens; then everything runs.

@@ -182,9 +182,9 @@ class HCR_API Runtime {
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
   /// Blocks until every task whose submit() returned before this call began has finished (also
-  /// tasks the runtime made for those calls: acquire, partition). Tasks submitted while it waits,
-  /// from other threads, may or may not have finished when it returns: a thread that never stops
-  /// submitting does not keep it waiting. Throws Error(invalid_argument) where it would never
+  /// tasks the runtime made for those calls: acquire, partition), and every task those tasks'
+  /// kernels submit, at any depth. Tasks other threads submit while it waits may or may not have
+  /// finished when it returns: a thread that never stops submitting does not keep it waiting. Throws Error(invalid_argument) where it would never
   /// return: from inside a kernel of this runtime, or from a thread that holds a host view
   /// (Buffer::acquire), which counts as unfinished work until released.
   void wait_all();
