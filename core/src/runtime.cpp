@@ -159,10 +159,9 @@ void RuntimeCore::shutdown() noexcept {
     for (auto& [name, k] : kernels_) {
       std::lock_guard<std::mutex> klock(k->mutex);
       for (size_t d = 0, n = device_count(); d < n; ++d) {
+        if (device_stuck[d]) continue;  // a stuck launch may still use the handle: it stays
         KernelDevice& kd = k->devices[d];
-        // A stuck launch may still use its kernel's handle: it stays.
-        if (kd.handle && !device_stuck[d])
-          dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
+        if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
         kd.handle = nullptr;
         k->set_capability(d, Capability::no);
       }
