@@ -1,6 +1,7 @@
 // Buffers: creation, host access (acquire/release), and partitioning into tiles.
 #include "buffer_state.hpp"
 #include "data_manager.hpp"
+#include "node_pool.hpp"
 #include "runtime_core.hpp"
 
 #include <hcr/runtime.hpp>
@@ -26,6 +27,17 @@ std::string shape_text(const BufferState& b) {
 }
 }  // namespace
 
+// Small buffers' elements come from a pool too: a buffer made per task costs no malloc.
+constexpr size_t kSmallData = 256;
+using BufferPool = NodePool<sizeof(BufferState), alignof(BufferState)>;
+using SmallDataPool = NodePool<kSmallData, 64>;
+
+void* BufferState::operator new(size_t size) {
+  if (size != sizeof(BufferState)) return ::operator new(size);
+  return BufferPool::allocate();
+}
+void BufferState::operator delete(void* p) noexcept { BufferPool::deallocate(p); }
+
 void retain(BufferState* p) noexcept { p->refs.fetch_add(1, std::memory_order_relaxed); }
 void release(BufferState* p) noexcept {
   if (p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
@@ -44,8 +56,11 @@ BufferState::~BufferState() {
       if (slot == this) slot = nullptr;
     parent->lock.unlock();
   }
-  if (owned_bytes > 0) munmap(owned, owned_bytes);
-  else std::free(owned);
+  if (owned != nullptr) switch (how) {
+      case Owned::heap: std::free(owned); break;
+      case Owned::pool: SmallDataPool::deallocate(owned); break;
+      case Owned::mapping: munmap(owned, owned_bytes); break;
+    }
 }
 
 BufferShape buffer_shape(const BufferState* b) { return {b->rows, b->cols, b->ld, b->dtype}; }
@@ -227,7 +242,7 @@ Ref<TaskNode> buffer_unpartition(BufferState* b) {
 namespace hcr {
 
 detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size_t cols, void* data,
-                                                      size_t ld) {
+                                                      size_t ld, bool zero) {
   core_->check_alive("buffer");
   if (rows == 0 || cols == 0)
     throw Error(ErrorCode::invalid_argument, "buffer of " + std::to_string(rows) + "x" +
@@ -252,23 +267,31 @@ detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size
   if (data != nullptr) {
     b->host = static_cast<std::byte*>(data);
   } else {
-    size_t bytes = rows * ld * elem;
-    if (bytes >= (size_t{1} << 20)) {
-      // Large: fresh pages from the kernel are zero already and appear where first touched, so
-      // creating the buffer costs nothing and the first writer (a task on some core) places it.
+    using Owned = detail::BufferState::Owned;
+    const size_t bytes = rows * ld * elem;
+    const size_t padded = (bytes + 63) / 64 * 64;
+    if (padded <= detail::kSmallData) {
+      b->owned = detail::SmallDataPool::allocate();
+      b->how = Owned::pool;
+      if (zero) std::memset(b->owned, 0, padded);
+    } else if (zero && bytes >= (size_t{1} << 20)) {
+      // Large and zeroed: fresh pages from the kernel are zero already and appear where first
+      // touched, so creating the buffer costs nothing and the first writer (a task on some core)
+      // places it.
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED)
         throw Error(ErrorCode::out_of_memory,
                     "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
       b->owned = p;
       b->owned_bytes = bytes;
-    } else {
-      size_t padded = (bytes + 63) / 64 * 64;
+      b->how = Owned::mapping;
+    } else {  // malloc reuses what earlier buffers freed: no system call in a steady loop
       b->owned = std::aligned_alloc(64, padded);
       if (b->owned == nullptr)
         throw Error(ErrorCode::out_of_memory,
                     "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
-      std::memset(b->owned, 0, padded);
+      b->how = Owned::heap;
+      if (zero) std::memset(b->owned, 0, padded);
     }
     b->host = static_cast<std::byte*>(b->owned);
   }

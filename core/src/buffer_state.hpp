@@ -27,8 +27,9 @@ struct BufferState {
   size_t elem = 1;
   size_t rows = 0, cols = 0, ld = 0;
   std::byte* host = nullptr;  // element (0, 0)
-  void* owned = nullptr;      // freed with the buffer when hcr allocated it
-  size_t owned_bytes = 0;     // > 0: `owned` is an anonymous mapping of that many bytes
+  void* owned = nullptr;      // freed with the buffer when hcr allocated it, as `how` says
+  size_t owned_bytes = 0;
+  enum class Owned : uint8_t { heap, pool, mapping } how = Owned::heap;
 
   // A tile of a partitioned buffer: `parent` and its position.
   Ref<BufferState> parent;
@@ -51,6 +52,11 @@ struct BufferState {
 
   size_t bytes() const noexcept { return rows * cols * elem; }
   ~BufferState();
+
+  // Buffers come from a per-thread pool, as tasks do (node_pool.hpp): made in a submit loop, freed
+  // by the worker that ran their last task.
+  static void* operator new(size_t size);
+  static void operator delete(void* p) noexcept;
 };
 
 /// For messages: "4x4 f32 buffer", "2x2 f32 tile at (0, 2) of a 4x4 buffer".

@@ -186,10 +186,15 @@ class Parser {
         if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w >= 0 && *w <= kMaxTimeout))
           fail(&v, key, "expected a number of seconds (0: no limit), at most 1e9");
         c.task_timeout = *w;
+      } else if (k.str() == "max_tasks_in_flight") {
+        if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+        int64_t n = *v.value<int64_t>();
+        if (n < 0) fail(&v, key, std::to_string(n) + " is not a number of tasks (0: no bound)");
+        c.max_tasks_in_flight = static_cast<uint64_t>(n);
       } else {
         fail(&v, key,
              "unknown key (expected plugin_paths, log_level, quarantine_failures, "
-             "quarantine_window or task_timeout)");
+             "quarantine_window, task_timeout or max_tasks_in_flight)");
       }
     });
   }

@@ -166,7 +166,7 @@ void DataManager::free_replica(BufferState& b, uint32_t node) noexcept {
   Replica& r = data(b).replicas[node];
   if (r.mem != nullptr) {
     DeviceState& dev = *nodes_[node].device;
-    dev.plugin->api->mem_free(dev.plugin->handle, dev.index, r.mem);
+    if (!nodes_[node].abandoned) dev.plugin->api->mem_free(dev.plugin->handle, dev.index, r.mem);
     r.mem = nullptr;
     nodes_[node].used -= b.bytes();
     nodes_[node].resident.erase(&b);
@@ -396,7 +396,6 @@ void DataManager::issue(const Copy& c) noexcept {
     Lane& l = lane(c);
     if (l.in_flight >= Lane::kDepth) {
       l.waiting.push({c.priority, l.seq++, c});
-      lane_waiting_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     ++l.in_flight;
@@ -552,7 +551,6 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     if (!l.waiting.empty()) {  // the lane's slot passes to its most urgent waiting copy
       queued = l.waiting.top().copy;
       l.waiting.pop();
-      lane_waiting_.fetch_sub(1, std::memory_order_relaxed);
       next = true;
     } else {
       --l.in_flight;
@@ -814,6 +812,15 @@ void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
   for (BufferState* h : drop) release(h);
 }
 
+void DataManager::abandon_node(uint32_t n, const std::string& device) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (n == 0 || n >= nodes_.size()) return;
+    nodes_[n].abandoned = true;
+  }
+  node_lost(n, device);
+}
+
 // Whatever released pins or freed memory may unblock a task waiting on any node: a write-back
 // skipped because a host writer held the data, a copy that pinned a replica elsewhere. Waiting
 // tasks are few, and a retry that still finds no room just waits again.
@@ -840,14 +847,18 @@ void DataManager::drain_lanes() noexcept {
   // return while the lane still holds copies: until every lane is empty and idle.
   for (;;) {
     for (uint32_t n = 1; n < nodes_.size(); ++n) {
+      if (nodes_[n].abandoned) continue;  // set before shutdown began: read without the lock
       DeviceState& dev = *nodes_[n].device;
       if (hcr_error_t* e = dev.plugin->api->synchronize(dev.plugin->handle, dev.index))
         HCR_LOG(warn, "synchronize '" << dev.info.name << "': " << take_error(dev.plugin->api, e));
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    bool idle = lane_waiting_.load(std::memory_order_relaxed) == 0;
-    for (uint32_t n = 1; n < nodes_.size() && idle; ++n)
-      idle = nodes_[n].in.in_flight == 0 && nodes_[n].out.in_flight == 0;
+    bool idle = true;
+    for (uint32_t n = 1; n < nodes_.size() && idle; ++n) {
+      const NodeState& node = nodes_[n];
+      idle = node.abandoned || (node.in.in_flight == 0 && node.out.in_flight == 0 &&
+                                node.in.waiting.empty() && node.out.waiting.empty());
+    }
     if (idle) return;
   }
 }
@@ -869,16 +880,24 @@ void DataManager::shutdown() noexcept {
         kept.push_back(b);
       }
   }
-  // Bring home every buffer whose host copy is stale, then free everything.
-  for (BufferState* b : resident) {
-    std::vector<Copy> copies;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!data(*b).replicas[0].valid && !data(*b).replicas[0].fetching) plan_fetch(*b, 0, copies);
+  // Bring home every buffer whose host copy is stale, then free everything. A copy that failed
+  // is tried again, from wherever the data is valid, a few rounds (as a host task's would be).
+  constexpr int kRetries = 8;
+  for (int round = 0; round <= kRetries; ++round) {
+    bool any = false;
+    for (BufferState* b : resident) {
+      std::vector<Copy> copies;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!data(*b).replicas[0].valid && !data(*b).replicas[0].fetching)
+          plan_fetch(*b, 0, copies);
+      }
+      any = any || !copies.empty();
+      for (const Copy& c : copies) issue(c);
     }
-    for (const Copy& c : copies) issue(c);
+    drain_lanes();
+    if (!any) break;
   }
-  drain_lanes();
   std::vector<BufferState*> drop;
   std::unique_lock<std::mutex> lock(mutex_);
   for (BufferState* b : resident) {

@@ -120,6 +120,9 @@ class DataManager {
   /// A device and its memory are gone: its replicas are invalid, and data whose only valid copy
   /// was there is lost (readers fail, saying so).
   void node_lost(uint32_t node, const std::string& device) noexcept;
+  /// Shutdown, for a device whose plugin is left running a launch that never came back: as
+  /// node_lost, and its plugin is not called for the node again (its allocations are left).
+  void abandon_node(uint32_t node, const std::string& device) noexcept;
   /// "eager": a task's writes on a device are copied home before it finishes (Config::writeback).
   void set_eager_writeback(bool on) noexcept { eager_writeback_ = on; }
   /// Eager write-back of what `t` (its kernel done) wrote on its device: copies each written
@@ -175,6 +178,9 @@ class DataManager {
     Lane in, out;  // copies into this node, and out of it to host memory
     std::string name;
     uint64_t limit = 0, used = 0;
+    // Its plugin was left running at shutdown (a launch that never came back): nothing is asked
+    // of it any more (no copy, no free, no synchronize) and its data counts as lost.
+    bool abandoned = false;
     std::unordered_set<BufferState*> resident;  // buffers with an allocation here
     std::deque<TaskNode*> waiting_for_memory;
   };
@@ -193,10 +199,9 @@ class DataManager {
   // Hands a copy to its device's lane: started now, or when an earlier one of the lane is done.
   void issue(const Copy& c) noexcept;
   void start(const Copy& c) noexcept;  // hands it to the plugin
-  void drain_lanes() noexcept;         // until every copy handed to a lane has completed
+  // Until every copy handed to a lane has completed (abandoned nodes' lanes aside).
+  void drain_lanes() noexcept;
   Lane& lane(const Copy& c) noexcept;  // lock held
-  // Copies waiting in lanes, not yet handed to a plugin (shutdown waits for them).
-  std::atomic<uint64_t> lane_waiting_{0};
   static void on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void copy_done(Transfer* tr, hcr_error_t* error) noexcept;
   // Releases the tasks waiting on `b`'s replica on `node` that may go now: once nothing is copied

@@ -9,7 +9,9 @@
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -105,6 +107,9 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   launch_flags_ = (timing_ || config_.counters) ? HCR_LAUNCH_MEASURE : 0u;
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   task_timeout_ = config_.task_timeout;
+  task_timeout_duration_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(task_timeout_));
+  max_in_flight_ = config_.max_tasks_in_flight;
   if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << policy_->name() << "'");
@@ -114,7 +119,7 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
-  wait_all();
+  wait_idle();
   if (watchdog_thread_.joinable()) {
     {
       std::lock_guard<std::mutex> g(watchdog_mutex_);
@@ -122,6 +127,18 @@ void RuntimeCore::shutdown() noexcept {
     }
     watchdog_cv_.notify_all();
     watchdog_thread_.join();
+  }
+  // A plugin still running a launch the watchdog gave up on is left running; its devices' memory
+  // counts as lost (no copy from it, nothing freed in it).
+  const std::vector<PluginInstance*> stuck = settle_hung_launches();
+  auto is_stuck = [&](const PluginInstance* p) {
+    return std::find(stuck.begin(), stuck.end(), p) != stuck.end();
+  };
+  std::vector<bool> device_stuck(dev_.size());  // by device: its plugin will not be destroyed
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    device_stuck[i] = is_stuck(dev_[i]->plugin);
+    if (device_stuck[i] && dev_[i]->info.memory_node != 0)
+      data_.abandon_node(dev_[i]->info.memory_node, dev_[i]->info.name);
   }
   data_.shutdown();  // every buffer's data home, device memory freed
   for (auto [file, write] : {std::pair{config_.trace_file, &RuntimeCore::write_trace},
@@ -134,7 +151,9 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(error, e.what());
     }
   }
-  for (auto& d : dev_) {
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    if (device_stuck[i]) continue;
+    DeviceState* d = dev_[i].get();
     if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
@@ -144,17 +163,114 @@ void RuntimeCore::shutdown() noexcept {
     for (auto& [name, k] : kernels_) {
       std::lock_guard<std::mutex> klock(k->mutex);
       for (size_t d = 0, n = device_count(); d < n; ++d) {
+        if (device_stuck[d]) continue;  // a stuck launch may still use the handle: it stays
         KernelDevice& kd = k->devices[d];
         if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
         kd.handle = nullptr;
         k->set_capability(d, Capability::no);
       }
     }
-    kernels_.clear();
   }
   policy_.reset();
-  dev_.clear();
-  plugins_.clear();  // destroys instances; each library unloads with its last instance
+  // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
+  // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
+  for (auto& p : plugins_)
+    if (!is_stuck(p.get())) p.reset();
+  for (size_t i = 0; i < dev_.size(); ++i) {
+    if (device_stuck[i]) continue;
+    DeviceState* d = dev_[i].get();
+    // No answer can come any more: the slots go back to the table, releasing what a launch given
+    // up on held if its plugin ended without answering.
+    for_each_slot(*d, [](LaunchSlot& s) {
+      uint64_t st = s.state.load(std::memory_order_acquire);
+      if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
+          s.state.compare_exchange_strong(
+              st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
+        release_hung(s.hung.load(std::memory_order_relaxed));
+    });
+    for (uint32_t c = 0, n = d->slot_chunks_used.load(); c < n; ++c)
+      LaunchTable::give_back(d->slot_chunks[c].load(std::memory_order_relaxed));
+    d->slot_chunks_used.store(0, std::memory_order_release);
+  }
+  if (stuck.empty()) {
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    kernels_.clear();
+    return;
+  }
+  // What the stuck launches may touch stays: this object, its devices, kernels and the stuck
+  // plugins, reachable from a list that is never freed. (The hung task's kernel holds this object
+  // too, but only until the plugin's late done releases it: on the plugin's own thread, which must
+  // not be where the plugin is destroyed and its library unloaded.)
+  static auto* abandoned = new std::vector<std::shared_ptr<RuntimeCore>>();
+  static auto* abandoned_mutex = new std::mutex();
+  if (std::shared_ptr<RuntimeCore> me = self()) {
+    try {
+      std::lock_guard<std::mutex> g(*abandoned_mutex);
+      abandoned->push_back(std::move(me));
+    } catch (...) {  // no memory even for that: nothing better to do
+      HCR_LOG(error, "shutdown: cannot keep the runtime for its stuck plugins");
+    }
+  }
+}
+
+std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
+  std::vector<PluginInstance*> stuck;
+  // A few timeouts, at least a second: time for a launch that was merely slow to come back.
+  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * task_timeout_duration_,
+                                                                    std::chrono::seconds(1));
+  for (auto& p : plugins_) {
+    auto hung = [&] {
+      std::vector<std::string> out;
+      for (auto& d : dev_) {
+        if (d->plugin != p.get()) continue;
+        for_each_slot(*d, [&](LaunchSlot& s) {
+          const auto st = LaunchSlot::status(s.state.load(std::memory_order_acquire));
+          if (st == LaunchSlot::kGivenUp || st == LaunchSlot::kGivingUp)
+            out.push_back(std::string("kernel '") + s.kernel.load(std::memory_order_relaxed) +
+                          "' on device '" + d->info.name + "'");
+        });
+      }
+      return out;
+    };
+    if (hung().empty()) continue;
+    // Its synchronize ends what a simulated or GPU device can end; a CPU kernel that never
+    // returns keeps it waiting forever: a helper thread calls it, and is left behind if so.
+    struct Sync {
+      std::mutex m;
+      std::condition_variable cv;
+      bool done = false;
+    };
+    auto sync = std::make_shared<Sync>();
+    std::vector<size_t> indices;
+    for (auto& d : dev_)
+      if (d->plugin == p.get()) indices.push_back(d->index);
+    bool done = false;
+    try {
+      std::thread([sync, api = p->api, handle = p->handle, indices] {
+        for (size_t i : indices)
+          if (hcr_error_t* e = api->synchronize(handle, i)) api->error_destroy(e);
+        std::lock_guard<std::mutex> g(sync->m);
+        sync->done = true;
+        sync->cv.notify_all();
+      }).detach();
+      std::unique_lock<std::mutex> lock(sync->m);
+      done = sync->cv.wait_for(lock, grace, [&] { return sync->done; });
+    } catch (...) {  // no thread: treat it as stuck rather than wait forever
+    }
+    std::vector<std::string> left = hung();
+    if (done && left.empty()) continue;
+    std::string list;
+    for (const std::string& h : left) list += (list.empty() ? "" : ", ") + h;
+    HCR_LOG(error, "shutdown: plugin '" << p->name << "' has not returned from "
+                                        << left.size() << " launch(es) the task timeout gave up on ("
+                                        << list << ") within "
+                                        << detail::format_seconds(
+                                               std::chrono::duration<double>(grace).count())
+                                        << "; the runtime ends without it: the plugin stays "
+                                           "loaded and running, and the tasks' buffers allocated");
+    stuck.push_back(p.get());
+  }
+  return stuck;
 }
 
 // ---- kernels --------------------------------------------------------------------------------
@@ -474,6 +590,9 @@ Config validated(Config c) {
     fail("scheduler.calibrate", "'" + c.calibrate + "' is not one of auto, force, off");
   if (c.calibrate_samples < 1 || c.calibrate_samples > 1000)
     fail("scheduler.calibrate_samples", std::to_string(c.calibrate_samples) + " is not 1 to 1000");
+  if (c.max_tasks_in_flight > (uint64_t{1} << 62))
+    fail("runtime.max_tasks_in_flight",
+         std::to_string(c.max_tasks_in_flight) + " is not 0 (no bound) to 2^62");
   if (c.lookahead < -1 || c.lookahead > 1024)
     fail("data.lookahead", std::to_string(c.lookahead) + " is not -1 or 0 to 1024");
   if (c.writeback != "lazy" && c.writeback != "eager")

@@ -6,6 +6,7 @@
 #include "buffer_state.hpp"
 #include "files/safe_file.hpp"
 #include "log_internal.hpp"
+#include "node_pool.hpp"
 #include "units.hpp"
 
 #include <hcr/error.hpp>
@@ -21,6 +22,8 @@
 #include <cmath>
 #include <deque>
 #include <fstream>
+#include <limits>
+#include <sstream>
 
 namespace hcr::detail {
 
@@ -273,11 +276,45 @@ void RuntimeCore::end_views_of_this_thread() noexcept {
   }
 }
 
+bool RuntimeCore::holds_view() const noexcept {
+  if (views_held_.load(std::memory_order_relaxed) == 0) return false;
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> g(views_mutex_);
+  for (auto& [token, holder] : views_)
+    if (holder == me) return true;
+  return false;
+}
+
 void RuntimeCore::submit(TaskNode* t) {
   t->submitted = true;
   if (timing_ && !t->footprint_valid) compute_footprint(t);
-  outstanding_.fetch_add(1, std::memory_order_relaxed);
-  submitted_.fetch_add(1, std::memory_order_relaxed);
+  // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
+  // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
+  // open_, which this submit writes below anyway.
+  const uint64_t seq = submitted_.fetch_add(1, std::memory_order_relaxed);
+  if (max_in_flight_ != 0 &&
+      static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
+          static_cast<int64_t>(max_in_flight_))
+    wait_for_room(seq);
+  // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
+  // load and the count may have been looked at without this task: it then counts in the new one
+  // instead, so that a wait_all beginning after this submit returns always waits for it. A task
+  // submitted by a running kernel counts with that kernel's task instead, whose count stays open
+  // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
+  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == this) {
+    open_[parent->epoch].fetch_add(1, std::memory_order_seq_cst);
+    t->epoch = parent->epoch;
+  } else {
+    uint64_t e = epoch_.load(std::memory_order_seq_cst);
+    for (;;) {
+      open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
+      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
+      if (now == e) break;
+      if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
+      e = now;
+    }
+    t->epoch = static_cast<uint8_t>(e & 1);
+  }
 
   // One registration per distinct buffer, with the union of its access modes.
   const size_t n = t->args.size();
@@ -454,6 +491,17 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
       ++launched;
+      if (!arm_slot(d, t.node())) {
+        abandon(t.node(), d,
+                std::make_exception_ptr(Error(
+                    ErrorCode::internal,
+                    "device '" + d.info.name + "' has " +
+                        std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
+                        " launches outstanding (launches given up on that never came back), or "
+                        "the process has " +
+                        std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
+        continue;
+      }
       launch(t.node(), d);
     }
     d.pumping.store(false, std::memory_order_seq_cst);
@@ -501,7 +549,7 @@ void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_c
 
 void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   if (t->transfer_error) {
-    finish(t, t->transfer_error);
+    if (!retry_host_copy(t)) finish(t, t->transfer_error);
   } else if (t->kind == TaskKind::join) {
     finish(t, nullptr);
   } else {  // host access: granted until Buffer's HostView releases it
@@ -510,7 +558,35 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   }
 }
 
+bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
+  uint32_t culprit = 0;
+  bool lost = false;
+  try {
+    std::rethrow_exception(t->transfer_error);
+  } catch (const CopyError& c) {
+    culprit = c.device;
+    lost = c.lost;
+  } catch (...) {
+    return false;  // not a copy (no memory, data lost): no retry helps
+  }
+  if (t->foreign_faults >= kHostCopyRetries) return false;
+  ++t->foreign_faults;
+  const std::string why = what(t->transfer_error);
+  if (!lost && culprit < device_count()) {  // a lost device was retired by the copy already
+    DeviceState& x = *dev_[culprit];
+    x.failed.fetch_add(1, std::memory_order_relaxed);
+    note_fault(x, ErrorCode::backend, why);
+  }
+  HCR_LOG(info, "copying data home failed (" << why << "): fetching it again");
+  t->transfer_error = nullptr;
+  if (t->data_node >= 0) data_.commit(t, false);  // unpins; what is valid elsewhere stays so
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  ready(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
+  return true;
+}
+
 void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
+  disarm_slot(t);  // the launch never reached the plugin: no answer will come for it
   policy_->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
   // A copy another device failed (the source's end of a fetch) is that device's fault: it is
   // charged, and the task is placed again with d still allowed. Bounded, in case that device
@@ -583,24 +659,10 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params_size = t->params.size();
   la.host_token = t;
   la.flags = launch_flags_ | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
+  // A token, not the task: once done is called, `t` may finish and its node be reused at once.
+  void* const token = t->launch_token;
   la.done = &RuntimeCore::on_launch_done;
-  la.done_user_data = t;
-  if (task_timeout_ > 0) {  // the watchdog keeps an eye on this attempt
-    auto* at = new Attempt{this, t, std::chrono::steady_clock::now() +
-                                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                            std::chrono::duration<double>(task_timeout_))};
-    retain(t);
-    for (const ArgRec& a : t->args) {
-      retain(a.buffer);
-      at->buffers.push_back(a.buffer);
-    }
-    {
-      std::lock_guard<std::mutex> g(attempts_mutex_);
-      attempts_.insert(at);
-    }
-    la.done = &RuntimeCore::on_attempt_done;
-    la.done_user_data = at;
-  }
+  la.done_user_data = token;
   la.param_offsets = t->param_offsets.data();
   la.num_params = t->param_offsets.size();
   for (int i = 0; i < 3; ++i) {
@@ -608,67 +670,194 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.local_size[i] = t->local_size[i];
   }
   if (timing_ || trace_.on()) t->start = std::chrono::steady_clock::now();
-  if (hcr_error_t* err = api->launch(d.plugin->handle, &la)) launch_done(t, err, nullptr);
+  // From now on the watchdog keeps an eye on this launch, and may end the attempt: the last
+  // touch of `t` here comes before (release; the watchdog reads the deadline with acquire).
+  if (task_timeout_ > 0)
+    LaunchTable::slot(LaunchTable::index_of(token))
+        ->deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                (std::chrono::steady_clock::now() + task_timeout_duration_)
+                                    .time_since_epoch())
+                                .count(),
+                            std::memory_order_release);
+  if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
+    launch_answered(token, err, nullptr, true);  // not `t`: done may have come first
 }
 
-void RuntimeCore::on_attempt_done(void* user, hcr_error_t* error,
-                                  const hcr_completion_info_t* info) {
-  auto* at = static_cast<Attempt*>(user);
-  RuntimeCore* rt = at->rt;
-  bool stale;
-  {
-    std::lock_guard<std::mutex> g(rt->attempts_mutex_);
-    stale = rt->attempts_.erase(at) == 0;  // the watchdog already gave up on it
+// ---- launch tokens ----------------------------------------------------------------------------
+
+bool RuntimeCore::try_arm(uint32_t index, TaskNode* t) noexcept {
+  LaunchSlot& s = *LaunchTable::slot(index);
+  const uint64_t st = s.state.load(std::memory_order_acquire);
+  if (LaunchSlot::status(st) != LaunchSlot::kFree) return false;
+  // Free slots change hands only here (one pumper per device). The generation moves first, then
+  // the fields, then the status: a late call for the previous launch that reads the kernel field
+  // (acquire, pairing with the release here) and then the generation sees whether the field is
+  // still that launch's (protocol_error).
+  const uint64_t gen = (LaunchSlot::generation(st) + 1) & LaunchSlot::kGenerationMask;
+  s.state.store(LaunchSlot::make(gen, LaunchSlot::kFree), std::memory_order_relaxed);
+  s.task.store(t, std::memory_order_relaxed);
+  s.kernel.store(t->kernel->name.c_str(), std::memory_order_release);
+  s.deadline_ns.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);
+  t->launch_token = LaunchTable::token(index, gen);
+  s.state.store(LaunchSlot::make(gen, LaunchSlot::kArmed), std::memory_order_release);
+  return true;
+}
+
+bool RuntimeCore::arm_slot(DeviceState& d, TaskNode* t) noexcept {
+  const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_relaxed);
+  const uint32_t capacity = chunks * LaunchTable::kChunk;
+  for (uint32_t probe = 0; probe < capacity; ++probe) {
+    const uint32_t i = d.slot_cursor;
+    d.slot_cursor = i + 1 == capacity ? 0 : i + 1;
+    const uint32_t chunk = d.slot_chunks[i / LaunchTable::kChunk].load(std::memory_order_relaxed);
+    if (try_arm(chunk * LaunchTable::kChunk + i % LaunchTable::kChunk, t)) return true;
   }
-  TaskNode* t = at->task;
-  auto buffers = std::move(at->buffers);
-  delete at;
-  if (stale) {  // it came back after all: the task went elsewhere long ago
-    if (error != nullptr) {
-      const int32_t dev = t->device.load(std::memory_order_relaxed);
-      DeviceState& d = *rt->dev_[static_cast<size_t>(dev >= 0 ? dev : 0)];
-      d.plugin->api->error_destroy(error);
+  // Every slot is busy: one chunk more (the first launch of a device comes here too).
+  if (chunks == DeviceState::kMaxSlotChunks) return false;
+  uint32_t chunk;
+  try {
+    chunk = LaunchTable::take_chunk(&d);
+  } catch (...) {
+    return false;
+  }
+  if (chunk == LaunchTable::kNone) return false;
+  d.slot_chunks[chunks].store(chunk, std::memory_order_relaxed);
+  d.slot_chunks_used.store(chunks + 1, std::memory_order_release);  // the watchdog reads them
+  d.slot_cursor = capacity + 1;
+  return try_arm(chunk * LaunchTable::kChunk, t);
+}
+
+void RuntimeCore::disarm_slot(TaskNode* t) noexcept {
+  void* token = std::exchange(t->launch_token, nullptr);
+  if (token == nullptr) return;
+  LaunchTable::slot(LaunchTable::index_of(token))
+      ->state.store(LaunchSlot::make(LaunchTable::generation_of(token), LaunchSlot::kFree),
+                    std::memory_order_release);
+}
+
+void RuntimeCore::on_launch_done(void* token, hcr_error_t* error,
+                                 const hcr_completion_info_t* info) {
+  launch_answered(token, error, info, false);
+}
+
+void RuntimeCore::launch_answered(void* token, hcr_error_t* error,
+                                  const hcr_completion_info_t* info, bool returned) noexcept {
+  LaunchSlot* s = LaunchTable::slot(LaunchTable::index_of(token));
+  if (s == nullptr) {  // no plugin known to free the error through: it is left
+    HCR_LOG(error, "a plugin answered a launch with a token the runtime never issued ("
+                       << token << "): ignored");
+    return;
+  }
+  const uint64_t gen = LaunchTable::generation_of(token);
+  for (;;) {
+    uint64_t st = s->state.load(std::memory_order_acquire);
+    if (LaunchSlot::generation(st) != gen) break;  // the slot has moved on: a late answer
+    const LaunchSlot::Status status = LaunchSlot::status(st);
+    if (status == LaunchSlot::kArmed) {  // the first answer: it ends the launch
+      TaskNode* t = s->task.load(std::memory_order_relaxed);
+      if (!s->state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kFree),
+                                            std::memory_order_acq_rel))
+        continue;
+      t->launch_token = nullptr;
+      t->rt->launch_done(t, error, info);
+      return;
     }
-  } else {
-    rt->launch_done(t, error, info);
+    if (status == LaunchSlot::kGivingUp) {  // the watchdog is taking it over: a moment
+      std::this_thread::yield();
+      continue;
+    }
+    if (status == LaunchSlot::kGivenUp) {  // back after the watchdog gave up: only let go
+      HungLaunch* h = s->hung.load(std::memory_order_relaxed);
+      DeviceState* d = s->device.load(std::memory_order_relaxed);
+      const char* kernel = s->kernel.load(std::memory_order_relaxed);
+      if (!s->state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kFree),
+                                            std::memory_order_acq_rel))
+        continue;
+      if (error != nullptr) d->plugin->api->error_destroy(error);
+      HCR_LOG(debug, "kernel '" << kernel << "' on device '" << d->info.name
+                                << "' came back after the task timeout gave up on it");
+      release_hung(h);
+      return;
+    }
+    break;  // free: answered before
   }
-  for (BufferState* b : buffers) release(b);
-  release(t);
+  protocol_error(*s, gen, error, returned);
+}
+
+void RuntimeCore::protocol_error(LaunchSlot& s, uint64_t gen, hcr_error_t* error,
+                                 bool returned) noexcept {
+  // The slot's device is valid while its plugin can call (devices outlive their plugins; a plugin
+  // left running at shutdown keeps the whole runtime). Its kernel field names this launch's
+  // kernel unless the generation has moved on since (see try_arm; kernels outlive plugins too).
+  DeviceState* d = s.device.load(std::memory_order_acquire);
+  const char* kernel = s.kernel.load(std::memory_order_acquire);
+  if (LaunchSlot::generation(s.state.load(std::memory_order_relaxed)) != gen) kernel = nullptr;
+  if (d == nullptr) {
+    HCR_LOG(error, "a launch was answered after its runtime had ended: ignored");
+    return;
+  }
+  if (error != nullptr) d->plugin->api->error_destroy(error);
+  const uint64_t n = d->protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::ostringstream msg;
+  msg << "plugin '" << d->plugin->name << "' "
+      << (returned ? "returned an error from launch after calling done for it"
+                   : "called done for a launch that had been answered already")
+      << " (kernel '" << (kernel != nullptr ? kernel : "?") << "' on device '" << d->info.name
+      << "'): ignored";
+  if (n == 1) {
+    msg << "; further ones are counted in stats().devices[" << d->info.id << "].protocol_errors";
+    log::write(LogLevel::error, msg.str());
+  } else if (log::enabled(LogLevel::debug)) {
+    log::write(LogLevel::debug, msg.str());
+  }
+}
+
+void RuntimeCore::release_hung(HungLaunch* h) noexcept {
+  for (BufferState* b : h->buffers) release(b);
+  release(h->task);  // its kernel holds the runtime: possibly the last reference
+  delete h;
 }
 
 void RuntimeCore::watchdog() noexcept {
   std::unique_lock<std::mutex> lock(watchdog_mutex_);
   const auto tick = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(std::min(0.1, task_timeout_ / 4)));
+  const std::string why =
+      "did not complete within the task timeout of " + detail::format_seconds(task_timeout_);
   while (!watchdog_cv_.wait_for(lock, tick, [&] { return watchdog_stop_; })) {
-    // Once out of the set, an attempt belongs to its late done (on_attempt_done drops it), so
-    // only the task is taken from it, under the lock, with a reference of our own.
-    std::vector<TaskNode*> expired;
     const auto now = std::chrono::steady_clock::now();
-    {
-      std::lock_guard<std::mutex> g(attempts_mutex_);
-      for (auto it = attempts_.begin(); it != attempts_.end();)
-        if ((*it)->deadline <= now) {
-          retain((*it)->task);
-          expired.push_back((*it)->task);
-          it = attempts_.erase(it);
-        } else {
-          ++it;
+    const int64_t now_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    std::vector<TaskNode*> expired;
+    for (size_t i = 0, n = device_count(); i < n; ++i)
+      for_each_slot(*dev_[i], [&](LaunchSlot& s) {
+        uint64_t st = s.state.load(std::memory_order_acquire);
+        if (LaunchSlot::status(st) != LaunchSlot::kArmed ||
+            s.deadline_ns.load(std::memory_order_acquire) > now_ns)
+          return;
+        TaskNode* t = s.task.load(std::memory_order_relaxed);
+        const uint64_t gen = LaunchSlot::generation(st);
+        if (!s.state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kGivingUp),
+                                             std::memory_order_acq_rel))
+          return;  // answered meanwhile
+        // The attempt is ours to end, so the task is still running it, with its arguments. What
+        // the plugin may still be using is held until its done arrives (which waits for
+        // kGivenUp): the task ends elsewhere, and would let go of its buffers.
+        auto* h = new HungLaunch{t, {}};
+        retain(t);
+        for (const ArgRec& a : t->args) {
+          retain(a.buffer);
+          h->buffers.push_back(a.buffer);
         }
-    }
-    for (TaskNode* t : expired) {
-      std::string why =
-          "did not complete within the task timeout of " + detail::format_seconds(task_timeout_);
-      launch_done(t, nullptr, nullptr, why.c_str());
-      release(t);
-    }
+        t->launch_token = nullptr;
+        s.hung.store(h, std::memory_order_relaxed);
+        s.state.store(LaunchSlot::make(gen, LaunchSlot::kGivenUp), std::memory_order_release);
+        expired.push_back(t);  // alive until launch_done ends it (its running reference)
+      });
+    lock.unlock();
+    for (TaskNode* t : expired) launch_done(t, nullptr, nullptr, why.c_str());
+    lock.lock();
   }
-}
-
-void RuntimeCore::on_launch_done(void* user, hcr_error_t* error,
-                                 const hcr_completion_info_t* info) {
-  auto* t = static_cast<TaskNode*>(user);
-  t->rt->launch_done(t, error, info);
 }
 
 void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
@@ -948,8 +1137,13 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
     failed_.fetch_add(1, std::memory_order_relaxed);
   }
   // Counted before any successor can run, so stats() read after waiting for a later task (which
-  // waited for this one) include it.
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  // waited for this one) include it. A submitter blocked for room is woken once the count it
+  // waits for is reached (seq_cst against its publishing room_at_, then reading completed_).
+  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (done >= room_at_.load(std::memory_order_seq_cst)) {
+    { std::lock_guard<std::mutex> g(room_mutex_); }
+    room_cv_.notify_all();
+  }
   boost::container::small_vector<Edge, 2> successors;
   t->lock.lock();
   t->finished = true;
@@ -980,13 +1174,51 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   for (const ArgRec& a : t->args) release(a.buffer);
   t->args.clear();
   t->uargs.clear();
-  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) outstanding_.notify_all();
+  std::atomic<int64_t>& open = open_[t->epoch];
+  if (open.fetch_sub(1, std::memory_order_acq_rel) == 1) open.notify_all();
   release(t);  // the reference held while the task ran
 }
 
+// Why this waits for exactly the tasks submitted before it began: a task T whose submit returned
+// counted itself in the parity of epoch E and then saw the epoch still at E. The first wait_all to
+// move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
+// operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
+// finished before this one could take the mutex.
 void RuntimeCore::wait_all() noexcept {
-  for (int64_t v; (v = outstanding_.load(std::memory_order_acquire)) != 0;)
-    outstanding_.wait(v, std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> g(epoch_mutex_);
+    std::atomic<int64_t>& open = open_[epoch_.fetch_add(1, std::memory_order_seq_cst) & 1];
+    for (int64_t v; (v = open.load(std::memory_order_acquire)) != 0;)
+      open.wait(v, std::memory_order_acquire);
+  }
+  return_freed_memory();  // after a burst of tasks: back to where the process was before it
+}
+
+void RuntimeCore::wait_idle() noexcept {
+  while (open_[0].load(std::memory_order_acquire) != 0 ||
+         open_[1].load(std::memory_order_acquire) != 0)
+    wait_all();
+}
+
+void RuntimeCore::wait_for_room(uint64_t seq) {
+  // Threads that must not wait: a kernel (the tasks in flight may need its worker, or be its own
+  // successors), and a thread holding a host view (the tasks in flight may wait for its release).
+  // They go over the bound.
+  if (running_cpu_task() != nullptr || holds_view()) return;
+  // Wait for room for a batch (a sixteenth of the bound), not for one task: a submitter kept at
+  // the bound would otherwise be woken once per completion.
+  const uint64_t target = seq + 1 - max_in_flight_ + max_in_flight_ / 16;
+  std::unique_lock<std::mutex> lock(room_mutex_);
+  if (completed_.load(std::memory_order_seq_cst) >= target) return;
+  throttled_.fetch_add(1, std::memory_order_relaxed);
+  throttled_now_.fetch_add(1, std::memory_order_relaxed);
+  auto it = room_targets_.insert(target);
+  room_at_.store(*room_targets_.begin(), std::memory_order_seq_cst);
+  while (completed_.load(std::memory_order_seq_cst) < target) room_cv_.wait(lock);
+  room_targets_.erase(it);
+  room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
+                 std::memory_order_seq_cst);
+  throttled_now_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
@@ -1170,8 +1402,11 @@ static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::qu
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
-  s.submitted = submitted_.load(std::memory_order_relaxed);
+  // A submitter waiting for room holds a ticket its task has not used yet.
+  s.submitted = submitted_.load(std::memory_order_relaxed) -
+                throttled_now_.load(std::memory_order_relaxed);
   s.completed = completed_.load(std::memory_order_relaxed);
+  s.throttled = throttled_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.decisions = decisions_.load(std::memory_order_relaxed);
   s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
@@ -1181,6 +1416,7 @@ RuntimeStats RuntimeCore::stats() const {
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);
+    c.protocol_errors = d->protocol_errors.load(std::memory_order_relaxed);
     c.health = static_cast<DeviceHealth>(d->status.load(std::memory_order_relaxed));
     {
       std::lock_guard<SpinLock> g(d->fault_lock);

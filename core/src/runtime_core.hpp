@@ -3,6 +3,7 @@
 
 #include "data_manager.hpp"
 #include "kernel_state.hpp"
+#include "launch_slots.hpp"
 #include "plugin_loader.hpp"
 #include "trace_recorder.hpp"
 #include "task_node.hpp"
@@ -47,6 +48,17 @@ struct DeviceState {
   SpinLock fault_lock;
   std::deque<double> fault_times;  // recent failures, within the quarantine window
   std::string last_fault;
+
+  // Launch slots (launch_slots.hpp): chunks of the process-wide table this device holds. Armed by
+  // the pumper only (one at a time), round robin; it takes another chunk when every slot is busy
+  // (launches the watchdog gave up on keep theirs until the plugin's done arrives).
+  static constexpr uint32_t kMaxSlotChunks = 256;
+  std::atomic<uint32_t> slot_chunks_used{0};
+  std::atomic<uint32_t> slot_chunks[kMaxSlotChunks] = {};
+  uint32_t slot_cursor = 0;
+  // Completions of its plugin that broke the launch protocol (done twice, an error returned from
+  // launch after done): ignored, counted, the first one logged.
+  std::atomic<uint64_t> protocol_errors{0};
 };
 
 class RuntimeCore final : public sched::Context {
@@ -56,7 +68,10 @@ class RuntimeCore final : public sched::Context {
 
   /// Finishes construction (needs shared_from_this-like access for kernels and buffers).
   void start(const std::shared_ptr<RuntimeCore>& self);
-  /// Waits for everything, releases kernels and plugins. Idempotent.
+  /// Waits for everything, releases kernels and plugins. Idempotent. A plugin still running a
+  /// launch the watchdog gave up on (task_timeout) is waited for a bounded time, then left
+  /// running: it stays loaded, and this object (with the task, its buffers and its kernel) stays
+  /// alive for it, so that nothing it may still touch is freed.
   void shutdown() noexcept;
   bool alive() const noexcept { return alive_.load(std::memory_order_acquire); }
   /// Throws Error(shutdown) once the runtime has ended; `what` names the call in the message.
@@ -94,12 +109,15 @@ class RuntimeCore final : public sched::Context {
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
   void resolve(KernelState& k);
 
-  /// Takes ownership of the caller's reference to `t`.
+  /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
+  /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
   /// Registers `t`'s access to `b` in the buffer's dependency frontier.
   void register_access(BufferState& b, TaskNode* t, Access mode);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
   void finish(TaskNode* t, std::exception_ptr e) noexcept;
+  /// Returns once every task whose submit() returned before this call began has finished
+  /// (Runtime::wait_all): tasks submitted meanwhile may or may not have.
   void wait_all() noexcept;
   RuntimeStats stats() const;
 
@@ -153,6 +171,8 @@ class RuntimeCore final : public sched::Context {
   void check_view_conflict(const BufferState& b, Access mode) const;
   /// Throws when this thread holds any view (`what` would wait for its release).
   void check_no_view_held(std::string_view what) const;
+  /// Whether this thread holds a view (a lock only when some view exists).
+  bool holds_view() const noexcept;
   /// Runtime destruction: ends the views this thread still holds, with an error for each, so
   /// that the destructor's wait can end.
   void end_views_of_this_thread() noexcept;
@@ -185,27 +205,47 @@ class RuntimeCore final : public sched::Context {
   void retire(DeviceState& d, uint8_t status, const std::string& why) noexcept;
   // Runs nowhere: joins and host access, once their data is home.
   void host_task_ready(TaskNode* t) noexcept;
-  static void on_launch_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
+  // charges the source of a kernel task's input) and the data is fetched again, at most
+  // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
+  bool retry_host_copy(TaskNode* t) noexcept;
+  static constexpr uint8_t kHostCopyRetries = 8;
   // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
   void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
                    const char* timed_out = nullptr) noexcept;
 
-  // Per-task timeout ([runtime] task_timeout): each launch is an Attempt the watchdog can give up
-  // on; the plugin's late done for it is then dropped.
-  struct Attempt {
-    RuntimeCore* rt;
-    TaskNode* task;  // a reference held until the plugin's done arrives
-    std::chrono::steady_clock::time_point deadline;
-    // References to the task's buffers, held until the plugin's done arrives too: a task gives
-    // its own up when it finishes (elsewhere, after a timeout), while this launch may still be
-    // using their memory.
-    boost::container::small_vector<BufferState*, 3> buffers;
-  };
-  static void on_attempt_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
+  // Launch tokens (launch_slots.hpp). The pumper arms a slot of device d for `t` (false when the
+  // table is full); a launch that never reaches the plugin gives it back.
+  bool arm_slot(DeviceState& d, TaskNode* t) noexcept;
+  bool try_arm(uint32_t index, TaskNode* t) noexcept;
+  static void disarm_slot(TaskNode* t) noexcept;
+  // The plugin's done for a launch, and an error returned from launch (`returned`): the first
+  // answer for a launch ends it; a later one is a protocol error, reported and ignored.
+  static void on_launch_done(void* token, hcr_error_t* error, const hcr_completion_info_t* info);
+  static void launch_answered(void* token, hcr_error_t* error, const hcr_completion_info_t* info,
+                              bool returned) noexcept;
+  static void protocol_error(LaunchSlot& s, uint64_t generation, hcr_error_t* error,
+                             bool returned) noexcept;
+  static void release_hung(HungLaunch* h) noexcept;
+  // Runs f(slot) for every slot device d holds.
+  template <class F>
+  static void for_each_slot(DeviceState& d, F&& f) {
+    const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_acquire);
+    for (uint32_t c = 0; c < chunks; ++c) {
+      LaunchSlot* s = LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) *
+                                        LaunchTable::kChunk);
+      for (uint32_t i = 0; i < LaunchTable::kChunk; ++i) f(s[i]);
+    }
+  }
+
+  // Per-task timeout ([runtime] task_timeout): the watchdog gives up on launches past their slot's
+  // deadline; the task goes elsewhere, the plugin's late done only releases what it held.
   void watchdog() noexcept;
+  // Shutdown: plugins with launches given up on that have not come back are synchronized on a
+  // helper thread for a bounded time; those still not back are returned (left running).
+  std::vector<PluginInstance*> settle_hung_launches() noexcept;
   double task_timeout_ = 0;
-  std::mutex attempts_mutex_;
-  std::set<Attempt*> attempts_;
+  std::chrono::steady_clock::duration task_timeout_duration_{};
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_cv_;
   bool watchdog_stop_ = false;
@@ -246,11 +286,30 @@ class RuntimeCore final : public sched::Context {
   std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
-  // Both touched by submitting and finishing threads; submitted_ by submitters only.
-  alignas(64) std::atomic<int64_t> outstanding_{0};
+
+  // wait_all: each task counts in open_[parity of the epoch current when it was submitted]; a
+  // wait_all moves the epoch on and waits for the previous one's count to drain, while new tasks
+  // count in the other. One wait_all moves the epoch at a time (epoch_mutex_), so the count it
+  // waits for receives no new task. Read by every submit, written by wait_all: a line of its own.
+  alignas(64) std::atomic<uint64_t> epoch_{0};
+  std::mutex epoch_mutex_;
+  // Touched by submitting and finishing threads alike.
+  alignas(64) std::atomic<int64_t> open_[2] = {0, 0};
   std::atomic<uint64_t> completed_{0};
-  alignas(64) std::atomic<uint64_t> submitted_{0};
+  // Back-pressure: the smallest completed_ a blocked submitter waits for (max: none waits).
+  std::atomic<uint64_t> room_at_{UINT64_MAX};
+  alignas(64) std::atomic<uint64_t> submitted_{0};  // tickets, in submission order
   std::atomic<uint64_t> failed_{0};
+  uint64_t max_in_flight_ = 0;  // [runtime] max_tasks_in_flight (0: no bound)
+  std::mutex room_mutex_;
+  std::condition_variable room_cv_;
+  std::multiset<uint64_t> room_targets_;  // completed_ counts blocked submitters wait for
+  std::atomic<uint64_t> throttled_{0};      // submits that waited for room
+  std::atomic<uint32_t> throttled_now_{0};  // submitters waiting for room now
+  // Blocks the submitter holding ticket `seq` until it may enter (see submit()).
+  void wait_for_room(uint64_t seq);
+  // Shutdown: until no task is unfinished at all.
+  void wait_idle() noexcept;
   // What decisions over many devices read per device, dense (written once when a device joins).
   struct DeviceHot {
     uint32_t node = 0;   // its memory node

@@ -46,6 +46,7 @@ struct TaskNode {
   std::atomic<uint32_t> granted{0};  // host_access: 1 the host may touch the data, 2 released
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
+  uint8_t epoch = 0;  // the parity of the wait_all epoch it was submitted in (RuntimeCore::submit)
   int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
   int32_t user_priority = 0;  // what the application gave (Task::priority)
   int32_t pinned = -1;  // Task::on(): the only device allowed
@@ -80,7 +81,9 @@ struct TaskNode {
   std::string device_errors;
   bool data_lost = false;  // an input died with a device: no retry can help
   bool written_through = false;  // eager write-back put its results home before it committed
-  uint8_t foreign_faults = 0;    // placed again after another device's copy failed for it
+  // Placed again after another device's copy failed for it; for tasks that run nowhere, fetched
+  // again after a copy home failed.
+  uint8_t foreign_faults = 0;
 
   // Data (data_manager.cpp): the node whose replicas this task holds pinned, copies it waits for.
   int32_t data_node = -1;
@@ -94,6 +97,7 @@ struct TaskNode {
   double size = 0;
   bool footprint_valid = false;
   std::chrono::steady_clock::time_point start;  // handed to the plugin (timing or tracing)
+  void* launch_token = nullptr;  // its current launch's done_user_data (launch_slots.hpp)
 
   ~TaskNode();
 

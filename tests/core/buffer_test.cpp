@@ -136,5 +136,30 @@ TEST(Buffers, DroppedTilesDoNotLeakOrBreakUnpartition) {
   EXPECT_EQ(m.to_vector().size(), 64u);
 }
 
+TEST(Buffers, UninitializedSkipsTheZeroFillAndZeroedNeverShowsOldData) {
+  Runtime rt(test::cpu_config(1));
+  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<uint8_t>(0);
+    for (size_t c = 0; c < v.cols; ++c) v(0, c) = ctx.param<uint8_t>(0);
+  });
+  // Pooled, heap and mapped sizes: memory a freed buffer leaves behind is reused, and a zeroed
+  // buffer made from it is zero all the same.
+  for (size_t n : {size_t{64}, size_t{65536}, size_t{2} << 20}) {
+    {
+      auto a = rt.vector<uint8_t>(n, uninitialized);
+      rt.submit(Task(fill).write(a).param(uint8_t{0xab})).get();
+      EXPECT_EQ(a.to_vector(), std::vector<uint8_t>(n, 0xab)) << n;
+    }
+    EXPECT_EQ(rt.vector<uint8_t>(n).to_vector(), std::vector<uint8_t>(n, 0)) << n;
+    EXPECT_EQ(rt.buffer<uint8_t>(1, n).to_vector(), std::vector<uint8_t>(n, 0)) << n;
+  }
+  // Without the fill, a small buffer is the block the last one freed, as it was left.
+  { auto a = rt.buffer<uint8_t>(4, 16, uninitialized); a.acquire(Access::write).span()[40] = 0x5a; }
+  auto b = rt.buffer<uint8_t>(4, 16, uninitialized);
+  EXPECT_EQ(b.rows(), 4u);
+  EXPECT_EQ(b.cols(), 16u);
+  EXPECT_EQ(b.to_vector()[40], 0x5a) << "the memory was filled";
+}
+
 }  // namespace
 }  // namespace hcr

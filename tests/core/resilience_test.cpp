@@ -1,11 +1,14 @@
 // Resilience: a tiled gemm on simulated devices, one failing a tenth of its launches and one lost
 // mid-run, completes with results bit-identical to a fault-free run; data that died with a device
-// is reported, never read as garbage.
+// is reported, never read as garbage. A plugin that breaks the launch protocol, a kernel that never
+// returns, copies that fail now and then: each is survived and reported.
 #include "../test_support.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 namespace hcr {
 namespace {
@@ -183,6 +186,141 @@ TEST(Resilience, WithoutATimeoutAHungTaskIsEndedByItsDevice) {
   EXPECT_GE(s.devices[0].failed, 1u);
   EXPECT_EQ(s.devices[0].health, DeviceHealth::quarantined);
   EXPECT_EQ(s.devices[1].health, DeviceHealth::active);
+  EXPECT_EQ(s.failed, 0u);
+}
+
+TEST(Resilience, APluginAnsweringALaunchTwiceIsReportedAndIgnored) {
+  // Each launch is answered twice: done called twice, or done and then an error returned from
+  // launch (inline, and from the stub's own thread). Every task must run once and finish once
+  // (a second finish would release its successors twice and free its node under them), the
+  // results must be a sequential run's, and every extra answer is counted, the first logged.
+  struct Case {
+    const char* misbehave;
+    bool async;
+  };
+  for (Case c : {Case{"done_twice", false}, Case{"done_twice", true},
+                 Case{"error_after_done", false}, Case{"error_after_done", true}}) {
+    SCOPED_TRACE(std::string(c.misbehave) + (c.async ? ", async" : ", inline"));
+    test::LogCapture log(LogLevel::error);
+    Runtime rt(test::stub_config(
+        {{"misbehave", c.misbehave}, {"async", c.async ? "true" : "false"}, {"concurrency", "4"}}));
+    std::atomic<int> ran{0};
+    Kernel bump = rt.kernel("bump").cpu([&](TaskContext& ctx) {  // modulo 2^64: no overflow
+      ran.fetch_add(1, std::memory_order_relaxed);
+      auto v = ctx.arg<int64_t>(0);
+      v(0, 0) = static_cast<int64_t>(static_cast<uint64_t>(v(0, 0)) * 3 + ctx.param<uint64_t>(0));
+    });
+    constexpr int kChains = 4, kLength = 250;
+    std::vector<Buffer<int64_t>> chains;
+    for (int i = 0; i < kChains; ++i) chains.push_back(rt.vector<int64_t>(1));
+    std::vector<Event> events;
+    for (int i = 0; i < kLength; ++i)
+      for (int j = 0; j < kChains; ++j)
+        events.push_back(rt.submit(Task(bump).read_write(chains[j]).param(uint64_t(i + j))));
+    rt.wait_all();
+    for (const Event& e : events) EXPECT_NO_THROW(e.get());
+    EXPECT_EQ(ran.load(), kChains * kLength);
+    for (int j = 0; j < kChains; ++j) {
+      uint64_t want = 0;
+      for (int i = 0; i < kLength; ++i) want = want * 3 + uint64_t(i + j);
+      EXPECT_EQ(static_cast<uint64_t>(chains[j].to_vector()[0]), want) << "chain " << j;
+    }
+    // The second answer of the last launches may still be on its way (the stub's thread): wait
+    // for it, with a guard against waiting forever.
+    RuntimeStats s = rt.stats();
+    ASSERT_EQ(s.devices.size(), 1u);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (s.devices[0].protocol_errors < static_cast<uint64_t>(kChains * kLength) &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+      s = rt.stats();
+    }
+    EXPECT_EQ(s.completed, s.submitted);
+    EXPECT_EQ(s.failed, 0u);
+    EXPECT_EQ(s.devices[0].tasks, static_cast<uint64_t>(kChains * kLength));
+    EXPECT_EQ(s.devices[0].protocol_errors, static_cast<uint64_t>(kChains * kLength));
+    EXPECT_TRUE(log.contains("plugin 'stub'")) << "no diagnostic naming the plugin";
+    EXPECT_TRUE(log.contains("kernel 'bump'")) << "no diagnostic naming the kernel";
+  }
+}
+
+TEST(Resilience, AKernelThatNeverReturnsDoesNotHangTheRuntimesEnd) {
+  // A CPU kernel cannot be stopped. The task timeout gives up on it (the task fails: the only
+  // device failed it); then the runtime's end waits for the CPU plugin a bounded time, names the
+  // stuck kernel and returns, leaving the plugin (and what the kernel uses) alive. The kernel is
+  // let go only after that, so that its thread ends before the process does.
+  static std::atomic<bool> release{false};  // outlives the runtime: the kernel reads it
+  static std::atomic<bool> returned{false};
+  test::LogCapture log(LogLevel::error);
+  {
+    Config c = test::cpu_config(2);
+    c.task_timeout = 0.05;
+    Runtime rt(c);
+    Kernel stuck = rt.kernel("never_returns").cpu([](TaskContext& ctx) {
+      auto v = ctx.arg<float>(0);
+      release.wait(false);
+      v(0, 0) = 1;  // its buffer must still be there
+      returned.store(true);
+    });
+    Kernel quick = rt.kernel("quick").cpu([](TaskContext&) {});
+    auto x = rt.vector<float>(1 << 12);
+    Event e = rt.submit(Task(stuck).read_write(x));
+    Error err = test::expect_error([&] { e.get(); });
+    EXPECT_NE(std::string(err.what()).find("task timeout"), std::string::npos) << err.what();
+    rt.submit(Task(quick)).get();  // the runtime goes on meanwhile
+  }  // must return
+  EXPECT_FALSE(returned.load());
+  EXPECT_TRUE(log.contains("kernel 'never_returns'")) << "the log does not name the stuck kernel";
+  release.store(true);
+  release.notify_all();
+  while (!returned.load()) std::this_thread::yield();
+}
+
+// A device with its own memory whose copies fail one time in five, otherwise healthy.
+Config flaky_copies() {
+  Config c;
+  c.use_environment = false;
+  c.model_dir = "off";
+  c.quarantine_failures = 1000000;  // its launches must keep running there
+  c.backends.push_back({"sim",
+                        true,
+                        {{"seed", "11"},
+                         {"device.0.name", "flaky"},
+                         {"device.0.copy_fail_probability", "0.2"}},
+                        "test"});
+  return c;
+}
+
+TEST(Resilience, TransientCopyFailuresDoNotFailHostAccess) {
+  // Data only the device holds comes home for to_vector, acquire and an unpartition's join; a
+  // failed copy is charged to the device and fetched again, as a task's input would be.
+  Runtime rt(flaky_copies());
+  Kernel fill = rt.kernel("fill").cpu([](TaskContext& ctx) {
+    auto v = ctx.arg<float>(0);
+    for (size_t r = 0; r < v.rows; ++r)
+      for (size_t c = 0; c < v.cols; ++c) v(r, c) = ctx.param<float>(0);
+  });
+  for (int i = 0; i < 30; ++i) {
+    auto x = rt.vector<float>(64);
+    rt.submit(Task(fill).write(x).param(float(i)).on(0)).get();  // valid on "flaky" only
+    std::vector<float> got;
+    ASSERT_NO_THROW(got = (i % 2 == 0 ? x.to_vector() : [&] {
+                      auto v = x.acquire(Access::read);
+                      return std::vector<float>(v.data(), v.data() + 64);
+                    }()))
+        << "round " << i;
+    EXPECT_EQ(got, std::vector<float>(64, float(i)));
+  }
+  for (int i = 0; i < 10; ++i) {
+    auto m = rt.buffer<float>(8, 8);
+    Tiles<float> t = m.partition(4, 4);
+    for (size_t a = 0; a < 2; ++a)
+      for (size_t b = 0; b < 2; ++b) rt.submit(Task(fill).write(t(a, b)).param(float(i)).on(0));
+    ASSERT_NO_THROW(m.unpartition().get()) << "round " << i;
+    EXPECT_EQ(m.to_vector(), std::vector<float>(64, float(i)));
+  }
+  RuntimeStats s = rt.stats();
+  EXPECT_GT(s.devices[0].failed, 0u) << "no copy failed: the test tests nothing";
   EXPECT_EQ(s.failed, 0u);
 }
 

@@ -6,12 +6,15 @@
 //            own_memory (true: devices have their own memory — host RAM behind mem_alloc — and
 //            arguments arrive as allocations), memory (bytes per device with own memory; default
 //            1 GiB), async (true: copies and launches complete on the stub's own thread, in
-//            order; default: inline, before the call returns)
+//            order; default: inline, before the call returns), misbehave (breaks the launch
+//            protocol, for the runtime's defences: "done_twice" calls each launch's done twice;
+//            "error_after_done" calls done, then returns an error from launch)
 //   kernels: built-in "noop" and "fail" (always fails), and host functions.
 #include <hcr/sdk/backend.hpp>
 
 #include <condition_variable>
 #include <cstdlib>
+#include <future>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -47,6 +50,10 @@ class Stub final : public hcr::sdk::Backend {
     own_memory_ = ctx.options.get_bool("own_memory", false);
     memory_ = static_cast<uint64_t>(ctx.options.get_int("memory", 1ll << 30));
     async_ = ctx.options.get_bool("async", false);
+    misbehave_ = ctx.options.get("misbehave", "");
+    if (!misbehave_.empty() && misbehave_ != "done_twice" && misbehave_ != "error_after_done")
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  "misbehave = '" + misbehave_ + "': expected done_twice or error_after_done");
     bool fail = ctx.options.get_bool("fail_init", false);
     ctx.options.check_all_used();
     used_.assign(devices_, 0);
@@ -143,7 +150,9 @@ class Stub final : public hcr::sdk::Backend {
     for (hcr_arg_t& x : *args)
       if (x.memory != nullptr)
         x.host = reinterpret_cast<StubMemory*>(x.memory)->data.data() + x.offset;
-    auto run = [a, k, args] {
+    const bool twice = misbehave_ == "done_twice";
+    auto answered = std::make_shared<std::promise<void>>();
+    auto run = [a, k, args, twice, answered] {
       hcr_error_t* err = nullptr;
       if (k->name == "fail" && k->fn == nullptr) {
         err = hcr::sdk::make_error(HCR_ERROR_BACKEND, "stub kernel 'fail' failed as asked");
@@ -153,8 +162,16 @@ class Stub final : public hcr::sdk::Backend {
         err = hcr::sdk::run_host_function(k->fn, k->user_data, ctx);
       }
       hcr::sdk::complete(a.done, a.done_user_data, err, 1e-6);
+      if (twice)  // the same answer again (`args` is the stub's own copy: still alive)
+        hcr::sdk::complete(a.done, a.done_user_data,
+                           err ? hcr::sdk::make_error(HCR_ERROR_BACKEND, "again") : nullptr, 1e-6);
+      answered->set_value();
     };
     submit(std::move(run));
+    if (misbehave_ == "error_after_done") {
+      answered->get_future().wait();  // done was called (here, or on the stub's thread)
+      throw Error(HCR_ERROR_BACKEND, "stub: an error after done, as asked (misbehave)");
+    }
   }
   void synchronize(size_t d) override {
     record("synchronize " + std::to_string(d));
@@ -200,6 +217,7 @@ class Stub final : public hcr::sdk::Backend {
   uint32_t concurrency_ = 2;
   std::string log_path_, prefix_;
   bool own_memory_ = false, async_ = false;
+  std::string misbehave_;
   uint64_t memory_ = 0;
   std::vector<uint64_t> used_;
   std::mutex mutex_;

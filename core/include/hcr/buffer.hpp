@@ -3,6 +3,7 @@
 ///
 /// \code
 /// hcr::Buffer<float> a = rt.buffer<float>(1024, 1024);       // owned by hcr, zeroed
+/// hcr::Buffer<float> t = rt.buffer<float>(64, 64, hcr::uninitialized);  // no zero fill
 /// hcr::Buffer<float> b = rt.wrap(user_ptr, 1024, 1024);      // registered host memory
 /// {
 ///   auto v = a.acquire(hcr::Access::write);   // waits for earlier tasks; later ones wait for v
@@ -49,6 +50,13 @@ HCR_API TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_
 HCR_API Ref<TaskNode> buffer_unpartition(BufferState* b);  // the join
 [[noreturn]] HCR_API void null_buffer();
 }  // namespace detail
+
+/// Tag asking Runtime::buffer and Runtime::vector to skip the zero fill.
+struct Uninitialized {
+  explicit constexpr Uninitialized() = default;
+};
+/// `rt.buffer<float>(rows, cols, hcr::uninitialized)`: contents unspecified until written.
+inline constexpr Uninitialized uninitialized{};
 
 template <class T>
 class Buffer;

@@ -8,6 +8,7 @@
 /// quarantine_failures = 3               # failures within quarantine_window seconds that take
 /// quarantine_window = 10                # a device out of scheduling
 /// task_timeout = 0                      # seconds before a launch counts as hung (0: never)
+/// max_tasks_in_flight = 1000000         # submit waits while this many are unfinished (0: never)
 ///
 /// [scheduler]
 /// policy = "auto"                       # auto | eager | random | ws | dmda | dmdas | peft
@@ -99,6 +100,9 @@ struct HCR_API Config {
   /// [runtime] task_timeout: seconds a launch may take before the runtime gives up on it and
   /// places the task elsewhere (a hung device); 0: no limit.
   double task_timeout = 0;
+  /// [runtime] max_tasks_in_flight: Runtime::submit waits while this many tasks are submitted and
+  /// unfinished (back-pressure: a task costs about a KiB until it finishes); 0: no bound.
+  uint64_t max_tasks_in_flight = 1000000;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
   std::string origin = "<defaults>";      ///< the file it came from
   /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the

@@ -14,6 +14,12 @@
 /// unloads the plugins. Buffers, kernels and events outlive it as handles, but using one after its
 /// runtime ended throws Error(ErrorCode::shutdown). Thread safety: every member may be called from
 /// any thread, concurrently.
+///
+/// With Config::task_timeout set, destruction never waits forever for a launch the timeout gave up
+/// on (a CPU kernel that never returns cannot be stopped): it waits for its plugin a few timeouts
+/// (at least a second), then logs (error level) each such launch's kernel and device and returns,
+/// leaving that plugin loaded and running, and everything the launch may still touch (its task,
+/// buffers and kernel) allocated. Nothing is freed under a running kernel; the memory is given up.
 #pragma once
 
 #include <hcr/buffer.hpp>
@@ -69,6 +75,10 @@ struct DeviceCounters {
   std::string last_fault;     ///< the last failure it had, if any
   uint64_t tasks = 0;         ///< tasks run to completion (successful or not)
   uint64_t failed = 0;        ///< of which failed
+  /// Answers from its plugin that broke the launch protocol and were ignored: done called again
+  /// for a launch already answered, or an error returned from launch after calling done. The
+  /// first is logged (error level) naming the plugin and the kernel.
+  uint64_t protocol_errors = 0;
   /// Summed execution time its plugin reported (all slots); measured when the policy learns
   /// (dmda), a trace records, or Config::counters is set — else 0.
   double busy_seconds = 0;
@@ -81,6 +91,8 @@ struct RuntimeStats {
   uint64_t submitted = 0;
   uint64_t completed = 0;
   uint64_t failed = 0;
+  /// Submits that waited for room under Config::max_tasks_in_flight.
+  uint64_t throttled = 0;
   double wall_seconds = 0;              ///< since the runtime started
   /// Placement decisions (the policy's push) and the time they took, measured when execution
   /// times are (policies that learn, Config::counters); else 0.
@@ -122,15 +134,28 @@ class HCR_API Runtime {
   /// Name of the scheduling policy in use.
   std::string_view policy() const noexcept;
 
-  /// A buffer owned by the runtime, zero-initialised.
+  /// A buffer owned by the runtime, zero-initialised. Cheap enough to make one per task: small
+  /// ones come from a pool, and a buffer of a MiB or more is fresh pages (zero already, placed
+  /// where first touched).
   template <class T>
   Buffer<T> buffer(size_t rows, size_t cols = 1) {
-    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, nullptr, cols));
+    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, nullptr, cols, true));
   }
-  /// A 1 x n vector owned by the runtime.
+  /// The same without the zero fill: the contents are unspecified until a task or a host view
+  /// writes them (`rt.buffer<float>(n, n, hcr::uninitialized)`). Memory is reused rather than
+  /// mapped afresh, whatever the size.
+  template <class T>
+  Buffer<T> buffer(size_t rows, size_t cols, Uninitialized) {
+    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, nullptr, cols, false));
+  }
+  /// A 1 x n vector owned by the runtime (zeroed, or `hcr::uninitialized`).
   template <class T>
   Buffer<T> vector(size_t n) {
-    return Buffer<T>(make_buffer(dtype_of_v<T>, 1, n, nullptr, n));
+    return Buffer<T>(make_buffer(dtype_of_v<T>, 1, n, nullptr, n, true));
+  }
+  template <class T>
+  Buffer<T> vector(size_t n, Uninitialized) {
+    return Buffer<T>(make_buffer(dtype_of_v<T>, 1, n, nullptr, n, false));
   }
   /// Registers host memory the caller owns: it must outlive every task that uses the buffer.
   /// `ld` (elements between row starts) defaults to `cols`.
@@ -141,19 +166,28 @@ class HCR_API Runtime {
                   "wrap: a null pointer for a " + std::to_string(rows) + "x" +
                       std::to_string(cols) + " " + std::string(dtype_name(dtype_of_v<T>)) +
                       " buffer");
-    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, data, ld == 0 ? cols : ld));
+    return Buffer<T>(make_buffer(dtype_of_v<T>, rows, cols, data, ld == 0 ? cols : ld, false));
   }
 
   /// The kernel called `name`: a plugin's built-in, or a new one to add implementations to.
   Kernel kernel(std::string_view name);
 
-  /// Submits a task, consuming it; returns at once. Throws Error for misuse (buffers of another
-  /// runtime, a partitioned buffer, a task already submitted).
+  /// Submits a task, consuming it. Returns at once, unless Config::max_tasks_in_flight tasks are
+  /// unfinished (submitted, not yet finished): then it waits until some have finished
+  /// (back-pressure), so that a loop submitting millions of tasks uses bounded memory. It never
+  /// waits where that could deadlock: inside a kernel of this runtime, or on a thread that holds
+  /// a host view (Buffer::acquire); there the bound is exceeded instead. A thread whose tasks wait
+  /// for a view another thread holds is not protected: release views before submitting much.
+  /// Throws Error for misuse (buffers of another runtime, a partitioned buffer, a task already
+  /// submitted).
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
-  /// Blocks until every task submitted so far has finished. Throws Error(invalid_argument) where
-  /// it would never return: from inside a kernel of this runtime, or from a thread that holds a
-  /// host view (Buffer::acquire), which counts as unfinished work until released.
+  /// Blocks until every task whose submit() returned before this call began has finished (also
+  /// tasks the runtime made for those calls: acquire, partition), and every task those tasks'
+  /// kernels submit, at any depth. Tasks other threads submit while it waits may or may not have
+  /// finished when it returns: a thread that never stops submitting does not keep it waiting. Throws Error(invalid_argument) where it would never
+  /// return: from inside a kernel of this runtime, or from a thread that holds a host view
+  /// (Buffer::acquire), which counts as unfinished work until released.
   void wait_all();
 
   RuntimeStats stats() const;
@@ -174,7 +208,7 @@ class HCR_API Runtime {
 
  private:
   detail::Ref<detail::BufferState> make_buffer(DType t, size_t rows, size_t cols, void* data,
-                                               size_t ld);
+                                               size_t ld, bool zero);
   std::shared_ptr<detail::RuntimeCore> core_;
 };
 
