@@ -112,7 +112,7 @@ TEST(Config, EmptyTextGivesDefaults) {
   Config c = Config::parse("", "empty.toml");
   EXPECT_TRUE(c.plugin_paths.empty());
   EXPECT_FALSE(c.log_level.has_value());
-  EXPECT_EQ(c.policy, "eager");
+  EXPECT_EQ(c.policy, "auto") << "resolved from the devices when the runtime starts";
   EXPECT_TRUE(c.backends.empty());
 }
 
@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[runtime]\nplugin_paths = [\"rel/dir\"]\n",
                 "bad.toml:2: runtime.plugin_paths: 'rel/dir' is not an absolute directory"},
         BadCase{"[scheduler]\npolicy = \"fastest\"\n",
-                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: dmda, dmdas, eager, random, ws)"},
+                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: auto, dmda, dmdas, eager, peft, random, ws)"},
         BadCase{"[scheduler]\npolicy = 1\n", "bad.toml:2: scheduler.policy: expected a string"},
         BadCase{"[scheduler]\nplicy = \"eager\"\n", "bad.toml:2: scheduler.plicy: unknown key"},
         BadCase{"[[backend]]\nthreads = 2\n", "bad.toml:1: backend.name: every [[backend]] needs"},
