@@ -278,16 +278,13 @@ class Dmda final : public Policy {
       best_xfer = peft_ ? std::max(0.0, arrival(t, best, now, /*book=*/false) - now)
                         : copy_in(t, best);
     } else {
-      static const bool no_plan = std::getenv("PEFT_NO_PLAN") != nullptr;  // DEBUG
-      Choice c = peft_ && !no_plan ? follow_plan(t, pairs, now, capable) : Choice{};
+      Choice c = peft_ ? follow_plan(t, pairs, now, capable) : Choice{};
       if (c.device == kAnyDevice) c = choose(t, pairs, now, /*estimates=*/true, &capable);
       if (c.device == kAnyDevice) {
         // Nothing is known yet (calibration still running): placing now would be a guess. The
         // task waits where a device with a free slot takes it once the model says it should.
         t.set_policy_data(0);
         unknown_.push(t);
-        static const bool dbg = std::getenv("PEFT_TRACE") != nullptr;  // DEBUG
-        if (dbg) std::fprintf(stderr, "park %s\n", std::string(t.kernel_name()).c_str());
         return kAnyDevice;
       }
       best = c.device;
@@ -298,8 +295,6 @@ class Dmda final : public Policy {
     t.set_policy_data(pack(best_exec, best_xfer, explore));
     charge(t, best);
     devs_[best]->queue.push(t);
-    static const bool dbg = std::getenv("PEFT_TRACE") != nullptr;  // DEBUG
-    if (dbg) std::fprintf(stderr, "push %s -> %u explore %llx\n", std::string(t.kernel_name()).c_str(), best, (unsigned long long)explore);
     return best;
   }
 
@@ -359,9 +354,11 @@ class Dmda final : public Policy {
         if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
             ctx_->in_flight(c.device) < hot_[c.device].slots)
           idle_choices[n_idle++] = c.device;
-        // Nothing predicts it anywhere and no exploration of d would be allowed: run it here
-        // (peft explores by pair, kernel or architecture only, so this is rare — not forever).
-        return c.device == d || (c.device == kAnyDevice && (calibrate_ == kOff || peft_));
+        // Nothing predicts it anywhere, no exploration of d is allowed and none of the kernel is
+        // under way (peft explores by kernel or architecture, not by pair): run it here rather
+        // than wait for a measurement nothing is making.
+        return c.device == d ||
+               (c.device == kAnyDevice && (calibrate_ == kOff || (peft_ && !exploring(pairs))));
       });
       for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
       if (t) {
@@ -422,6 +419,13 @@ class Dmda final : public Policy {
     }
     return kExploreBit | (what == Probe::kernel ? kKernelProbeBit : 0) |
            (what == Probe::arch ? kArchProbeBit : 0);
+  }
+  // Whether an exploration of the kernel is under way on any device.
+  static bool exploring(const KernelPairs& kp) {
+    if (kp.probing.load(std::memory_order_relaxed) != 0) return true;
+    for (uint32_t s = 0, n = kp.count.load(std::memory_order_acquire); s < n; ++s)
+      if (kp.archs[s].pair->exploring.load(std::memory_order_relaxed) != 0) return true;
+    return false;
   }
   // An exploration of d ended (its task completed, or left d's queue): its slots are free.
   void end_explore(TaskRef t, DeviceId d, uint64_t word) {
@@ -675,8 +679,7 @@ class Dmda final : public Policy {
     uint64_t extra = 0;
     const size_t n_in = read_inputs(t, ins, extra);
     Lookahead ahead;
-    static const bool no_la = std::getenv("PEFT_NO_LA") != nullptr;  // DEBUG
-    if (!no_la) lookahead(t, ahead);
+    lookahead(t, ahead);
 
     Choice best;
     double best_score = INFINITY;
@@ -789,12 +792,7 @@ class Dmda final : public Policy {
     if (!verdict_fresh() && t.successors(nullptr, nullptr, 0) > 0) plan(t);
     const uint64_t verdict = verdict_.load(std::memory_order_acquire);
     if (!verdict_fresh(verdict)) return {};
-    int d = static_cast<int>(verdict & 0xffff) - 1;  // -1: spread
-    static const bool follow = std::getenv("PEFT_FOLLOW") != nullptr;  // DEBUG
-    if (d < 0 && follow) {  // spread: where the plan put it
-      const uint64_t mine = t.policy_aux(1);
-      if ((mine >> 32) == (verdict >> 32) && (mine & 0xffff) != 0) d = static_cast<int>(mine & 0xffff) - 1;
-    }
+    const int d = static_cast<int>(verdict & 0xffff) - 1;  // -1: spread
     if (d < 0 || static_cast<DeviceId>(d) >= ctx_->device_count() || !capable[d]) return {};
     uint64_t can[2];
     words_of(capable, can);
@@ -937,15 +935,10 @@ class Dmda final : public Policy {
       }
     }
     running.unlock();
-    static const bool debug = std::getenv("PEFT_DEBUG") != nullptr;  // DEBUG
-    if (debug) { for (DeviceId d = 0; d < count; ++d) std::fprintf(stderr, " q%u=%zu inflight=%u", d, devs_[d]->queue.size(), ctx_->in_flight(d)); std::fprintf(stderr, " unknown=%zu\n", unknown_.size()); }
-    if (debug) std::fprintf(stderr, "plan at submitted %u, running %zu, window %zu, completed so far %llu\n", (unsigned)ctx_->submitted(), running_.size(), window.size(), (unsigned long long)debug_completed_.load());
     plan_epoch_.store(model_epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
     const Plan best = best_plan(in);
     const uint64_t single = best.rule == Plan::Rule::single ? best.single + 1 : 0;
     const uint64_t made = static_cast<uint32_t>(ctx_->submitted());
-    for (size_t i = 0; i < window.size(); ++i)
-      window[i].set_policy_aux(best.device[i] < 0 ? 0 : (made << 32) | static_cast<uint64_t>(best.device[i] + 1), 1);
     verdict_.store((made << 32) |
                        (std::min<uint64_t>(window.size(), 0xffff) << 16) | single,
                    std::memory_order_release);
@@ -954,8 +947,6 @@ class Dmda final : public Policy {
 
   // Automatic priority: the application's, then the task's upward rank.
   void assign_priority(TaskRef t) {
-    static const bool no_rank = std::getenv("PEFT_NO_RANK") != nullptr;  // DEBUG
-    if (no_rank) { t.set_priority(t.user_priority()); return; }
     const int user = std::clamp(t.user_priority(), INT_MIN / kLevels + 1, INT_MAX / kLevels - 1);
     const int level = UpwardRank::level(ranks_.rank(t, ctx_->submitted()));
     t.set_priority(user * kLevels + std::min(level, kLevels - 1));
@@ -1050,7 +1041,6 @@ class Dmda final : public Policy {
   }
 
   void completed(TaskRef t, DeviceId d, double seconds) override {
-    debug_completed_.fetch_add(1);
     if (peft_) {
       std::lock_guard<std::mutex> lock(running_mutex_);
       auto it = std::find_if(running_.begin(), running_.end(),
@@ -1280,7 +1270,6 @@ class Dmda final : public Policy {
   };
   std::mutex running_mutex_;
   std::vector<Running> running_;  // popped and not completed yet
-  std::atomic<uint64_t> debug_completed_{0};
 };
 
 const bool registered = [] {

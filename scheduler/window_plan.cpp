@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <queue>
 
@@ -311,26 +309,6 @@ Plan best_plan(const PlanInput& in, double spread_gain) {
     Plan p = plan_window(in, Plan::Rule::single, d);
     if (p.makespan < single.makespan) single = std::move(p);
   }
-  static const bool debug = std::getenv("PEFT_DEBUG") != nullptr;  // DEBUG
-  if (debug) {
-    for (size_t d = 0; d < in.devices.size(); ++d) {
-      double sum = 0;
-      size_t n = 0;
-      for (const PlanTask& t : in.tasks)
-        if (t.exec[d] >= 0) sum += t.exec[d], ++n;
-      std::fprintf(stderr, "  device %zu node %u slots %u ready %.4f: %zu tasks, exec sum %.4f, in 1MB %.5f, out 1MB %.5f\n",
-                   d, in.devices[d].node, in.devices[d].slots, in.devices[d].ready, n, sum,
-                   in.links->predict(0, in.devices[d].node, 1 << 20),
-                   in.links->predict(in.devices[d].node, 0, 1 << 20));
-    }
-    uint64_t bytes = 0;
-    for (const PlanBuffer& b : in.buffers) bytes += b.bytes;
-    std::fprintf(stderr, "  %zu buffers, %.1f MB\n", in.buffers.size(), bytes / 1e6);
-  }
-  if (debug)
-    std::fprintf(stderr, "plan: %zu tasks, spread %s %.4f, single %s %.4f\n", in.tasks.size(),
-                 spread.describe().c_str(), spread.makespan, single.describe().c_str(),
-                 single.makespan);
   return spread.makespan < single.makespan * (1 - spread_gain) ? spread : single;
 }
 

@@ -355,7 +355,6 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
 }
 
 void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t n) {
-  if (n == 0) return;
   std::vector<Copy> copies;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -364,7 +363,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
       BufferState& b = *in;
       Replica& r = data(b).replicas[n];
       if (r.valid || r.fetching || r.evicting) continue;
-      if (r.mem == nullptr) {
+      if (n != 0 && r.mem == nullptr) {  // (host memory: the buffer's own)
         if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
         DeviceState& dev = *node.device;
         hcr_mem_alloc_args_t ma{};

@@ -103,8 +103,9 @@ class DataManager {
   };
   /// Makes every argument of `t` valid (read) or allocated (write) on `node`, and pins them.
   Status acquire(TaskNode* t, uint32_t node);
-  /// Starts copying a placed task's inputs to `node` if there is free memory; pins nothing. The
-  /// caller holds the references: by now the task may have run elsewhere and let its buffers go.
+  /// Starts copying a placed task's inputs to `node` if there is free memory (host memory, node 0:
+  /// home from the device that holds them); pins nothing. The caller holds the references: by now
+  /// the task may have run elsewhere and let its buffers go.
   void prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t node);
   /// The task acquired earlier has ended: its writes become the only valid replicas (on success),
   /// and its pins are released.

@@ -454,7 +454,9 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       return;
     }
   } else if (d != sched::kAnyDevice) {
-    if (!inputs.empty() && dev_[d]->info.memory_node != 0)
+    // Into the device's memory, or home for a device working in host memory (a slot of it would
+    // otherwise wait for the copies out of another device's memory).
+    if (!inputs.empty())
       data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node);
     pump(*dev_[d]);
     return;

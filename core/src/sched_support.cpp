@@ -32,11 +32,11 @@ double TaskRef::size() const noexcept {
 }
 uint64_t TaskRef::policy_data() const noexcept { return n_->policy_data; }
 void TaskRef::set_policy_data(uint64_t v) const noexcept { n_->policy_data = v; }
-uint64_t TaskRef::policy_aux(size_t word) const noexcept {
-  return n_->policy_aux[word & 1].load(std::memory_order_relaxed);
+uint64_t TaskRef::policy_aux() const noexcept {
+  return n_->policy_aux.load(std::memory_order_relaxed);
 }
-void TaskRef::set_policy_aux(uint64_t v, size_t word) const noexcept {
-  n_->policy_aux[word & 1].store(v, std::memory_order_relaxed);
+void TaskRef::set_policy_aux(uint64_t v) const noexcept {
+  n_->policy_aux.store(v, std::memory_order_relaxed);
 }
 
 // `args` is fixed before submission and given up only when the task finishes: a ready task's,

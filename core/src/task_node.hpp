@@ -92,7 +92,7 @@ struct TaskNode {
   bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
 
   uint64_t policy_data = 0;  // sched::TaskRef::policy_data()
-  std::atomic<uint64_t> policy_aux[2] = {0, 0};  // TaskRef::policy_aux(): any thread, any time
+  std::atomic<uint64_t> policy_aux{0};  // sched::TaskRef::policy_aux(): any thread, any time
   uint64_t footprint = 0;  // computed lazily for the scheduler
   double size = 0;
   bool footprint_valid = false;

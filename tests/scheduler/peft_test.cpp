@@ -5,9 +5,11 @@
 // start; and "auto", the default policy, chosen by the devices' architectures.
 #include "../../scheduler/copy_plan.hpp"
 #include "../../scheduler/upward_rank.hpp"
+#include "../../scheduler/window_plan.hpp"
 #include "../test_support.hpp"
 
 #include <cmath>
+#include <set>
 
 namespace hcr {
 namespace {
@@ -103,6 +105,68 @@ TEST(LinkHorizon, BookingPastTimeForgetsIt) {
   EXPECT_DOUBLE_EQ(h.free_at(0, 3.0), 5.0);
 }
 
+// ---- the window plan on its own ----------------------------------------------------------------
+
+// A fork and a join on two devices with their own memories, 3 s copies between them: R (1 s)
+// writes X; C1 and C2 (4 s each) read X; J reads both results (1 s on device 0, 3 s on device
+// 1). The earliest finish sends C2 to device 1 (done at 8 s rather than 9 s) and pays for it at
+// the join: 11 s, where everything on device 0 takes 10 s.
+sched::PlanInput fork_join(const LinkModel& links) {
+  sched::PlanInput in;
+  in.links = &links;
+  in.direct = [](uint32_t, uint32_t) { return true; };
+  in.devices = {{1, 1, 0.0}, {2, 1, 0.0}};
+  in.link_in = in.link_out = {0, 0, 0};
+  auto buffer = [&](uint64_t bytes, uint32_t node) {
+    sched::PlanBuffer b;
+    b.bytes = bytes;
+    b.valid[0] = uint64_t{1} << node;
+    in.buffers.push_back(b);
+    return static_cast<uint32_t>(in.buffers.size() - 1);
+  };
+  const uint32_t i = buffer(1, 1), x = buffer(3'000'000'000, 1), y1 = buffer(3'000'000'000, 1),
+                 y2 = buffer(3'000'000'000, 1), z = buffer(1, 1);
+  auto task = [&](std::vector<double> exec, std::vector<sched::PlanTask::Use> uses,
+                  std::vector<uint32_t> successors) {
+    sched::PlanTask t;
+    t.exec = std::move(exec);
+    t.uses = std::move(uses);
+    t.successors = std::move(successors);
+    in.tasks.push_back(std::move(t));
+  };
+  task({1, 1}, {{i, true, false}, {x, false, true}}, {1, 2});      // R
+  task({4, 4}, {{x, true, false}, {y1, false, true}}, {3});        // C1
+  task({4, 4}, {{x, true, false}, {y2, false, true}}, {3});        // C2
+  task({1, 3}, {{y1, true, false}, {y2, true, false}, {z, false, true}}, {});  // J
+  return in;
+}
+
+TEST(WindowPlan, OneDeviceWhenSpreadingDoesNotPay) {
+  LinkModel links;
+  links.resize(3);
+  for (uint32_t a = 0; a < 3; ++a)
+    for (uint32_t b = 0; b < 3; ++b)
+      if (a != b) links.declare(a, b, 0, 1e9);
+  const sched::PlanInput in = fork_join(links);
+  const sched::Plan heft = sched::plan_window(in, sched::Plan::Rule::heft);
+  EXPECT_DOUBLE_EQ(heft.makespan, 11.0);
+  EXPECT_EQ(heft.device[2], 1) << "the earliest finish spreads C2";
+  const sched::Plan single = sched::plan_window(in, sched::Plan::Rule::single, 0);
+  EXPECT_DOUBLE_EQ(single.makespan, 10.0);
+  const sched::Plan best = sched::best_plan(in);
+  EXPECT_LE(best.makespan, 10.0);
+  for (int32_t d : best.device) EXPECT_EQ(d, 0) << best.describe();
+  // With copies free, spreading pays: C1 and C2 at once, the join on device 0 at 6 s.
+  LinkModel fast;
+  fast.resize(3);
+  for (uint32_t a = 0; a < 3; ++a)
+    for (uint32_t b = 0; b < 3; ++b)
+      if (a != b) fast.declare(a, b, 0, 1e18);
+  const sched::Plan spread = sched::best_plan(fork_join(fast));
+  EXPECT_NEAR(spread.makespan, 6.0, 1e-6) << spread.describe();
+  EXPECT_NE(spread.device[1], spread.device[2]);
+}
+
 // ---- peft on simulated machines ---------------------------------------------------------------
 
 using Options = std::vector<std::pair<std::string, std::string>>;
@@ -132,7 +196,6 @@ void device(Options& o, int i, const char* name, const char* gflops, bool host_m
 // finish for produce is the CPU's (10 ms against 21 ms), and its result must then cross the link
 // (67 ms) to every reader; looking at the readers already submitted, it stays on the GPU.
 int producer_device(const std::string& policy) {
-  std::fprintf(stderr, "producer_device %s\n", policy.c_str());  // DEBUG
   Options o;
   device(o, 0, "gpu", "10000", false);
   device(o, 1, "cpu", "1000", true, "produce");
@@ -214,6 +277,51 @@ TEST(Peft, PrioritiesAreUpwardRanksFromTheModelUnderTheApplications) {
   EXPECT_NEAR(tasks[2].priority, level30, 1);
   EXPECT_NEAR(tasks[3].priority, level15, 1);
   EXPECT_NEAR(tasks[4].priority, level15, 1);
+}
+
+// The same fork and join on simulated devices (2 ms, 8 ms, 2 or 6 ms; 6 ms copies): dmda spreads
+// the children and pays at the join; peft's plan of the window keeps the graph on one device.
+std::set<int> fork_join_devices(const std::string& policy) {
+  Options o;
+  device(o, 0, "d0", "1000", false);
+  device(o, 1, "d1", "1000", false);
+  o.push_back({"device.1.factors.join", "0.333333"});
+  o.push_back({"kernel.root.flops", "2e9"});
+  o.push_back({"kernel.child.flops", "8e9"});
+  o.push_back({"kernel.join.flops", "2e9"});
+  o.push_back({"flops_per_byte", "0"});
+  Runtime rt(sim(o, policy));
+  Kernel root = rt.kernel("root").cpu([](TaskContext&) {});
+  Kernel child = rt.kernel("child").cpu([](TaskContext&) {});
+  Kernel join = rt.kernel("join").cpu([](TaskContext&) {});
+  auto graph = [&](std::vector<Event>* events) {
+    auto in = rt.buffer<float>(4, 4), x = rt.buffer<float>(1, 1'500'000),
+         y1 = rt.buffer<float>(1, 1'500'000), y2 = rt.buffer<float>(1, 1'500'000),
+         z = rt.buffer<float>(4, 4);
+    Event e[] = {rt.submit(Task(root).read(in).write(x)), rt.submit(Task(child).read(x).write(y1)),
+                 rt.submit(Task(child).read(x).write(y2)),
+                 rt.submit(Task(join).read(y1).read(y2).write(z))};
+    rt.wait_all();
+    if (events) events->assign(std::begin(e), std::end(e));
+  };
+  for (int i = 0; i < 4; ++i) {  // warm: every kernel measured on both devices, and the links
+    auto a = rt.buffer<float>(1, 1'500'000), b = rt.buffer<float>(1, 1'500'000);
+    for (const Kernel* k : {&root, &child, &join}) {
+      rt.submit(Task(*k).read(a).write(b).on(i % 2));
+      rt.submit(Task(*k).read(b).write(a).on((i + 1) % 2));
+    }
+    rt.wait_all();
+  }
+  std::vector<Event> events;
+  graph(&events);
+  std::set<int> used;
+  for (const Event& e : events) used.insert(e.device());
+  return used;
+}
+
+TEST(Peft, AGraphStaysOnOneDeviceWhenSpreadingDoesNotPay) {
+  EXPECT_EQ(fork_join_devices("dmda").size(), 2u) << "the earliest finish spreads the children";
+  EXPECT_EQ(fork_join_devices("peft").size(), 1u);
 }
 
 // A cold start (empty model) of 10 kernels on a machine whose third architecture is 20x slower:

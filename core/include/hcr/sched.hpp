@@ -72,11 +72,11 @@ class HCR_API TaskRef {
   /// One word a policy may keep on the task between push() and completed().
   uint64_t policy_data() const noexcept;
   void set_policy_data(uint64_t v) const noexcept;
-  /// Two more words (`word` 0 or 1), readable and writable from any thread at any time while the
-  /// task is valid (relaxed atomics): for what a policy computes about tasks not yet ready (ranks
-  /// over the graph, a plan). Zero until set.
-  uint64_t policy_aux(size_t word = 0) const noexcept;
-  void set_policy_aux(uint64_t v, size_t word = 0) const noexcept;
+  /// A second word, readable and writable from any thread at any time while the task is valid
+  /// (relaxed atomic): for what a policy computes about tasks not yet ready (ranks over the
+  /// graph). Zero until set.
+  uint64_t policy_aux() const noexcept;
+  void set_policy_aux(uint64_t v) const noexcept;
 
   /// The task's buffer arguments, in the order given (a buffer named twice appears twice).
   size_t arg_count() const noexcept;
