@@ -58,7 +58,8 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
     const DeviceCounters &a = after.devices[d.id], &b = before.devices[d.id];
     uint64_t t = a.tasks - b.tasks, f = a.failed - b.failed;
     double busy = a.busy_seconds - b.busy_seconds;
-    std::string name = "#" + std::to_string(d.id) + " " + d.name;
+    std::string name = "#";  // (piecewise: GCC 12 warns falsely, -Wrestrict, of "#" + ...)
+    name += std::to_string(d.id) + " " + d.name;
     std::printf("  %-36s %8llu %10.3f %7.0f%% %11s %11s%s\n", name.c_str(),
                 static_cast<unsigned long long>(t), busy,
                 wall > 0 ? 100.0 * busy / (wall * std::max<uint32_t>(1, d.concurrency)) : 0.0,

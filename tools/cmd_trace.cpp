@@ -64,7 +64,8 @@ int cmd_trace_summary(const std::string& file) {
   std::printf("utilisation per device:\n");
   for (auto& [id, u] : devices) {
     int s = std::max(1, slots.count(id) ? slots[id] : 1);
-    std::string name = "#" + std::to_string(id) + " " + device_name[id];
+    std::string name = "#";  // (piecewise: GCC 12 warns falsely, -Wrestrict, of "#" + ...)
+    name += std::to_string(id) + " " + device_name[id];
     std::printf("  %-36s %8llu tasks  busy %9.4f s  %5.1f%% of %d slot%s\n", name.c_str(),
                 static_cast<unsigned long long>(u.tasks), u.busy,
                 span > 0 ? 100.0 * u.busy / (span * s) : 0.0, s, s == 1 ? "" : "s");
