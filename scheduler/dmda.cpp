@@ -784,6 +784,17 @@ class Dmda final : public Policy {
 
   // ---- the window plan (peft) -----------------------------------------------------------------
 
+  // While the plan keeps every task on one device, that is where a task not ready yet will run:
+  // the core copies its inputs there as its predecessors finish. (Spreading, where a task runs is
+  // decided when it is ready: copies made ahead on an older plan's word cost more than they
+  // save.)
+  DeviceId expected_device(TaskRef /*t*/) const noexcept override {
+    if (!peft_) return kAnyDevice;
+    const uint64_t verdict = verdict_.load(std::memory_order_acquire);
+    if (!verdict_fresh(verdict) || (verdict & 0xffff) == 0) return kAnyDevice;
+    return static_cast<DeviceId>((verdict & 0xffff) - 1);
+  }
+
   // The plan's verdict for `t`: the one device every task goes to while spreading is predicted not
   // to pay, or none (spread: each task where it finishes first). Planned again when `t` waits for
   // tasks after it and the graph has grown by a quarter since the last plan (or never was).

@@ -1154,6 +1154,8 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   t->lock.unlock();
   // Successors this completion makes ready reach the policy highest priority first (among
   // tasks ready at once, the application's priority decides who is placed first).
+  if (!e && !successors.empty() && data_.active() && config_.prefetch)
+    prefetch_for_successors(t, successors);
   boost::container::small_vector<TaskNode*, 4> now_ready;
   for (const Edge& s : successors) {
     if (e && s.data) note_dependency_failure(s.task, e);
@@ -1186,6 +1188,34 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
 // move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
 // operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
 // finished before this one could take the mutex.
+// A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
+// `t` wrote for it starts moving there now, while the others finish, rather than once the last of
+// them is done (the copies overlap their computation). Before the successors' counts drop: until
+// then each waits for `t`, so it is alive.
+void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::small_vector<Edge, 2>& successors) noexcept {
+  const int32_t ran = t->device.load(std::memory_order_relaxed);
+  const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
+  for (const Edge& e : successors) {
+    TaskNode* s = e.task;
+    if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
+      continue;  // (ready once `t` is done: placing it prefetches)
+    const int64_t d = s->pinned >= 0 ? s->pinned : policy_->expected_device(sched::TaskRef(s));
+    if (d < 0 || d >= static_cast<int64_t>(device_count())) continue;
+    const uint32_t node = dev_[static_cast<size_t>(d)]->info.memory_node;
+    if (node == from) continue;
+    boost::container::small_vector<Ref<BufferState>, 3> inputs;
+    for (const ArgRec& w : t->uargs) {
+      if (!writes(w.access)) continue;
+      for (const ArgRec& r : s->args)
+        if (r.buffer == w.buffer && reads(r.access)) {
+          inputs.push_back(Ref<BufferState>::share(w.buffer));
+          break;
+        }
+    }
+    if (!inputs.empty()) data_.prefetch({inputs.data(), inputs.size()}, s->priority, node);
+  }
+}
+
 void RuntimeCore::wait_all() noexcept {
   {
     std::lock_guard<std::mutex> g(epoch_mutex_);

@@ -184,6 +184,9 @@ class RuntimeCore final : public sched::Context {
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
   void ready(TaskNode* t) noexcept;
+  // `t` finished: copies what it wrote towards where its waiting successors are expected to run.
+  void prefetch_for_successors(TaskNode* t,
+                               const boost::container::small_vector<Edge, 2>& successors) noexcept;
   void dispatch(TaskNode* t) noexcept;
   // Hands device d tasks from the policy while it has free slots; returns how many it launched.
   uint32_t pump(DeviceState& d) noexcept;

@@ -168,6 +168,10 @@ class Policy {
   /// Device::memory_node says whose memory a node is).
   virtual void transferred(uint32_t /*from*/, uint32_t /*to*/, uint64_t /*bytes*/,
                            double /*seconds*/) {}
+  /// Where the policy expects a task that is not ready yet to run (its plan), or kAnyDevice. When
+  /// one of the task's predecessors finishes, the core starts copying what that predecessor wrote
+  /// for it there, while the others finish. Called from any thread; cheap.
+  virtual DeviceId expected_device(TaskRef /*task*/) const noexcept { return kAnyDevice; }
   /// Whether completed() needs measured durations (costs two clock reads per task).
   virtual bool wants_timing() const noexcept { return false; }
   /// The execution time the policy predicted for a task it placed (seconds), or < 0; asked
