@@ -4,6 +4,7 @@
 // meter entry, short completions) still loads and runs.
 #include "../test_support.hpp"
 
+#include <cstdio>
 #include <hcr/sched.hpp>
 
 #include <nlohmann/json.hpp>
@@ -148,6 +149,70 @@ TEST(Energy, APluginBuiltForAbi10LoadsAndRuns) {
   const RuntimeStats s = rt.stats();
   EXPECT_NEAR(s.devices[0].busy_seconds, 3 * 0.002, 1e-12) << "a 1.0 completion's seconds count";
   EXPECT_EQ(s.devices[0].energy_source, "none") << "no meter entry was read past the table";
+}
+
+
+// A power-hungry device four times faster than a frugal one (250 W above idle against 25 W, idle
+// draws small): the
+// energy objective sends the frugal one more of a bag of tasks, uses less energy for them, and
+// keeps the makespan within max_slowdown of what the time objective reaches.
+struct BagResult {
+  uint64_t frugal_tasks = 0;
+  double joules = 0;          // modelled: busy draw above idle, and both idle draws over the makespan
+  double makespan = 0;        // modelled: the busiest device's busy time (no copies, no waits)
+};
+BagResult run_bag(const std::string& objective) {
+  Config c;
+  c.use_environment = false;
+  c.policy = "peft";
+  c.model_dir = "off";
+  c.objective = objective;
+  c.max_slowdown = 1.3;
+  auto device = [](const char* name, const char* gflops, double idle, double busy) {
+    BackendConfig b{"sim",
+                    true,
+                    {{"compute", "false"},
+                     {"flops_per_byte", "0"},
+                     {"kernel.work.flops", "1e10"},
+                     {"device.0.name", name},
+                     {"device.0.arch", name},
+                     {"device.0.gflops", gflops},
+                     {"device.0.host_memory", "true"}},
+                    "test"};
+    b.idle_watts = idle;
+    b.busy_watts = busy;
+    return b;
+  };
+  c.backends = {device("hungry", "4000", 5, 255), device("frugal", "1000", 1, 26)};
+  Runtime rt(c);
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  for (int i = 0; i < 6; ++i) rt.submit(Task(work).on(i % 2)).get();  // both measured
+  const RuntimeStats before = rt.stats();
+  for (int i = 0; i < 100; ++i) rt.submit(Task(work));
+  rt.wait_all();
+  const RuntimeStats after = rt.stats();
+  BagResult r;
+  for (size_t d = 0; d < 2; ++d) {
+    const double busy = after.devices[d].busy_seconds - before.devices[d].busy_seconds;
+    r.joules += (d == 0 ? 250 : 25) * busy;
+    r.makespan = std::max(r.makespan, busy);
+  }
+  r.joules += (5 + 1) * r.makespan;
+  r.frugal_tasks = after.devices[1].tasks - before.devices[1].tasks;
+  return r;
+}
+
+TEST(Energy, TheEnergyObjectiveSavesWithinMaxSlowdown) {
+  const BagResult time = run_bag("time"), energy = run_bag("energy");
+  EXPECT_GT(energy.frugal_tasks, time.frugal_tasks);
+  EXPECT_LT(energy.joules, time.joules);
+  // The busiest device's modelled busy time bounds the makespan (independent tasks, no copies):
+  // within the slowdown allowed, and a task's length of rounding.
+  std::printf("time: %llu frugal tasks, %.3f J, %.4f s; energy: %llu, %.3f J, %.4f s\n",
+              static_cast<unsigned long long>(time.frugal_tasks), time.joules, time.makespan,
+              static_cast<unsigned long long>(energy.frugal_tasks), energy.joules, energy.makespan);
+  EXPECT_LE(energy.makespan, 1.3 * time.makespan + 0.010)
+      << "time " << time.makespan << " s, energy " << energy.makespan << " s";
 }
 
 }  // namespace
