@@ -247,7 +247,9 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
     int s = device_source(false);
     if (s < 0) {  // nothing valid anywhere (never written): the host memory is as good as any
       set_fetching(b, 0, false);
-      set_valid(b, 0, true);
+      // ... unless it was written and lost with a device: its readers fail saying so (acquire),
+      // never read what host memory holds as if it were the data.
+      if (d.lost_with.empty()) set_valid(b, 0, true);
       return;
     }
     plan(static_cast<uint32_t>(s), 0);
