@@ -324,7 +324,8 @@ class SimBackend final : public sdk::Backend {
     if (!machine_.estimates) return std::nullopt;
     const SimKernel& k = kernel_of(a);
     std::vector<hcr_arg_t> args;
-    for (size_t i = 0; i < a.num_args; ++i) args.push_back(sdk::read_struct(&sdk::element(a.args, i)));
+    for (size_t i = 0; i < a.num_args; ++i)
+      args.push_back(sdk::read_struct(&sdk::element(a.args, i)));
     return nominal_seconds(k, machine_.devices[a.device], args, builtin_call(k, a, args)) *
            machine_.time_scale;
   }

@@ -158,7 +158,8 @@ void check_gemm(Checker& c, const TaskNode& t) {
   // No parameter at all means alpha 1, beta 0 (what the backends take too).
   if (!t.param_offsets.empty())
     p = c.params<hcr_gemm_params_t>("hcr_gemm_params_t", HCR_GEMM_PARAMS_STRUCT_SIZE_1_0);
-  c.operands({{"A", Use::read}, {"B", Use::read}, {"C", p.beta == 0 ? Use::overwrite : Use::update}});
+  c.operands(
+      {{"A", Use::read}, {"B", Use::read}, {"C", p.beta == 0 ? Use::overwrite : Use::update}});
   c.enumeration("trans_a", p.trans_a, "HCR_NO_TRANS", "HCR_TRANS");
   c.enumeration("trans_b", p.trans_b, "HCR_NO_TRANS", "HCR_TRANS");
   const bool ta = p.trans_a == HCR_TRANS, tb = p.trans_b == HCR_TRANS;

@@ -1,7 +1,8 @@
 // The CPU backend's built-in BLAS and LAPACK kernels: every kernel, f32 and f64, every
-// trans/uplo/side/diag combination at odd sizes against double-precision references (blas_check.hpp:
-// leading dimensions wider than the columns, unread parts NaN, unwritten parts kept), the ABI 1.0
-// gemm parameter block, and the factorizations' failures naming the minor or the row.
+// trans/uplo/side/diag combination at odd sizes against double-precision references
+// (blas_check.hpp: leading dimensions wider than the columns, unread parts NaN, unwritten parts
+// kept), the ABI 1.0 gemm parameter block, and the factorizations' failures naming the minor or
+// the row.
 #include "../blas_check.hpp"
 
 namespace hcr {
