@@ -281,8 +281,9 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
   for (size_t i = 0; i < s.count; ++i) {
     x[i] = sdk::read_struct(&sdk::element(args, i));
     if (x[i].dtype != kernel.dtype)
-      invalid(c, std::string(s.names[i]) + " is a " + sdk::dtype_name(x[i].dtype) +
-                     " matrix, expected " + sdk::dtype_name(kernel.dtype));
+      invalid(c, std::string(s.names[i]) + " (argument " + std::to_string(i) + ", " + shape(x[i]) +
+                     " " + sdk::dtype_name(x[i].dtype) + ") is not an " +
+                     sdk::dtype_name(kernel.dtype) + " matrix");
   }
   auto square = [&](size_t i) {
     if (x[i].rows != x[i].cols)

@@ -79,11 +79,10 @@ class Checker {
     if (t_.args.size() != n)
       fail("takes " + std::to_string(n) + (n == 1 ? " buffer (" : " buffers (") + names +
            "), got " + std::to_string(t_.args.size()));
+    const std::string want(dtype_name(spec_.dtype));
     for (size_t i = 0; i < n; ++i)
       if (buffer(i).dtype != spec_.dtype)
-        fail(std::string(operands_[i].name) + " is a " + std::string(dtype_name(buffer(i).dtype)) +
-             " matrix, expected " + std::string(dtype_name(spec_.dtype)) + " (argument " +
-             std::to_string(i) + ", a " + describe(buffer(i)) + ")");
+        fail(which(i) + " is not " + (want == "bf16" ? "a " : "an ") + want + " matrix");
   }
 
   // The task's one parameter as block type P: at least `min_size` bytes of it known to the

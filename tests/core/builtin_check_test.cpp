@@ -42,7 +42,7 @@ TEST(BuiltinCheck, RefusesAtSubmitNamingWhatDoesNotFit) {
        "Runtime::submit: gemm_f32: takes 3 buffers (A, B, C), got 2"},
       {"element type",
        [&](Runtime&) { return std::move(k("gemm_f32").read(f22).read(d22).write(g22)); },
-       "gemm_f32: B is a f64 matrix, expected f32 (argument 1, a 2x2 f64 buffer)"},
+       "gemm_f32: B (argument 1, a 2x2 f64 buffer) is not an f32 matrix"},
       {"shapes",
        [&](Runtime&) { return std::move(k("gemm_f32").read(f23).read(f34).write(g22).param(g0)); },
        "gemm_f32: shapes do not match: A is 2x3, B is 3x4, C is 2x2 (trans_a 0, trans_b 0"},
