@@ -17,10 +17,15 @@
 //   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
 //   (the plugin's host_alloc), 1 = pageable (through the plugin's staging buffers). Read
 //   hcr_over_cuda and the GB/s counters; cudaMemcpy from pageable memory is shown too.
+// - BM_Potrf/<n>: the Cholesky factorization of one n x n f64 tile, direct cusolverDnDpotrf against
+//   the plugin's potrf_f64 (launch to done, its status word read back), from the same symmetric
+//   positive definite matrix, restored before each call and not timed. Read hcr_over_cusolver and
+//   the GFLOP/s counters (n^3/3 flops). The baseline a tiled Cholesky is measured against.
 //
-// BM_Gemm and BM_Copy drive the plugin through its C table (dlopen of libhcr-cuda.so from the
-// build tree, or from $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does: the backend alone. Sizes:
-// HCR_CUDA_BENCH_GEMM_N="4096,8192" and HCR_CUDA_BENCH_COPY_MIB="64,1024". Without a GPU every
+// BM_Gemm, BM_Copy and BM_Potrf drive the plugin through its C table (dlopen of libhcr-cuda.so from
+// the build tree, or from $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does: the backend alone.
+// Sizes: HCR_CUDA_BENCH_GEMM_N="4096,8192", HCR_CUDA_BENCH_COPY_MIB="64,1024" and
+// HCR_CUDA_BENCH_POTRF_N="1024,4096". Without a GPU every
 // benchmark reports an error and the program exits 0.
 #include <hcr/hcr.hpp>
 #include <hcr/plugin.h>
@@ -28,6 +33,7 @@
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cusolverDn.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -324,6 +330,163 @@ void BM_Gemm(benchmark::State& state) {
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
+}
+
+// ---- potrf -------------------------------------------------------------------------------------
+
+void BM_Potrf(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const size_t n = static_cast<size_t>(state.range(0));
+  const size_t bytes = n * n * sizeof(double);
+  Plugin& pl = plugin();
+  // n I + 0.5 everywhere: symmetric positive definite, so neither side stops early.
+  std::vector<double> spd(n * n, 0.5);
+  for (size_t i = 0; i < n; ++i) spd[i * n + i] += static_cast<double>(n);
+
+  // Direct side: a pristine copy and the working tile, cuSOLVER's workspace and devInfo.
+  double *pristine = nullptr, *a = nullptr, *work = nullptr;
+  int* info = nullptr;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaMalloc(&pristine, bytes));
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&info, sizeof(int)));
+  CHECK_CUDA(cudaMemcpy(pristine, spd.data(), bytes, cudaMemcpyHostToDevice));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cusolverDnHandle_t solver = nullptr;
+  if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
+    state.SkipWithError("cusolverDnCreate failed");
+    return;
+  }
+  cusolverDnSetStream(solver, stream);
+  const int ni = static_cast<int>(n);
+  int lwork = 0;
+  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, &lwork);
+  CHECK_CUDA(cudaMalloc(&work, std::max<size_t>(lwork, 1) * sizeof(double)));
+  auto restore_direct = [&] {
+    cudaMemcpyAsync(a, pristine, bytes, cudaMemcpyDeviceToDevice, stream);
+    cudaStreamSynchronize(stream);
+  };
+  auto direct = [&] {
+    cusolverStatus_t s =
+        cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, work, lwork, info);
+    int status = -1;
+    cudaMemcpyAsync(&status, info, sizeof(int), cudaMemcpyDeviceToHost, stream);
+    cudaStreamSynchronize(stream);  // as the plugin reports: once the status is on the host
+    return s == CUSOLVER_STATUS_SUCCESS && status == 0;
+  };
+
+  // hcr side: the plugin's memory, the pristine matrix copied in once and restored on the device.
+  hcr_memory_t* mp = pl.alloc(bytes);
+  hcr_memory_t* ma = pl.alloc(bytes);
+  if (!mp || !ma) {
+    state.SkipWithError(("plugin mem_alloc: " + pl.why).c_str());
+    return;
+  }
+  if (std::string e = pl.copy(mp, spd.data(), bytes, true); !e.empty()) {
+    state.SkipWithError(("plugin copy: " + e).c_str());
+    return;
+  }
+  std::string failure;
+  auto restore_hcr = [&] {
+    Done d;
+    d.api = pl.api;
+    hcr_copy_args_t c{};
+    c.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
+    c.src_memory = mp;
+    c.dst_memory = ma;
+    c.width = bytes;
+    c.rows = 1;
+    c.done = &Done::cb;
+    c.done_user_data = &d;
+    if (hcr_error_t* e = pl.api->copy(pl.p, &c)) {
+      failure = pl.take(e);
+      return false;
+    }
+    d.wait();
+    failure = d.error;
+    return failure.empty();
+  };
+  hcr_kernel_desc_t desc{};
+  desc.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
+  desc.name = "potrf_f64";
+  desc.kind = HCR_IMPL_BUILTIN;
+  hcr_kernel_get_args_t kg{};
+  kg.struct_size = HCR_KERNEL_GET_ARGS_STRUCT_SIZE;
+  kg.desc = &desc;
+  if (hcr_error_t* e = pl.api->kernel_get(pl.p, &kg)) {
+    state.SkipWithError(("kernel_get: " + pl.take(e)).c_str());
+    return;
+  }
+  hcr_arg_t arg{};
+  arg.struct_size = HCR_ARG_STRUCT_SIZE;
+  arg.memory = ma;
+  arg.dtype = HCR_DTYPE_F64;
+  arg.access = HCR_ACCESS_READ_WRITE;
+  arg.rows = arg.cols = arg.ld = n;
+  hcr_potrf_params_t params{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_LOWER};
+  auto through_hcr = [&] {
+    Done d;
+    d.api = pl.api;
+    hcr_launch_args_t la{};
+    la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+    la.kernel = kg.kernel;
+    la.args = &arg;
+    la.num_args = 1;
+    la.params = &params;
+    la.params_size = sizeof params;
+    la.done = &Done::cb;
+    la.done_user_data = &d;
+    if (hcr_error_t* e = pl.api->launch(pl.p, &la)) {
+      failure = pl.take(e);
+      return false;
+    }
+    d.wait();
+    failure = d.error;
+    return failure.empty();
+  };
+
+  // Warm-up: cuSOLVER's first call of each shape, and the plugin's handle and scratch memory.
+  restore_direct();
+  if (!direct() || !restore_hcr() || !through_hcr()) {
+    state.SkipWithError(("warm-up failed: " + failure).c_str());
+    return;
+  }
+  double t_direct = 0, t_hcr = 0;
+  for (auto _ : state) {
+    restore_direct();
+    auto t0 = Clock::now();
+    bool ok = direct();
+    const double d = seconds_since(t0);
+    ok = restore_hcr() && ok;
+    t0 = Clock::now();
+    ok = through_hcr() && ok;
+    const double h = seconds_since(t0);
+    if (!ok) {
+      state.SkipWithError(("potrf failed: " + failure).c_str());
+      break;
+    }
+    t_direct += d;
+    t_hcr += h;
+    state.SetIterationTime(d + h);
+  }
+  const double flops = static_cast<double>(n) * n * n / 3 * static_cast<double>(state.iterations());
+  if (t_hcr > 0 && t_direct > 0) {
+    state.counters["cusolver_GFLOPs"] = flops / t_direct * 1e-9;
+    state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
+    state.counters["hcr_over_cusolver"] = t_direct / t_hcr;
+  }
+  state.SetLabel("f64 n=" + std::to_string(n));
+
+  pl.api->kernel_release(pl.p, kg.kernel);
+  pl.api->mem_free(pl.p, 0, mp);
+  pl.api->mem_free(pl.p, 0, ma);
+  cusolverDnDestroy(solver);
+  cudaStreamDestroy(stream);
+  cudaFree(pristine);
+  cudaFree(a);
+  cudaFree(work);
+  cudaFree(info);
 }
 
 // ---- gemm through the runtime -----------------------------------------------------------------
@@ -668,6 +831,12 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->Iterations(3);
+  benchmark::RegisterBenchmark("BM_Potrf", BM_Potrf)
+      ->ArgsProduct({sizes("HCR_CUDA_BENCH_POTRF_N", {1024, 4096})})
+      ->ArgNames({"n"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(10);
   benchmark::RegisterBenchmark("BM_Copy", BM_Copy)
       ->ArgsProduct({sizes("HCR_CUDA_BENCH_COPY_MIB", {256}), {0, 1}, {0, 1}})
       ->ArgNames({"MiB", "d2h", "pageable"})

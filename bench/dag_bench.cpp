@@ -385,6 +385,7 @@ std::vector<RanOp> ran_ops(Session& s, const Machine& m, const Problem& p, const
   std::set<std::pair<int, int>> copied;  // buffer, node
   std::vector<RanOp> ops;
   for (const hcr::TraceEvent& e : s.rt.trace_events()) {
+    if (e.kind == hcr::TraceEvent::Kind::power) continue;
     RanOp op;
     op.start = e.start;
     if (e.kind == hcr::TraceEvent::Kind::task) {

@@ -197,12 +197,53 @@ CostModel::Pair* CostModel::pair(const std::string& kernel, const std::string& a
 }
 
 void CostModel::refit(Pair& p) {
-  std::vector<std::array<double, 3>> pts;
-  for (auto& [fp, cell] : p.cells)
+  std::vector<std::array<double, 3>> pts, energy;
+  for (auto& [fp, cell] : p.cells) {
     if (cell.history.size() > 0)
       pts.push_back({cell.size, cell.history.estimate(),
                      static_cast<double>(std::min<size_t>(cell.history.size(), 8))});
+    if (cell.energy.size() > 0)
+      energy.push_back({cell.size, cell.energy.estimate(),
+                        static_cast<double>(std::min<size_t>(cell.energy.size(), 8))});
+  }
   p.fit = fit_power_law(pts);
+  p.energy_fit = fit_power_law(energy);
+}
+
+namespace {
+// A sample not yet in any file: kept (the last kFreshKept) and counted for the next save.
+void keep_fresh(std::vector<double>& fresh, uint32_t& count, double x) {
+  if (fresh.size() == CostModel::kFreshKept) fresh.erase(fresh.begin());
+  fresh.push_back(x);
+  ++count;
+}
+}  // namespace
+
+void CostModel::record_energy(Pair& p, uint64_t footprint, double size, double joules) {
+  std::lock_guard<detail::SpinLock> lock(p.lock);
+  Cell& cell = p.cells[footprint];
+  cell.size = size;
+  cell.energy.add(joules);
+  if (History::accepts(joules)) keep_fresh(cell.energy_fresh, cell.energy_fresh_count, joules);
+  if (p.cells.size() >= 2) refit(p);
+}
+
+Prediction CostModel::predict_energy(Pair& p, uint64_t footprint, double size) const {
+  Prediction r;
+  std::lock_guard<detail::SpinLock> lock(p.lock);
+  auto it = p.cells.find(footprint);
+  if (it != p.cells.end() && it->second.energy.size() > 0) {
+    const History& h = it->second.energy;
+    r.seconds = h.estimate();
+    r.spread = h.spread();
+    r.samples = static_cast<uint32_t>(h.size());
+    r.source = Prediction::Source::history;
+  } else if (p.energy_fit.valid) {
+    r.seconds = p.energy_fit(size);
+    r.spread = p.energy_fit.rel_error * r.seconds;
+    r.source = Prediction::Source::regression;
+  }
+  return r;
 }
 
 void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds) {
@@ -210,11 +251,8 @@ void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds)
   Cell& cell = p.cells[footprint];
   cell.size = size;
   cell.history.add(seconds);
-  if (History::accepts(seconds)) {  // not in any file yet: the next save adds it
-    if (cell.fresh.size() == kFreshKept) cell.fresh.erase(cell.fresh.begin());
-    cell.fresh.push_back(seconds);
-    ++cell.fresh_count;
-  }
+  // Not in any file yet: the next save adds it.
+  if (History::accepts(seconds)) keep_fresh(cell.fresh, cell.fresh_count, seconds);
   p.total.fetch_add(1, std::memory_order_relaxed);
   if (p.cells.size() >= 2) refit(p);
 }
@@ -285,7 +323,8 @@ std::vector<CostModel::Row> CostModel::rows() const {
     std::lock_guard<detail::SpinLock> pl(p->lock);
     for (auto& [fp, cell] : p->cells)
       out.push_back({p->kernel, p->arch, fp, cell.size, cell.history.estimate(),
-                     cell.history.spread(), cell.history.count(), p->fit});
+                     cell.history.spread(), cell.history.count(), p->fit, cell.energy.estimate(),
+                     cell.energy.count()});
   }
   return out;
 }
@@ -334,6 +373,8 @@ struct ParsedCell {
   double size;
   uint32_t count;
   std::vector<double> samples;
+  std::vector<double> joules;  // (optional: energy per launch)
+  uint32_t joules_count = 0;
 };
 struct ParsedModel {
   std::string arch;
@@ -387,6 +428,18 @@ ParsedModel parse_model(std::string_view text, const std::string& origin) {
                                            "at most 1e9");
       p.samples.push_back(*v);
     }
+    if (auto* joules = (*t)["joules"].as_array()) {  // energy, where it was measured
+      auto jc = (*t)["joules_count"].value_exact<int64_t>();
+      p.joules_count = static_cast<uint32_t>(std::clamp<int64_t>(jc.value_or(0), 0, 1 << 30));
+      for (auto&& s : *joules) {
+        auto v = s.value<double>();
+        if (!v || !(*v >= 0 && *v <= kMaxFileSeconds))
+          throw std::runtime_error(where() + ": joules must be non-negative numbers, at most 1e9");
+        p.joules.push_back(*v);
+      }
+    } else if ((*t).contains("joules")) {
+      throw std::runtime_error(where() + ": joules must be an array of numbers");
+    }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
     // A cell without samples says nothing.
@@ -395,10 +448,11 @@ ParsedModel parse_model(std::string_view text, const std::string& origin) {
   return out;
 }
 
-// One cell as written: its size and history.
+// One cell as written: its size and history (and energy).
 struct FileCell {
   double size = 0;
   History history;
+  History energy;
 };
 
 std::string format_model(const std::string& arch,
@@ -408,13 +462,20 @@ std::string format_model(const std::string& arch,
     if (cell.history.size() == 0) continue;
     toml::array samples;
     for (double x : cell.history.samples()) samples.push_back(x);
-    rows.push_back(toml::table{
+    toml::table row{
         {"kernel", key.first},
         {"footprint", hex(key.second)},
         {"size", cell.size},
         {"count", static_cast<int64_t>(cell.history.count())},
         {"samples", std::move(samples)},
-    });
+    };
+    if (cell.energy.size() > 0) {
+      toml::array joules;
+      for (double x : cell.energy.samples()) joules.push_back(x);
+      row.insert("joules", std::move(joules));
+      row.insert("joules_count", static_cast<int64_t>(cell.energy.count()));
+    }
+    rows.push_back(std::move(row));
   }
   toml::table root{{"format", CostModel::kFormat},
                    {"version", CostModel::kFormatVersion},
@@ -446,7 +507,9 @@ std::map<std::string, std::vector<CostModel::SavedCell>> CostModel::snapshot() c
     for (auto& [fp, cell] : p->cells) {
       if (cell.history.size() == 0) continue;
       out[p->arch].push_back({p->kernel, fp, cell.size, cell.history.samples(),
-                              cell.history.count(), cell.fresh, cell.fresh_count});
+                              cell.history.count(), cell.fresh, cell.fresh_count,
+                              cell.energy.samples(), cell.energy.count(), cell.energy_fresh,
+                              cell.energy_fresh_count});
     }
   }
   return out;
@@ -466,6 +529,7 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
         FileCell& f = merged[{c.kernel, c.footprint}];  // a cell twice: the last one counts
         f.size = c.size;
         f.history.restore(c.samples, c.count);
+        f.energy.restore(c.joules, c.joules_count);
       }
     } catch (const std::runtime_error& e) {
       merged.clear();
@@ -478,22 +542,28 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
       FileCell& f = merged[{c.kernel, c.footprint}];
       f.size = c.size;
       f.history.restore(c.samples, c.count);
+      f.energy.restore(c.joules, c.joules_count);
       continue;
     }
-    if (c.fresh_count == 0) continue;  // the file has all this model knows of it, and more
+    // The file has all this model knows of it, and more, but what it recorded since its last
+    // save: that is added (samples beyond the kept ones still count: they left the window long
+    // ago anyway).
     FileCell& f = it->second;
-    f.size = c.size;
-    for (double x : c.fresh) f.history.add(x);
-    // Samples beyond the kept ones still count (they left the window long ago anyway).
-    const uint32_t dropped = c.fresh_count - static_cast<uint32_t>(c.fresh.size());
-    if (dropped > 0) f.history.restore(f.history.samples(), f.history.count() + dropped);
+    auto add_fresh = [](History& h, const std::vector<double>& fresh, uint32_t fresh_count) {
+      for (double x : fresh) h.add(x);
+      const uint32_t dropped = fresh_count - static_cast<uint32_t>(fresh.size());
+      if (dropped > 0) h.restore(h.samples(), h.count() + dropped);
+    };
+    if (c.fresh_count > 0 || c.joules_fresh_count > 0) f.size = c.size;
+    if (c.fresh_count > 0) add_fresh(f.history, c.fresh, c.fresh_count);
+    if (c.joules_fresh_count > 0) add_fresh(f.energy, c.joules_fresh, c.joules_fresh_count);
   }
   return format_model(arch, merged);
 }
 
 void CostModel::mark_saved(const std::string& arch, const std::vector<SavedCell>& cells) {
   for (const SavedCell& c : cells) {
-    if (c.fresh_count == 0) continue;
+    if (c.fresh_count == 0 && c.joules_fresh_count == 0) continue;
     Pair* p = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -506,10 +576,13 @@ void CostModel::mark_saved(const std::string& arch, const std::vector<SavedCell>
     if (it == p->cells.end()) continue;
     Cell& cell = it->second;
     // Samples recorded since the snapshot are the newest ones: they stay fresh.
-    cell.fresh_count -= std::min(cell.fresh_count, c.fresh_count);
-    if (cell.fresh.size() > cell.fresh_count)
-      cell.fresh.erase(cell.fresh.begin(),
-                       cell.fresh.end() - static_cast<std::ptrdiff_t>(cell.fresh_count));
+    auto saved = [](std::vector<double>& fresh, uint32_t& count, uint32_t now_saved) {
+      count -= std::min(count, now_saved);
+      if (fresh.size() > count)
+        fresh.erase(fresh.begin(), fresh.end() - static_cast<std::ptrdiff_t>(count));
+    };
+    saved(cell.fresh, cell.fresh_count, c.fresh_count);
+    saved(cell.energy_fresh, cell.energy_fresh_count, c.joules_fresh_count);
   }
 }
 
@@ -531,6 +604,7 @@ void CostModel::load_text(std::string_view text, const std::string& origin) {
     pr.total.fetch_sub(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
     cell.size = p.size;
     cell.history.restore(p.samples, p.count);
+    cell.energy.restore(p.joules, p.joules_count);
     pr.total.fetch_add(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -106,6 +106,10 @@ class CostModel {
   Prediction predict(Pair& p, uint64_t footprint, double size) const;
   void record(Pair& p, uint64_t footprint, double size, double seconds);
   uint32_t samples(const Pair& p) const noexcept;
+  /// Energy, learned like time: joules a launch used above the device's idle draw
+  /// (Prediction::seconds holds the joules).
+  Prediction predict_energy(Pair& p, uint64_t footprint, double size) const;
+  void record_energy(Pair& p, uint64_t footprint, double size, double joules);
 
   /// One row per cell, for reports and plots.
   struct Row {
@@ -115,6 +119,8 @@ class CostModel {
     double estimate = 0, spread = 0;
     uint32_t samples = 0;
     PowerLaw fit;  ///< of the row's (kernel, arch)
+    double joules = 0;           ///< energy per launch above idle (robust estimate)
+    uint32_t joules_samples = 0;
   };
   std::vector<Row> rows() const;
 
@@ -145,6 +151,11 @@ class CostModel {
     uint32_t count = 0;           ///< every sample ever
     std::vector<double> fresh;    ///< the latest of the samples not yet saved, oldest first
     uint32_t fresh_count = 0;     ///< how many there are (`fresh` keeps the last kFreshKept)
+    /// The same for energy (joules per launch), where measured.
+    std::vector<double> joules;
+    uint32_t joules_count = 0;
+    std::vector<double> joules_fresh;
+    uint32_t joules_fresh_count = 0;
   };
   static constexpr size_t kFreshKept = 2 * History::kWindow;
   /// Every cell with samples, by architecture, in file order (kernel, footprint).
@@ -175,6 +186,9 @@ class CostModel {
     History history;
     std::vector<double> fresh;  // the last kFreshKept samples not yet saved
     uint32_t fresh_count = 0;   // samples not yet saved
+    History energy;             // joules, likewise
+    std::vector<double> energy_fresh;
+    uint32_t energy_fresh_count = 0;
   };
   Pair* find_or_add(const std::string& kernel, const std::string& arch);
   static void refit(Pair& p);
@@ -188,6 +202,7 @@ class CostModel {
     mutable detail::SpinLock lock;  // guards cells and fit
     std::map<uint64_t, Cell> cells;
     PowerLaw fit;
+    PowerLaw energy_fit;  // joules over sizes
     std::atomic<uint32_t> total{0};
     std::atomic<uint32_t> exploring{0};  // calibration tasks in flight (policies' bookkeeping)
   };

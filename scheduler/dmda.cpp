@@ -67,7 +67,7 @@ std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::strin
   std::vector<ModelRow> rows;
   for (auto& r : model.rows())
     rows.push_back({r.kernel, r.arch, r.footprint, r.size, r.estimate, r.spread, r.samples,
-                    r.fit.valid, r.fit.a, r.fit.b, r.fit.c});
+                    r.fit.valid, r.fit.a, r.fit.b, r.fit.c, r.joules, r.joules_samples});
   return rows;
 }
 
@@ -784,6 +784,17 @@ class Dmda final : public Policy {
 
   // ---- the window plan (peft) -----------------------------------------------------------------
 
+  // While the plan keeps every task on one device, that is where a task not ready yet will run:
+  // the core copies its inputs there as its predecessors finish. (Spreading, where a task runs is
+  // decided when it is ready: copies made ahead on an older plan's word cost more than they
+  // save.)
+  DeviceId expected_device(TaskRef /*t*/) const noexcept override {
+    if (!peft_) return kAnyDevice;
+    const uint64_t verdict = verdict_.load(std::memory_order_acquire);
+    if (!verdict_fresh(verdict) || (verdict & 0xffff) == 0) return kAnyDevice;
+    return static_cast<DeviceId>((verdict & 0xffff) - 1);
+  }
+
   // The plan's verdict for `t`: the one device every task goes to while spreading is predicted not
   // to pay, or none (spread: each task where it finishes first). Planned again when `t` waits for
   // tasks after it and the graph has grown by a quarter since the last plan (or never was).
@@ -1082,6 +1093,15 @@ class Dmda final : public Policy {
     return queued;
   }
 
+  // Energy is learned by every rule (cheap, and only where a device has figures); peft's
+  // objectives use it.
+  bool wants_energy() const noexcept override { return true; }
+  void energy(uint32_t kernel, std::string_view name, uint64_t footprint, double size,
+              DeviceId d, double joules) override {
+    if (d >= ctx_->device_count() || !(joules >= 0)) return;
+    model_.record_energy(*pairs_for(kernel, name)[d], footprint, size, joules);
+  }
+
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) override {
     links_.record(from, to, bytes, seconds);
     if (peft_ && (transfers_.fetch_add(1, std::memory_order_relaxed) & 31) == 0)
@@ -1181,25 +1201,23 @@ class Dmda final : public Policy {
   }
 
   // The model pair of each device for the task's kernel; built once per kernel.
-  const KernelPairs& pairs_for(TaskRef t) {
-    const uint32_t id = t.kernel_id();
+  const KernelPairs& pairs_for(TaskRef t) { return pairs_for(t.kernel_id(), t.kernel_name()); }
+  const KernelPairs& pairs_for(uint32_t id, std::string_view name) {
     if (id < kFastKernels)
       if (auto* v = by_kernel_[id].load(std::memory_order_acquire)) return *v;
     std::lock_guard<std::mutex> lock(kernels_mutex_);
-    if (id < kFastKernels)
+    if (id < kFastKernels) {
       if (auto* v = by_kernel_[id].load(std::memory_order_relaxed)) return *v;
+    } else if (auto it = slow_kernels_.find(id); it != slow_kernels_.end()) {
+      return *it->second;  // (made once: others may hold references to it)
+    }
     auto* v = new KernelPairs();
-    std::string kernel(t.kernel_name());
+    std::string kernel(name);
     for (size_t d = 0; d < devs_.size(); ++d)
       v->add(d, model_.pair(kernel, devs_[d]->arch), devs_[d]->arch_index);
     kernel_names_[id] = kernel;
-    if (id < kFastKernels) {
-      by_kernel_[id].store(v, std::memory_order_release);
-    } else {
-      auto& slot = slow_kernels_[id];
-      delete slot;
-      slot = v;
-    }
+    if (id < kFastKernels) by_kernel_[id].store(v, std::memory_order_release);
+    else slow_kernels_[id] = v;
     return *v;
   }
 

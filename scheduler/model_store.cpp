@@ -99,7 +99,9 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
       warnings.push_back(std::string("replacing cost model file ") + e.what());
     }
     const bool fresh = std::any_of(cells.begin(), cells.end(),
-                                   [](const CostModel::SavedCell& c) { return c.fresh_count > 0; });
+                                   [](const CostModel::SavedCell& c) {
+                                     return c.fresh_count > 0 || c.joules_fresh_count > 0;
+                                   });
     if (text && !fresh) continue;  // the file holds all this model learned of it, and maybe more
     std::string why;
     std::string merged = CostModel::merged_text(

@@ -1,10 +1,10 @@
 // The CUDA backend plugin: one device per visible GPU (or those the `devices` option names), with
-// device memory, pinned host memory, asynchronous 2-D copies, built-in gemm on cuBLAS, native
-// launcher functions and CUDA C++ source kernels compiled with NVRTC. Without a driver or a GPU
-// it loads and reports no devices, saying why through the host's log.
+// device memory, pinned host memory, asynchronous 2-D copies, the built-in BLAS kernels on cuBLAS
+// and cuSOLVER, native launcher functions and CUDA C++ source kernels compiled with NVRTC. Without
+// a driver or a GPU it loads and reports no devices, saying why through the host's log.
+#include "cuda_blas.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
-#include "cuda_gemm.hpp"
 #include "cuda_libs.hpp"
 #include "nvrtc_cache.hpp"
 
@@ -51,14 +51,14 @@ struct Module {
   }
 };
 
-enum class KernelKind { gemm, native, source };
+enum class KernelKind { blas, native, source };
 
 struct CudaKernel {
   uint32_t magic = kKernelMagic;
-  KernelKind kind = KernelKind::gemm;
+  KernelKind kind = KernelKind::blas;
   size_t device = 0;
   std::string name;
-  hcr_dtype_t dtype = HCR_DTYPE_F32;  // gemm
+  Builtin builtin;                    // blas
   hcr_kernel_fn fn = nullptr;         // native
   void* user_data = nullptr;
   std::shared_ptr<const Module> module;  // source
@@ -405,15 +405,19 @@ class CudaBackend final : public sdk::Backend {
     k->name = name;
     switch (desc.kind) {
       case HCR_IMPL_BUILTIN: {
-        auto t = gemm_dtype(name);
-        if (!t) throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
+        auto b = builtin(name);
+        if (!b) throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
+        // Declined (never placed here) when a library it needs is missing: the rest stay offered.
         if (!cublas().ok)
           throw Error(HCR_ERROR_UNSUPPORTED, "built-in " + name + " needs cuBLAS: " + cublas().error);
-        if (*t == HCR_DTYPE_BF16 && g.info().cc_major < 8)
+        if (needs_cusolver(b->op) && !cusolver().ok)
+          throw Error(HCR_ERROR_UNSUPPORTED,
+                      "built-in " + name + " needs cuSOLVER: " + cusolver().error);
+        if (b->dtype == HCR_DTYPE_BF16 && g.info().cc_major < 8)
           throw Error(HCR_ERROR_UNSUPPORTED, "gemm_bf16 needs compute capability 8.0 or later, " +
                                                  g.info().name + " has " + cc(g));
-        k->kind = KernelKind::gemm;
-        k->dtype = *t;
+        k->kind = KernelKind::blas;
+        k->builtin = *b;
         break;
       }
       case HCR_IMPL_NATIVE_FUNCTION:
@@ -469,16 +473,23 @@ class CudaBackend final : public sdk::Backend {
     const bool measure = (a.flags & HCR_LAUNCH_MEASURE) != 0;
     std::vector<void*> ptrs = device_pointers(a);
     switch (k->kind) {
-      case KernelKind::gemm: {
-        void* p3[3] = {nullptr, nullptr, nullptr};
-        for (size_t i = 0; i < std::min<size_t>(3, ptrs.size()); ++i) p3[i] = ptrs[i];
-        const GemmCall call = make_gemm(k->dtype, a, p3);
-        g.run_on(g.compute_lane(), a.done, a.done_user_data, measure,
-                 [&](Lane& l) -> hcr_error_t* {
-                   if (l.blas == nullptr) l.blas = new_handle(l);
-                   enqueue_gemm(l.blas, call);
-                   return nullptr;
-                 });
+      case KernelKind::blas: {
+        const BlasCall call = make_call(k->builtin, a, ptrs.data());
+        InfoCheck info;
+        if (needs_cusolver(call.kernel.op)) {
+          // The factorization's status comes back through a pinned slot read at completion: a
+          // matrix that is not positive definite, or a zero pivot, fails the launch there.
+          info.to_error = [call](int value) { return factor_error(call, value); };
+          info.host = g.take_info();
+        }
+        int* slot = info.host;
+        g.run_on(
+            g.compute_lane(), a.done, a.done_user_data, measure,
+            [&](Lane& l) -> hcr_error_t* {
+              enqueue_blas(l, call, slot);
+              return nullptr;
+            },
+            nullptr, std::move(info));
         return;
       }
       case KernelKind::native: {
@@ -505,11 +516,11 @@ class CudaBackend final : public sdk::Backend {
 
   std::optional<double> estimate(const hcr_launch_args_t& a) override {
     auto* k = reinterpret_cast<CudaKernel*>(a.kernel);
-    if (k == nullptr || k->magic != kKernelMagic || k->kind != KernelKind::gemm ||
-        a.device >= gpus_.size() || a.num_args != 3 || a.args == nullptr)
+    if (k == nullptr || k->magic != kKernelMagic || k->kind != KernelKind::blas ||
+        a.device >= gpus_.size() || (a.num_args > 0 && a.args == nullptr))
       return std::nullopt;
-    void* none[3] = {nullptr, nullptr, nullptr};
-    return gemm_estimate_seconds(make_gemm(k->dtype, a, none), gpus_[a.device]->info());
+    const std::vector<void*> none(a.num_args, nullptr);
+    return estimate_seconds(make_call(k->builtin, a, none.data()), gpus_[a.device]->info());
   }
 
  private:
@@ -589,19 +600,6 @@ class CudaBackend final : public sdk::Backend {
       out[i] = m->ptr + x.offset;
     }
     return out;
-  }
-
-  cublasHandle_t new_handle(Lane& l) {
-    const CublasLib& lib = cublas();
-    cublasHandle_t h = nullptr;
-    HCR_CUBLAS_CHECK(lib.create(&h));
-    // Bound to this lane's stream for good: the handle's workspace is then never shared between
-    // streams, and one handle per stream is what cuBLAS asks for concurrent use.
-    if (cublasStatus_t s = lib.set_stream(h, l.stream()); s != CUBLAS_STATUS_SUCCESS) {
-      lib.destroy(h);
-      throw_cublas(s, "cublasSetStream");
-    }
-    return h;
   }
 
   void enable_peer(Gpu& a, Gpu& b) {

@@ -1,4 +1,4 @@
-// CUDA, cuBLAS and NVRTC status codes to hcr::sdk::Error, with each API's own error text.
+// CUDA, cuBLAS, cuSOLVER and NVRTC status codes to hcr::sdk::Error, with each API's own error text.
 #include "cuda_check.hpp"
 
 #include "cuda_libs.hpp"
@@ -51,6 +51,24 @@ std::string error_text(nvrtcResult r) {
   return text ? std::string(text) : "NVRTC status " + std::to_string(static_cast<int>(r));
 }
 
+std::string error_text(cusolverStatus_t s) {
+  const char* name = nullptr;
+  switch (s) {
+    case CUSOLVER_STATUS_SUCCESS: name = "CUSOLVER_STATUS_SUCCESS"; break;
+    case CUSOLVER_STATUS_NOT_INITIALIZED: name = "CUSOLVER_STATUS_NOT_INITIALIZED"; break;
+    case CUSOLVER_STATUS_ALLOC_FAILED: name = "CUSOLVER_STATUS_ALLOC_FAILED"; break;
+    case CUSOLVER_STATUS_INVALID_VALUE: name = "CUSOLVER_STATUS_INVALID_VALUE"; break;
+    case CUSOLVER_STATUS_ARCH_MISMATCH: name = "CUSOLVER_STATUS_ARCH_MISMATCH"; break;
+    case CUSOLVER_STATUS_EXECUTION_FAILED: name = "CUSOLVER_STATUS_EXECUTION_FAILED"; break;
+    case CUSOLVER_STATUS_INTERNAL_ERROR: name = "CUSOLVER_STATUS_INTERNAL_ERROR"; break;
+    case CUSOLVER_STATUS_NOT_SUPPORTED: name = "CUSOLVER_STATUS_NOT_SUPPORTED"; break;
+    case CUSOLVER_STATUS_INVALID_WORKSPACE: name = "CUSOLVER_STATUS_INVALID_WORKSPACE"; break;
+    default: break;
+  }
+  return std::string(name ? name : "cuSOLVER status") + " (" + std::to_string(static_cast<int>(s)) +
+         ")";
+}
+
 void throw_cuda(cudaError_t e, const char* call) {
   // A non-sticky error also stays in the thread's "last error" slot; clear it so that a user
   // kernel later asking cudaGetLastError() on this thread is not blamed for ours.
@@ -63,6 +81,14 @@ void throw_cublas(cublasStatus_t s, const char* call) {
                           : s == CUBLAS_STATUS_NOT_SUPPORTED   ? HCR_ERROR_UNSUPPORTED
                           : s == CUBLAS_STATUS_INVALID_VALUE   ? HCR_ERROR_INVALID_ARGUMENT
                                                                : HCR_ERROR_BACKEND;
+  throw sdk::Error(code, std::string(call) + " failed: " + error_text(s));
+}
+
+void throw_cusolver(cusolverStatus_t s, const char* call) {
+  hcr_error_code_t code = s == CUSOLVER_STATUS_ALLOC_FAILED     ? HCR_ERROR_OUT_OF_MEMORY
+                          : s == CUSOLVER_STATUS_NOT_SUPPORTED  ? HCR_ERROR_UNSUPPORTED
+                          : s == CUSOLVER_STATUS_INVALID_VALUE  ? HCR_ERROR_INVALID_ARGUMENT
+                                                                : HCR_ERROR_BACKEND;
   throw sdk::Error(code, std::string(call) + " failed: " + error_text(s));
 }
 

@@ -1,12 +1,13 @@
-// Error checks for the CUDA backend: one macro per native API (CUDA runtime, cuBLAS, NVRTC) that
-// turns a failed status into hcr::sdk::Error carrying the API's own error text. The SDK adapter
-// turns that exception into an ABI error at the plugin boundary.
+// Error checks for the CUDA backend: one macro per native API (CUDA runtime, cuBLAS, cuSOLVER,
+// NVRTC) that turns a failed status into hcr::sdk::Error carrying the API's own error text. The SDK
+// adapter turns that exception into an ABI error at the plugin boundary.
 #pragma once
 
 #include <hcr/sdk/backend.hpp>
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
+#include <cusolver_common.h>
 #include <nvrtc.h>
 
 #include <string>
@@ -26,9 +27,12 @@ std::string error_text(cudaError_t e);
 /// cuBLAS's and NVRTC's status texts. NVRTC's text needs the library loaded (see cuda_libs.hpp).
 std::string error_text(cublasStatus_t s);
 std::string error_text(nvrtcResult r);
+/// cuSOLVER has no status-text entry: "CUSOLVER_STATUS_INVALID_VALUE (3)".
+std::string error_text(cusolverStatus_t s);
 
 [[noreturn]] void throw_cuda(cudaError_t e, const char* call);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char* call);
+[[noreturn]] void throw_cusolver(cusolverStatus_t s, const char* call);
 [[noreturn]] void throw_nvrtc(nvrtcResult r, const char* call);
 
 }  // namespace hcr::cuda
@@ -45,6 +49,13 @@ std::string error_text(nvrtcResult r);
     cublasStatus_t hcr_cublas_status_ = (expr);                                \
     if (hcr_cublas_status_ != CUBLAS_STATUS_SUCCESS)                           \
       ::hcr::cuda::throw_cublas(hcr_cublas_status_, #expr);                    \
+  } while (0)
+
+#define HCR_CUSOLVER_CHECK(expr)                                               \
+  do {                                                                         \
+    cusolverStatus_t hcr_cusolver_status_ = (expr);                            \
+    if (hcr_cusolver_status_ != CUSOLVER_STATUS_SUCCESS)                       \
+      ::hcr::cuda::throw_cusolver(hcr_cusolver_status_, #expr);                \
   } while (0)
 
 #define HCR_NVRTC_CHECK(expr)                                                  \

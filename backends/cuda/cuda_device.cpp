@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <optional>
 
 namespace hcr::cuda {
 
@@ -97,8 +98,57 @@ Lane::Lane(Gpu& gpu, uint32_t index) : gpu_(gpu), index_(index) {
 
 Lane::~Lane() {
   stop();
-  if (blas != nullptr && cublas().ok) cublas().destroy(blas);
+  // Nothing of ours is in flight any more (the device waited for every operation): the scratch
+  // memory is free to go.
+  if (solver_ != nullptr && cusolver().ok) cusolver().destroy(solver_);
+  if (blas_ != nullptr && cublas().ok) cublas().destroy(blas_);
+  gpu_.release(scratch_);
+  gpu_.release(device_info_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+cublasHandle_t Lane::blas() {
+  if (blas_ == nullptr) {
+    const CublasLib& lib = cublas();
+    cublasHandle_t h = nullptr;
+    HCR_CUBLAS_CHECK(lib.create(&h));
+    if (cublasStatus_t s = lib.set_stream(h, stream_); s != CUBLAS_STATUS_SUCCESS) {
+      lib.destroy(h);
+      throw_cublas(s, "cublasSetStream");
+    }
+    blas_ = h;
+  }
+  return blas_;
+}
+
+cusolverDnHandle_t Lane::solver() {
+  if (solver_ == nullptr) {
+    const CusolverLib& lib = cusolver();
+    cusolverDnHandle_t h = nullptr;
+    HCR_CUSOLVER_CHECK(lib.create(&h));
+    if (cusolverStatus_t s = lib.set_stream(h, stream_); s != CUSOLVER_STATUS_SUCCESS) {
+      lib.destroy(h);
+      throw_cusolver(s, "cusolverDnSetStream");
+    }
+    solver_ = h;
+  }
+  return solver_;
+}
+
+void* Lane::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_ && scratch_ != nullptr) return scratch_;
+  // At least double: a run of growing tiles reallocates a few times, not once per tile.
+  const size_t want = std::max({bytes, 2 * scratch_bytes_, size_t{4096}});
+  void* p = gpu_.allocate(want);
+  if (scratch_ != nullptr) gpu_.release_after(scratch_, stream_);  // earlier work may still use it
+  scratch_ = p;
+  scratch_bytes_ = want;
+  return scratch_;
+}
+
+int* Lane::device_info() {
+  if (device_info_ == nullptr) device_info_ = static_cast<int*>(gpu_.allocate(sizeof(int)));
+  return device_info_;
 }
 
 void Lane::push(Pending p) {
@@ -407,6 +457,9 @@ Gpu::~Gpu() {
     for (cudaEvent_t e : pool) cudaEventDestroy(e);
     pool.clear();
   }
+  for (void* b : info_blocks_) cudaFreeHost(b);
+  info_blocks_.clear();
+  info_free_.clear();
   if (prev >= 0 && prev != info_.ordinal && primary_context_active(prev)) cudaSetDevice(prev);
   (void)cudaGetLastError();
 }
@@ -543,6 +596,41 @@ void Gpu::release(void* p) noexcept {
   }
 }
 
+void Gpu::release_after(void* p, cudaStream_t stream) noexcept {
+  if (p == nullptr) return;
+  try {
+    DeviceGuard guard(info_.ordinal);
+    if ((pools_ ? cudaFreeAsync(p, stream) : cudaFree(p)) != cudaSuccess) (void)cudaGetLastError();
+  } catch (...) {
+  }
+}
+
+int* Gpu::take_info() {
+  std::lock_guard<std::mutex> lock(event_mutex_);
+  if (info_free_.empty()) {
+    // A page of slots at a time: pinning is a system call, and factorizations come by the hundred.
+    constexpr size_t kSlots = 1024;
+    // Room for every slot there will be, so that give_info never allocates.
+    info_blocks_.reserve(info_blocks_.size() + 1);
+    info_free_.reserve(info_free_.size() + kSlots);
+    DeviceGuard guard(info_.ordinal);
+    void* block = nullptr;
+    HCR_CUDA_CHECK(cudaHostAlloc(&block, kSlots * sizeof(int), cudaHostAllocPortable));
+    info_blocks_.push_back(block);
+    for (size_t i = 0; i < kSlots; ++i) info_free_.push_back(static_cast<int*>(block) + i);
+  }
+  int* slot = info_free_.back();
+  info_free_.pop_back();
+  *slot = 0;
+  return slot;
+}
+
+void Gpu::give_info(int* slot) noexcept {
+  if (slot == nullptr) return;
+  std::lock_guard<std::mutex> lock(event_mutex_);
+  info_free_.push_back(slot);  // never reallocates: reserved for every slot of every block
+}
+
 void Gpu::end_op() noexcept {
   // Under the mutex: a waiter that sees zero may destroy this object right after.
   std::lock_guard<std::mutex> lock(idle_mutex_);
@@ -556,21 +644,22 @@ void Gpu::wait_idle() noexcept {
 
 void Gpu::run_on(Lane& lane, hcr_done_fn done, void* user, bool measure,
                  const std::function<hcr_error_t*(Lane&)>& enqueue,
-                 std::shared_ptr<const void> keep) {
-  DeviceGuard guard(info_.ordinal);
+                 std::shared_ptr<const void> keep, InfoCheck info) {
   Pending p;
   p.done = done;
   p.user = user;
   p.timing = measure;
   p.keep = std::move(keep);
-  p.end = take_event(measure);
-  if (measure) {
-    try {
-      p.start = take_event(true);
-    } catch (...) {
-      give_event(p.end, measure);
-      throw;
-    }
+  p.info = std::move(info);
+  std::optional<DeviceGuard> guard;
+  try {
+    guard.emplace(info_.ordinal);
+    p.end = take_event(measure);
+    if (measure) p.start = take_event(true);
+  } catch (...) {
+    give_event(p.end, measure);
+    give_info(p.info.host);
+    throw;
   }
   begin_op();
   std::unique_lock<std::mutex> lock(lane.enqueue_mutex());
@@ -578,9 +667,14 @@ void Gpu::run_on(Lane& lane, hcr_done_fn done, void* user, bool measure,
     if (p.start != nullptr) HCR_CUDA_CHECK(cudaEventRecord(p.start, lane.stream()));
     p.error = enqueue(lane);
   } catch (...) {
+    // Whatever enqueue put on the stream before it threw may still write the status slot: wait
+    // for the stream before the slot can go to another operation.
+    if (p.info.host != nullptr && cudaStreamSynchronize(lane.stream()) != cudaSuccess)
+      (void)cudaGetLastError();
     lock.unlock();
     give_event(p.end, measure);
     give_event(p.start, true);
+    give_info(p.info.host);
     end_op();
     throw;
   }
@@ -604,6 +698,19 @@ void Gpu::complete(Pending& p, cudaError_t status) noexcept {
     else (void)cudaGetLastError();
   }
   hcr_error_t* err = p.error;
+  if (p.info.host != nullptr) {
+    // The event has passed the copy of the status word: the slot holds it now.
+    if (const int value = *p.info.host; status == cudaSuccess && err == nullptr && value != 0) {
+      try {
+        err = p.info.to_error(value);
+      } catch (...) {
+        err = sdk::make_error(HCR_ERROR_INTERNAL,
+                              "a factorization failed with status " + std::to_string(value));
+      }
+    }
+    give_info(p.info.host);
+    p.info = {};
+  }
   if (status != cudaSuccess) {
     if (is_sticky(status)) mark_lost(error_text(status));
     std::string msg;

@@ -13,6 +13,8 @@
 
 #include <hcr/sdk/backend.hpp>
 
+#include <cusolverDn.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -55,6 +57,16 @@ struct GpuInfo {
 /// Reads device `ordinal`'s properties (no context is created).
 GpuInfo query_gpu(int ordinal);
 
+/// A status word a factorization leaves on the device (cuSOLVER's devInfo), copied on the stream
+/// into a pinned host slot of its own and read once the operation's event has passed: a non-zero
+/// value fails the operation. The slot is per operation, not per stream: the stream may run the
+/// next factorization before the lane's thread gets to read this one's.
+struct InfoCheck {
+  int* host = nullptr;  ///< from Gpu::take_info; given back when the operation completes
+  /// The operation's error for a non-zero status (ownership passes to the caller).
+  std::function<hcr_error_t*(int)> to_error;
+};
+
 /// One asynchronous operation waiting for its event.
 struct Pending {
   cudaEvent_t start = nullptr;  ///< timing event before the work (HCR_LAUNCH_MEASURE), or null
@@ -64,6 +76,7 @@ struct Pending {
   void* user = nullptr;
   hcr_error_t* error = nullptr;      ///< a failure found while enqueueing, reported at completion
   std::shared_ptr<const void> keep;  ///< what must live until done (a source kernel's module)
+  InfoCheck info;                    ///< a factorization's status to read at completion
 };
 
 class Gpu;
@@ -79,7 +92,8 @@ class Lane {
   cudaStream_t stream() const noexcept { return stream_; }
   uint32_t index() const noexcept { return index_; }
   /// Held from enqueueing an operation's work to queueing its Pending, so that the queue's order
-  /// is the order of the events on the stream. Also guards `blas`.
+  /// is the order of the events on the stream. Also guards the library handles and the scratch
+  /// memory below.
   std::mutex& enqueue_mutex() noexcept { return enqueue_mutex_; }
   /// Queues `p` (its `end` already recorded on this stream). Call with enqueue_mutex() held.
   void push(Pending p);
@@ -88,7 +102,17 @@ class Lane {
   /// Stops the thread once its queue is empty and joins it.
   void stop() noexcept;
 
-  cublasHandle_t blas = nullptr;  ///< this stream's cuBLAS handle, created on first gemm
+  // Library state of this stream, created on first use. One cuBLAS and one cuSOLVER handle per
+  // stream, bound to it for good: their workspaces are then never shared between streams, which is
+  // what both libraries ask for concurrent use. Call with enqueue_mutex() held.
+  cublasHandle_t blas();
+  cusolverDnHandle_t solver();
+  /// Device memory of at least `bytes` for this stream's operations (cuSOLVER's workspace, a
+  /// transposed tile): reused by each operation in stream order, grown when one needs more (the
+  /// old block is freed in stream order too). Invalidated by the next call.
+  void* scratch(size_t bytes);
+  /// cuSOLVER's status word (devInfo) for this stream, in device memory.
+  int* device_info();
 
  private:
   void run() noexcept;
@@ -96,6 +120,11 @@ class Lane {
   Gpu& gpu_;
   uint32_t index_;
   cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cusolverDnHandle_t solver_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  int* device_info_ = nullptr;
   std::mutex enqueue_mutex_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -212,6 +241,13 @@ class Gpu {
   /// whole device, and the runtime frees (evicts) while other work runs. The caller guarantees
   /// that nothing uses the memory any more (every operation on it has reported done).
   void release(void* p) noexcept;
+  /// Frees memory from allocate() once `stream` has passed the work enqueued on it so far: in
+  /// stream order on a pool, else with cudaFree (which waits for the whole device).
+  void release_after(void* p, cudaStream_t stream) noexcept;
+
+  /// A pinned host int for InfoCheck, zeroed; give it back with give_info.
+  int* take_info();
+  void give_info(int* slot) noexcept;
   /// Whether allocate() uses the stream-ordered pool (whose memory peers reach only after
   /// cudaMemPoolSetAccess).
   bool pools() const noexcept { return pools_; }
@@ -224,9 +260,11 @@ class Gpu {
   /// Runs one operation on `lane`: `enqueue(lane)` puts its work on the stream and returns NULL,
   /// or an error that is reported through done once the stream is past whatever it enqueued. If
   /// enqueue throws, nothing was enqueued: the exception propagates and done is never called.
+  /// `info`: a status word that `enqueue` copies into info.host; run_on owns the slot from the
+  /// call on (given back at completion, or at once if enqueue throws).
   void run_on(Lane& lane, hcr_done_fn done, void* user, bool measure,
               const std::function<hcr_error_t*(Lane&)>& enqueue,
-              std::shared_ptr<const void> keep = nullptr);
+              std::shared_ptr<const void> keep = nullptr, InfoCheck info = {});
 
   /// Reports a finished operation: times it, recycles its events, calls done, ends the op.
   void complete(Pending& p, cudaError_t status) noexcept;
@@ -259,6 +297,8 @@ class Gpu {
 
   std::mutex event_mutex_;
   std::vector<cudaEvent_t> events_[2];  // [0] plain, [1] timing
+  std::vector<int*> info_free_;         // pinned InfoCheck slots not in use (event_mutex_)
+  std::vector<void*> info_blocks_;      // the pinned blocks they come from (event_mutex_)
 
   std::atomic<int64_t> outstanding_{0};
   std::mutex idle_mutex_;

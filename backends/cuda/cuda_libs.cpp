@@ -1,4 +1,5 @@
-// Opens cuBLAS, NVRTC and the driver library with dlopen and resolves the entries the backend uses.
+// Opens cuBLAS, cuSOLVER, NVRTC and the driver library with dlopen and resolves the entries the
+// backend uses.
 // Search: the loader's own (LD_LIBRARY_PATH, ld.so.cache), then the toolkit this plugin was built
 // against, then $CUDA_HOME / $CUDA_PATH and /usr/local/cuda.
 #include "cuda_libs.hpp"
@@ -21,6 +22,8 @@ namespace {
 // another ABI, so only these names are tried.
 const std::string kCudaMajor = std::to_string(CUDART_VERSION / 1000);
 const std::string kCublasMajor = std::to_string(CUBLAS_VER_MAJOR);
+// cuSOLVER numbers its sonames on its own (libcusolver.so.12 ships with CUDA 13).
+const std::string kCusolverMajor = std::to_string(CUSOLVER_VER_MAJOR);
 
 std::vector<std::string> lib_dirs() {
   std::vector<std::string> dirs;
@@ -82,9 +85,39 @@ CublasLib load_cublas() {
   resolve(h, "cublasSgemm_v2", lib.sgemm, missing);
   resolve(h, "cublasDgemm_v2", lib.dgemm, missing);
   resolve(h, "cublasGemmEx", lib.gemm_ex, missing);
+  resolve(h, "cublasSsyrk_v2", lib.ssyrk, missing);
+  resolve(h, "cublasDsyrk_v2", lib.dsyrk, missing);
+  resolve(h, "cublasStrsm_v2", lib.strsm, missing);
+  resolve(h, "cublasDtrsm_v2", lib.dtrsm, missing);
+  resolve(h, "cublasSgeam", lib.sgeam, missing);
+  resolve(h, "cublasDgeam", lib.dgeam, missing);
   if (!missing.empty()) {
     lib.error = lib.path + " lacks " + missing;
     return lib;  // the handle stays open: harmless, and closing cuBLAS is what we avoid
+  }
+  lib.ok = true;
+  return lib;
+}
+
+CusolverLib load_cusolver() {
+  CusolverLib lib;
+  void* h = open_library("libcusolver.so." + kCusolverMajor, lib.path, lib.error);
+  if (h == nullptr) return lib;
+  std::string missing;
+  resolve(h, "cusolverDnCreate", lib.create, missing);
+  resolve(h, "cusolverDnDestroy", lib.destroy, missing);
+  resolve(h, "cusolverDnSetStream", lib.set_stream, missing);
+  resolve(h, "cusolverDnSpotrf_bufferSize", lib.spotrf_buffer_size, missing);
+  resolve(h, "cusolverDnDpotrf_bufferSize", lib.dpotrf_buffer_size, missing);
+  resolve(h, "cusolverDnSpotrf", lib.spotrf, missing);
+  resolve(h, "cusolverDnDpotrf", lib.dpotrf, missing);
+  resolve(h, "cusolverDnSgetrf_bufferSize", lib.sgetrf_buffer_size, missing);
+  resolve(h, "cusolverDnDgetrf_bufferSize", lib.dgetrf_buffer_size, missing);
+  resolve(h, "cusolverDnSgetrf", lib.sgetrf, missing);
+  resolve(h, "cusolverDnDgetrf", lib.dgetrf, missing);
+  if (!missing.empty()) {
+    lib.error = lib.path + " lacks " + missing;
+    return lib;  // left open, as cuBLAS is
   }
   lib.ok = true;
   return lib;
@@ -144,6 +177,11 @@ const Driver& driver() {
 
 const CublasLib& cublas() {
   static const CublasLib lib = load_cublas();
+  return lib;
+}
+
+const CusolverLib& cusolver() {
+  static const CusolverLib lib = load_cusolver();
   return lib;
 }
 

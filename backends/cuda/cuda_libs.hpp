@@ -1,14 +1,16 @@
-// cuBLAS, NVRTC and two CUDA driver entries, opened with dlopen on first use rather than linked.
+// cuBLAS, cuSOLVER, NVRTC and two CUDA driver entries, opened with dlopen on first use rather than
+// linked.
 //
 // Why: the plugin must load — and report its devices, or none with the CUDA error — on machines
 // where these libraries are missing or not on the loader's path (CI, a driver-only node). Linked
 // dynamically, a missing libcublas would make dlopen of the whole plugin fail with only the
-// loader's terse message. Opened here, a missing library only disables what needs it (gemm, source
-// kernels), with a message that says which files were tried.
+// loader's terse message. Opened here, a missing library only disables what needs it (the BLAS
+// built-ins, the factorizations, source kernels), with a message that says which files were tried.
 #pragma once
 
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
+#include <cusolverDn.h>
 #include <nvrtc.h>
 
 #include <string>
@@ -36,6 +38,49 @@ struct CublasLib {
                             const void*, const void*, cudaDataType, int, const void*, cudaDataType,
                             int, const void*, void*, cudaDataType, int, cublasComputeType_t,
                             cublasGemmAlgo_t) = nullptr;
+  cublasStatus_t (*ssyrk)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, int, int,
+                          const float*, const float*, int, const float*, float*, int) = nullptr;
+  cublasStatus_t (*dsyrk)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, int, int,
+                          const double*, const double*, int, const double*, double*, int) = nullptr;
+  cublasStatus_t (*strsm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, cublasOperation_t,
+                          cublasDiagType_t, int, int, const float*, const float*, int, float*,
+                          int) = nullptr;
+  cublasStatus_t (*dtrsm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, cublasOperation_t,
+                          cublasDiagType_t, int, int, const double*, const double*, int, double*,
+                          int) = nullptr;
+  // C = alpha op(A) + beta op(B): the out-of-place transposes around getrf_nopiv.
+  cublasStatus_t (*sgeam)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                          const float*, const float*, int, const float*, const float*, int, float*,
+                          int) = nullptr;
+  cublasStatus_t (*dgeam)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                          const double*, const double*, int, const double*, const double*, int,
+                          double*, int) = nullptr;
+};
+
+/// The cuSOLVER (dense) entries the backend uses: Cholesky and LU of one tile.
+struct CusolverLib {
+  bool ok = false;
+  std::string error;
+  std::string path;
+  cusolverStatus_t (*create)(cusolverDnHandle_t*) = nullptr;
+  cusolverStatus_t (*destroy)(cusolverDnHandle_t) = nullptr;
+  cusolverStatus_t (*set_stream)(cusolverDnHandle_t, cudaStream_t) = nullptr;
+  cusolverStatus_t (*spotrf_buffer_size)(cusolverDnHandle_t, cublasFillMode_t, int, float*, int,
+                                         int*) = nullptr;
+  cusolverStatus_t (*dpotrf_buffer_size)(cusolverDnHandle_t, cublasFillMode_t, int, double*, int,
+                                         int*) = nullptr;
+  cusolverStatus_t (*spotrf)(cusolverDnHandle_t, cublasFillMode_t, int, float*, int, float*, int,
+                             int*) = nullptr;
+  cusolverStatus_t (*dpotrf)(cusolverDnHandle_t, cublasFillMode_t, int, double*, int, double*,
+                             int, int*) = nullptr;
+  cusolverStatus_t (*sgetrf_buffer_size)(cusolverDnHandle_t, int, int, float*, int,
+                                         int*) = nullptr;
+  cusolverStatus_t (*dgetrf_buffer_size)(cusolverDnHandle_t, int, int, double*, int,
+                                         int*) = nullptr;
+  cusolverStatus_t (*sgetrf)(cusolverDnHandle_t, int, int, float*, int, float*, int*,
+                             int*) = nullptr;
+  cusolverStatus_t (*dgetrf)(cusolverDnHandle_t, int, int, double*, int, double*, int*,
+                             int*) = nullptr;
 };
 
 /// The NVRTC entries the backend uses.
@@ -66,6 +111,7 @@ struct NvrtcLib {
 /// own static teardown may still run at exit is a known source of crashes, and a second runtime in
 /// the same process reuses the handle.
 const CublasLib& cublas();
+const CusolverLib& cusolver();
 const NvrtcLib& nvrtc();
 
 /// Whether device `ordinal` already has an active primary context (the driver's

@@ -1,9 +1,9 @@
 // The OpenCL backend plugin: the devices of every OpenCL platform the ICD loader knows (GPUs, FPGAs
 // and other accelerators; CPU devices only when asked for), each with its own memory, one copy
-// queue and `queues` compute queues. Built-in gemm through CLBlast; user kernels as OpenCL C
-// (compiled once per device and cached on disk) or as prebuilt binaries (FPGA bitstreams, offline
-// builds named in TOML). Operations complete through OpenCL events and a completion thread per
-// device (completion.hpp).
+// queue and `queues` compute queues. Built-in gemm, syrk and trsm through CLBlast; user kernels as
+// OpenCL C (compiled once per device and cached on disk) or as prebuilt binaries (FPGA bitstreams,
+// offline builds named in TOML). Operations complete through OpenCL events and a completion thread
+// per device (completion.hpp).
 #include "cl_api.hpp"
 #include "cl_error.hpp"
 #include "cl_handle.hpp"
@@ -21,9 +21,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -86,13 +88,29 @@ struct Memory {
   Mem mem;
 };
 
-enum class KernelType { gemm_f32, gemm_f64, program };
+enum class KernelType { blas, program };
+
+/// The built-in BLAS kernels CLBlast offers (plugin.h, "Built-in kernels"). No LAPACK: potrf and
+/// getrf_nopiv are declined.
+enum class BlasOp { gemm, syrk, trsm };
+constexpr int kBlasOps = 3;
+
+const char* op_name(BlasOp op) {
+  switch (op) {
+    case BlasOp::gemm: return "gemm";
+    case BlasOp::syrk: return "syrk";
+    case BlasOp::trsm: return "trsm";
+  }
+  return "?";
+}
 
 /// A kernel on one device. Launches share its cl_kernel: clSetKernelArg and the enqueue that
 /// captures the arguments happen under `mutex` (argument setting is not thread-safe per kernel).
 struct Kernel {
   size_t device = 0;
   KernelType type = KernelType::program;
+  BlasOp op = BlasOp::gemm;  // blas
+  bool f64 = false;          // blas
   std::string name;
   Program program;
   KernelHandle kernel;
@@ -132,9 +150,9 @@ struct Device {
 
   std::mutex build_mutex;               // one program build at a time on this device
   std::map<std::string, Program> programs;  // by cache key: kernels of one source share a build
-  std::mutex gemm_mutex;
-  bool gemm_ready[2] = {false, false};  // CLBlast's gemm program built (f32, f64)
-  Mem scratch;                          // tiny buffer for preparing CLBlast
+  std::mutex blas_mutex;
+  bool blas_ready[kBlasOps][2] = {};  // CLBlast's program for (op, f32/f64) built
+  Mem scratch;                        // tiny buffer for preparing CLBlast
 
   /// The compute queue with the fewest operations in flight; the caller's op holds `*counter`.
   cl_command_queue pick_compute(std::atomic<uint32_t>*& counter) {
@@ -166,19 +184,90 @@ T optional_value(cl_device_id id, cl_device_info what) {
   return v;
 }
 
-struct GemmParams {
+// One launch of a built-in, its parameters read and checked (plugin.h's defaults when the caller
+// sent none): alpha and beta, and the flags that stand for the enumerations.
+struct BlasParams {
   double alpha = 1, beta = 0;
+  bool trans_a = false, trans_b = false;  // gemm; syrk's and trsm's trans is trans_a
+  bool upper = false, right = false, unit = false;
 };
 
-GemmParams gemm_params(const hcr_launch_args_t& a) {
-  if (a.params_size >= HCR_GEMM_PARAMS_STRUCT_SIZE && a.params != nullptr) {
-    auto p = sdk::read_struct(static_cast<const hcr_gemm_params_t*>(a.params));
-    return {p.alpha, p.beta};
+// The caller's parameter block of type T, or nullopt when it sent none. It must hold at least
+// `min_size` bytes (the fields of the oldest version that has the kernel) and say so in its
+// struct_size; bytes past the caller's struct_size are not read: a field the caller does not know
+// keeps its zero, which each enumeration makes the BLAS default (an ABI 1.0 gemm block: no
+// transposes).
+template <class T>
+std::optional<T> read_params(const std::string& kname, const char* type, const hcr_launch_args_t& a,
+                             size_t min_size) {
+  if (a.params_size == 0) return std::nullopt;
+  const std::string expected = std::string("expected an ") + type + " of at least " +
+                               std::to_string(min_size) + " bytes";
+  if (a.params == nullptr || a.params_size < min_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameters: " +
+                                                std::to_string(a.params_size) + " bytes, " +
+                                                expected);
+  size_t declared = 0;
+  std::memcpy(&declared, a.params, sizeof declared);
+  if (declared < min_size || declared > a.params_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                kname + " parameters: struct_size = " + std::to_string(declared) +
+                    " in a block of " + std::to_string(a.params_size) + " bytes, " + expected);
+  T p{};
+  std::memcpy(static_cast<void*>(&p), a.params, std::min(declared, sizeof(T)));
+  return p;
+}
+
+// An enumeration field of a parameter block: 0 or 1, else the launch is refused naming it.
+bool flag(const std::string& kname, const char* field, int32_t v, const char* zero,
+          const char* one) {
+  if (v != 0 && v != 1)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameter " + field + " = " +
+                                                std::to_string(v) + ": must be " + zero +
+                                                " (0) or " + one + " (1)");
+  return v == 1;
+}
+
+BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
+  BlasParams r;
+  switch (op) {
+    case BlasOp::gemm:
+      if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
+                                                  HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
+        r.alpha = p->alpha;
+        r.beta = p->beta;
+        r.trans_a = flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
+        r.trans_b = flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
+      }
+      break;
+    case BlasOp::syrk:
+      if (auto p = read_params<hcr_syrk_params_t>(kname, "hcr_syrk_params_t", a,
+                                                  HCR_SYRK_PARAMS_STRUCT_SIZE)) {
+        r.alpha = p->alpha;
+        r.beta = p->beta;
+        r.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        r.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+      }
+      break;
+    case BlasOp::trsm:
+      if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
+                                                  HCR_TRSM_PARAMS_STRUCT_SIZE)) {
+        r.alpha = p->alpha;
+        r.right = flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
+        r.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        r.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        r.unit = flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
+      }
+      break;
   }
-  if (a.params_size != 0)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm parameters: " + std::to_string(a.params_size) +
-                                                " bytes, expected an hcr_gemm_params_t");
-  return {};
+  return r;
+}
+
+clblast::Transpose transpose(bool t) {
+  return t ? clblast::Transpose::kYes : clblast::Transpose::kNo;
+}
+clblast::Triangle triangle(bool upper) {
+  return upper ? clblast::Triangle::kUpper : clblast::Triangle::kLower;
 }
 
 class OpenClBackend final : public sdk::Backend {
@@ -375,17 +464,28 @@ class OpenClBackend final : public sdk::Backend {
       }
     const std::string api = desc.api ? desc.api : "";
     switch (desc.kind) {
-      case HCR_IMPL_BUILTIN:
-        if (name == "gemm_f32") return make_gemm<float>(device, KernelType::gemm_f32, name);
-        if (name == "gemm_f64") {
+      case HCR_IMPL_BUILTIN: {
+        // Declined with NOT_FOUND (the runtime never places the kernel here): what CLBlast lacks,
+        // and double precision on a device without it.
+        const size_t us = name.rfind('_');
+        const std::string base = name.substr(0, us);
+        const std::string type = us == std::string::npos ? "" : name.substr(us + 1);
+        if ((base == "potrf" || base == "getrf_nopiv") && (type == "f32" || type == "f64"))
+          throw Error(HCR_ERROR_NOT_FOUND,
+                      "no built-in " + name + " on OpenCL devices: CLBlast has no LAPACK "
+                      "factorizations (potrf, getrf_nopiv)");
+        for (BlasOp op : {BlasOp::gemm, BlasOp::syrk, BlasOp::trsm}) {
+          if (base != op_name(op) || (type != "f32" && type != "f64")) continue;
+          if (type == "f32") return make_blas<float>(device, op, name);
           if (!d.fp64)
             throw Error(HCR_ERROR_NOT_FOUND, "device '" + d.name +
-                                                 "' has no double precision (cl_khr_fp64): no "
-                                                 "gemm_f64");
-          return make_gemm<double>(device, KernelType::gemm_f64, name);
+                                                 "' has no double precision (cl_khr_fp64): no " +
+                                                 name);
+          return make_blas<double>(device, op, name);
         }
         throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "' on OpenCL device '" +
                                              d.name + "'");
+      }
       case HCR_IMPL_SOURCE: {
         if (api != "opencl")
           throw Error(HCR_ERROR_UNSUPPORTED,
@@ -435,8 +535,10 @@ class OpenClBackend final : public sdk::Backend {
     if (a.num_args > 0 && a.args == nullptr)
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
     switch (k.type) {
-      case KernelType::gemm_f32: launch_gemm<float>(a, k); break;
-      case KernelType::gemm_f64: launch_gemm<double>(a, k); break;
+      case KernelType::blas:
+        if (k.f64) launch_blas<double>(a, k);
+        else launch_blas<float>(a, k);
+        break;
       case KernelType::program: launch_program(a, k); break;
     }
   }
@@ -812,19 +914,21 @@ class OpenClBackend final : public sdk::Backend {
     return reinterpret_cast<hcr_kernel_t*>(k.release());
   }
 
-  // ---- gemm ---------------------------------------------------------------------------------
+  // ---- BLAS built-ins -------------------------------------------------------------------------
 
-  // CLBlast compiles its gemm program on first use in a context, for seconds. Do it now, when the
-  // host asks for the kernel (on a submitting thread), rather than in the first launch, which may
-  // run on a completion thread and would hold up every other completion of the device meanwhile
-  // (and inflate the first measured duration). A call with m = 0 builds the program and stops at
-  // the dimension check.
+  // CLBlast compiles a routine's program on first use in a context, for seconds. Do it now, when
+  // the host asks for the kernel (on a submitting thread), rather than in the first launch, which
+  // may run on a completion thread and would hold up every other completion of the device
+  // meanwhile (and inflate the first measured duration). A call of size 0 builds the program and
+  // stops at the dimension check. (trsm builds a second, small program, for inverting its diagonal
+  // blocks, on its first real call.)
   template <class T>
-  hcr_kernel_t* make_gemm(size_t device, KernelType type, const std::string& name) {
+  hcr_kernel_t* make_blas(size_t device, BlasOp op, const std::string& name) {
     Device& d = *devices_[device];
     const int slot = sizeof(T) == 4 ? 0 : 1;
-    std::lock_guard<std::mutex> lock(d.gemm_mutex);
-    if (!d.gemm_ready[slot]) {
+    std::lock_guard<std::mutex> lock(d.blas_mutex);
+    bool& ready = d.blas_ready[static_cast<int>(op)][slot];
+    if (!ready) {
       if (!d.scratch)
         d.scratch = Mem(cl_create("clCreateBuffer", [&](cl_int* e) {
           return clCreateBuffer(context_of(device), CL_MEM_READ_WRITE, 64, nullptr, e);
@@ -832,23 +936,42 @@ class OpenClBackend final : public sdk::Backend {
       cl_command_queue q = d.compute[0].get();
       cl_mem s = d.scratch.get();
       const auto t0 = std::chrono::steady_clock::now();
-      auto status = clblast::Gemm<T>(clblast::Layout::kRowMajor, clblast::Transpose::kNo,
-                                     clblast::Transpose::kNo, 0, 1, 1, T(1), s, 0, 1, s, 0, 1,
-                                     T(0), s, 0, 1, &q, nullptr);
+      const auto row = clblast::Layout::kRowMajor;
+      const auto no = clblast::Transpose::kNo;
+      clblast::StatusCode status = clblast::StatusCode::kSuccess;
+      switch (op) {
+        case BlasOp::gemm:
+          status = clblast::Gemm<T>(row, no, no, 0, 1, 1, T(1), s, 0, 1, s, 0, 1, T(0), s, 0, 1,
+                                    &q, nullptr);
+          break;
+        case BlasOp::syrk:
+          status = clblast::Syrk<T>(row, clblast::Triangle::kLower, no, 0, 1, T(1), s, 0, 1, T(0),
+                                    s, 0, 1, &q, nullptr);
+          break;
+        case BlasOp::trsm:
+          status = clblast::Trsm<T>(row, clblast::Side::kLeft, clblast::Triangle::kLower, no,
+                                    clblast::Diagonal::kNonUnit, 0, 1, T(1), s, 0, 1, s, 0, 1, &q,
+                                    nullptr);
+          break;
+      }
       if (status != clblast::StatusCode::kInvalidDimension &&
           status != clblast::StatusCode::kSuccess) {
+        const std::string call = std::string("clblast::") + (op == BlasOp::gemm   ? "Gemm"
+                                                             : op == BlasOp::syrk ? "Syrk"
+                                                                                  : "Trsm") +
+                                 " (building its kernels)";
         try {
-          throw_clblast(status, "clblast::Gemm (building its kernels)");
+          throw_clblast(status, call.c_str());
         } catch (const Error& e) {
           throw Error(e.code() == HCR_ERROR_UNSUPPORTED ? HCR_ERROR_NOT_FOUND : e.code(),
                       name + " on '" + d.name + "': " + e.what());
         }
       }
-      d.gemm_ready[slot] = true;
+      ready = true;
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // Seconds here are CLBlast compiling (once per process) without a driver-side cache hit:
-      // worth telling a user who wonders why the first gemm was slow.
+      // worth telling a user who wonders why the first call was slow.
       host().log(secs > 1 ? HCR_LOG_INFO : HCR_LOG_DEBUG,
                  "opencl: CLBlast built its " + name + " kernels for '" + d.name + "' in " +
                      std::to_string(secs) +
@@ -857,124 +980,207 @@ class OpenClBackend final : public sdk::Backend {
     }
     auto k = std::make_unique<Kernel>();
     k->device = device;
-    k->type = type;
+    k->type = KernelType::blas;
+    k->op = op;
+    k->f64 = sizeof(T) == 8;
     k->name = name;
     return track(std::move(k));
   }
 
+  // Enqueues a fill of zeros over `elems` elements of `mem` from element `off`.
   template <class T>
-  void launch_gemm(const hcr_launch_args_t& a, Kernel& kern) {
+  static cl_event zero(cl_command_queue q, cl_mem mem, size_t off, size_t elems) {
+    const T z = T(0);
+    cl_event e = nullptr;
+    HCR_CL_CHECK(clEnqueueFillBuffer(q, mem, &z, sizeof z, off * sizeof(T), elems * sizeof(T), 0,
+                                     nullptr, &e));
+    return e;
+  }
+
+  template <class T>
+  void launch_blas(const hcr_launch_args_t& a, Kernel& kern) {
     Device& d = *devices_[a.device];
     const std::string& name = kern.name;
-    if (a.num_args != 3)
+    const BlasOp op = kern.op;
+    static const char* const kRoles[kBlasOps][3] = {
+        {"A", "B", "C"}, {"A", "C", ""}, {"A", "B", ""}};
+    const char* const* role = kRoles[static_cast<int>(op)];
+    const size_t want = op == BlasOp::gemm ? 3 : 2;
+    if (a.num_args != want)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  name + " takes 3 buffers (A, B, C), got " + std::to_string(a.num_args));
-    const hcr_dtype_t want = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
+                  name + " takes " + std::to_string(want) + " buffers (" + role[0] + ", " +
+                      role[1] + (want == 3 ? std::string(", ") + role[2] : std::string()) +
+                      "), got " + std::to_string(a.num_args));
+    const hcr_dtype_t dtype = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
     hcr_arg_t x[3];
-    Memory* mem[3];
-    for (size_t i = 0; i < 3; ++i) {
+    Memory* mem[3] = {nullptr, nullptr, nullptr};
+    size_t off[3] = {0, 0, 0}, ld[3] = {1, 1, 1};
+    for (size_t i = 0; i < want; ++i) {
       x[i] = sdk::read_struct(&sdk::element(a.args, i));
-      if (x[i].dtype != want)
+      const std::string which = name + " argument " + std::to_string(i) + " (" + role[i] + ", " +
+                                shape(x[i]) + ")";
+      if (x[i].dtype != dtype)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    name + " argument " + std::to_string(i) + " (" + shape(x[i]) +
-                        ") is not an " + (sizeof(T) == 4 ? "f32" : "f64") + " matrix");
+                    which + " is not an " + (sizeof(T) == 4 ? "f32" : "f64") + " matrix");
       if (x[i].memory == nullptr)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    name + " argument " + std::to_string(i) + " (" + shape(x[i]) +
-                        ") is not in device memory");
-    }
-    const hcr_arg_t &A = x[0], &B = x[1], &C = x[2];
-    const uint64_t m = A.rows, k = A.cols, n = B.cols;
-    if (B.rows != k || C.rows != m || C.cols != n)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " shapes do not match: A is " + shape(A) +
-                                                  ", B is " + shape(B) + ", C is " + shape(C) +
-                                                  " (need A m x k, B k x n, C m x n)");
-    size_t off[3], ld[3];
-    for (size_t i = 0; i < 3; ++i) {
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " is not in device memory");
       mem[i] = live(x[i].memory, name + " argument " + std::to_string(i));
       if (mem[i]->device != a.device && platform_of(mem[i]->device) != platform_of(a.device))
-        throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " argument " + std::to_string(i) +
-                                                    " lives in another OpenCL context");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " lives in another OpenCL context");
       if (x[i].offset % sizeof(T) != 0)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    name + " argument " + std::to_string(i) + ": byte offset " +
-                        std::to_string(x[i].offset) + " is not a multiple of the element size " +
-                        std::to_string(sizeof(T)));
+                    which + ": byte offset " + std::to_string(x[i].offset) +
+                        " is not a multiple of the element size " + std::to_string(sizeof(T)));
       if (x[i].rows > 1 && x[i].ld < x[i].cols)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " argument " + std::to_string(i) + " (" +
-                                                    shape(x[i]) + "): ld " +
-                                                    std::to_string(x[i].ld) +
-                                                    " is below its columns");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    which + ": ld " + std::to_string(x[i].ld) + " is below its columns");
       // BLAS wants ld >= max(1, columns) even where one row makes ld meaningless.
       ld[i] = static_cast<size_t>(std::max<uint64_t>({x[i].ld, x[i].cols, 1}));
       off[i] = static_cast<size_t>(x[i].offset / sizeof(T));
-      check_span(*mem[i], x[i].offset, x[i].rows, ld[i] * sizeof(T), x[i].cols * sizeof(T),
-                 name + " argument " + std::to_string(i) + " (" + shape(x[i]) + ")");
+      check_span(*mem[i], x[i].offset, x[i].rows, ld[i] * sizeof(T), x[i].cols * sizeof(T), which);
     }
-    const GemmParams p = gemm_params(a);
-    if (m == 0 || n == 0 || (k == 0 && p.beta == 1)) {  // C unchanged
+    const BlasParams p = blas_params(op, name, a);
+
+    // Shapes, in plugin.h's terms. gemm: C m x n = op(A) m x k times op(B) k x n. syrk: C n x n,
+    // op(A) n x k. trsm: B m x n, A square of order m (left) or n (right).
+    uint64_t m = 0, n = 0, k = 0;
+    switch (op) {
+      case BlasOp::gemm: {
+        const hcr_arg_t &A = x[0], &B = x[1], &C = x[2];
+        m = p.trans_a ? A.cols : A.rows;
+        k = p.trans_a ? A.rows : A.cols;
+        n = p.trans_b ? B.rows : B.cols;
+        const uint64_t bk = p.trans_b ? B.cols : B.rows;
+        if (bk != k || C.rows != m || C.cols != n) {
+          std::string trans;
+          if (p.trans_a || p.trans_b)
+            trans = std::string(", ") + (p.trans_a ? "A" : "") +
+                    (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") +
+                    " transposed";
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      name + " shapes do not match: A is " + shape(A) + ", B is " + shape(B) +
+                          ", C is " + shape(C) + " (need op(A) m x k, op(B) k x n, C m x n" +
+                          trans + ")");
+        }
+        break;
+      }
+      case BlasOp::syrk: {
+        const hcr_arg_t &A = x[0], &C = x[1];
+        n = p.trans_a ? A.cols : A.rows;
+        k = p.trans_a ? A.rows : A.cols;
+        if (C.rows != C.cols || C.rows != n)
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      name + " shapes do not match: A is " + shape(A) + ", C is " + shape(C) +
+                          " (C must be n x n and A n x k" +
+                          (p.trans_a ? ", transposed: k x n" : "") + ")");
+        break;
+      }
+      case BlasOp::trsm: {
+        const hcr_arg_t &A = x[0], &B = x[1];
+        m = B.rows;
+        n = B.cols;
+        const uint64_t order = p.right ? n : m;
+        if (A.rows != A.cols || A.rows != order)
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      name + " shapes do not match: A is " + shape(A) + ", B is " + shape(B) +
+                          " (A must be square with B's " + (p.right ? "columns" : "rows") +
+                          " as its order: side is " + (p.right ? "right" : "left") + ")");
+        break;
+      }
+    }
+    // The matrix the kernel writes: C of gemm and syrk, B of trsm. Rows x cols of it.
+    const size_t out = op == BlasOp::trsm ? 1 : want - 1;
+    const uint64_t out_rows = op == BlasOp::syrk ? n : m, out_cols = n;
+    const bool nothing = out_rows == 0 || out_cols == 0 ||
+                         (op != BlasOp::trsm && k == 0 && p.beta == 1);
+    if (nothing) {  // the output is empty or unchanged
       sdk::complete(a.done, a.done_user_data, nullptr, 0);
       return;
     }
 
-    auto op = std::make_unique<Op>();
-    op->done = a.done;
-    op->done_user_data = a.done_user_data;
-    op->measure = (a.flags & HCR_LAUNCH_MEASURE) != 0;
-    op->what = name + " (" + std::to_string(m) + "x" + std::to_string(k) + "x" +
-               std::to_string(n) + ") on '" + d.name + "'";
+    auto opn = std::make_unique<Op>();
+    opn->done = a.done;
+    opn->done_user_data = a.done_user_data;
+    opn->measure = (a.flags & HCR_LAUNCH_MEASURE) != 0;
+    // "gemm_f32 (m x k x n)", "syrk_f32 (n x k)", "trsm_f32 (m x n)": the sizes that set its cost.
+    const std::string dims = op == BlasOp::gemm   ? std::to_string(m) + "x" + std::to_string(k) +
+                                                        "x" + std::to_string(n)
+                             : op == BlasOp::syrk ? std::to_string(n) + "x" + std::to_string(k)
+                                                  : std::to_string(m) + "x" + std::to_string(n);
+    opn->what = name + " (" + dims + ") on '" + d.name + "'";
     Ticket ticket(*d.completer);
-    cl_command_queue q = d.pick_compute(op->load);
-    cl_mem c_mem = mem[2]->mem.get();
-    const size_t row_bytes = static_cast<size_t>(n) * sizeof(T);
-    const size_t c_off = static_cast<size_t>(C.offset);
-    const bool c_whole = m == 1 || ld[2] == n;  // C's rows are contiguous: one command
+    cl_command_queue q = d.pick_compute(opn->load);
+    cl_mem c_mem = mem[out]->mem.get();
+    const size_t c_off = off[out], c_ld = ld[out];
     Event first, last;
     auto keep = [&](cl_event e) {
       last = Event(e);
       if (!first) first = last;
     };
-    if (p.beta == 0) {
+    // The part of row r of the output that the kernel writes: all of it, or syrk's triangle.
+    auto row_span = [&](uint64_t r) -> std::pair<size_t, size_t> {
+      if (op != BlasOp::syrk) return {0, static_cast<size_t>(n)};
+      return p.upper ? std::pair<size_t, size_t>{r, n - r} : std::pair<size_t, size_t>{0, r + 1};
+    };
+    const bool whole = op != BlasOp::syrk && (out_rows == 1 || c_ld == out_cols);
+    if (op != BlasOp::trsm && p.beta == 0) {
       // BLAS ignores C's old values when beta is 0, but CLBlast computes beta * C: a fresh
-      // allocation (a C the task only writes) may hold NaNs, and 0 * NaN is NaN. Zero it first.
-      const T zero = T(0);
-      for (uint64_t r = 0; r < (c_whole ? 1 : m); ++r) {
-        cl_event e = nullptr;
-        HCR_CL_CHECK(clEnqueueFillBuffer(q, c_mem, &zero, sizeof zero,
-                                         c_off + static_cast<size_t>(r) * ld[2] * sizeof(T),
-                                         c_whole ? static_cast<size_t>(m) * row_bytes : row_bytes,
-                                         0, nullptr, &e));
-        keep(e);
+      // allocation (a C the task only writes) may hold NaNs, and 0 * NaN is NaN. Zero what the
+      // kernel writes first — for syrk only its triangle, row by row: the other is not ours.
+      if (whole) {
+        keep(zero<T>(q, c_mem, c_off, static_cast<size_t>(out_rows * out_cols)));
+      } else {
+        for (uint64_t r = 0; r < out_rows; ++r) {
+          auto [c0, len] = row_span(r);
+          keep(zero<T>(q, c_mem, c_off + static_cast<size_t>(r) * c_ld + c0, len));
+        }
       }
-    } else if (op->measure) {
+    } else if (opn->measure) {
       cl_event e = nullptr;  // marks the start for the profiled duration
       HCR_CL_CHECK(clEnqueueMarkerWithWaitList(q, 0, nullptr, &e));
       keep(e);
     }
-    if (k > 0) {
+    const auto row = clblast::Layout::kRowMajor;
+    const size_t M = static_cast<size_t>(m), N = static_cast<size_t>(n);
+    const size_t K = static_cast<size_t>(k);
+    if (op == BlasOp::trsm) {
       cl_event e = nullptr;
-      HCR_CLBLAST_CHECK(clblast::Gemm<T>(
-          clblast::Layout::kRowMajor, clblast::Transpose::kNo, clblast::Transpose::kNo,
-          static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
-          static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0], mem[1]->mem.get(), off[1],
-          ld[1], static_cast<T>(p.beta), c_mem, off[2], ld[2], &q, &e));
+      HCR_CLBLAST_CHECK(clblast::Trsm<T>(
+          row, p.right ? clblast::Side::kRight : clblast::Side::kLeft, triangle(p.upper),
+          transpose(p.trans_a), p.unit ? clblast::Diagonal::kUnit : clblast::Diagonal::kNonUnit, M,
+          N, static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0], c_mem, c_off, c_ld, &q,
+          &e));
+      keep(e);
+    } else if (k > 0) {
+      cl_event e = nullptr;
+      if (op == BlasOp::gemm)
+        HCR_CLBLAST_CHECK(clblast::Gemm<T>(
+            row, transpose(p.trans_a), transpose(p.trans_b), M, N, K, static_cast<T>(p.alpha),
+            mem[0]->mem.get(), off[0], ld[0], mem[1]->mem.get(), off[1], ld[1],
+            static_cast<T>(p.beta), c_mem, c_off, c_ld, &q, &e));
+      else
+        HCR_CLBLAST_CHECK(clblast::Syrk<T>(row, triangle(p.upper), transpose(p.trans_a), N, K,
+                                           static_cast<T>(p.alpha), mem[0]->mem.get(), off[0],
+                                           ld[0], static_cast<T>(p.beta), c_mem, c_off, c_ld, &q,
+                                           &e));
       keep(e);
     } else if (p.beta != 0) {
-      // k == 0: C = beta * C, row by row unless contiguous.
-      for (uint64_t r = 0; r < (c_whole ? 1 : m); ++r) {
+      // k == 0: C = beta * C (on syrk's triangle), row by row unless contiguous.
+      for (uint64_t r = 0; r < (whole ? 1 : out_rows); ++r) {
+        auto [c0, len] = row_span(r);
         cl_event e = nullptr;
-        HCR_CLBLAST_CHECK(clblast::Scal<T>(c_whole ? static_cast<size_t>(m * n) : n,
-                                           static_cast<T>(p.beta), c_mem,
-                                           off[2] + static_cast<size_t>(r) * ld[2], 1, &q, &e));
+        HCR_CLBLAST_CHECK(clblast::Scal<T>(
+            whole ? static_cast<size_t>(out_rows * out_cols) : len, static_cast<T>(p.beta), c_mem,
+            c_off + static_cast<size_t>(r) * c_ld + c0, 1, &q, &e));
         keep(e);
       }
     }
-    if (op->measure) op->start = first;
-    if (!last) throw Error(HCR_ERROR_INTERNAL, op->what + ": no command to wait for");
-    op->event = std::move(last);
+    if (opn->measure) opn->start = first;
+    if (!last) throw Error(HCR_ERROR_INTERNAL, opn->what + ": no command to wait for");
+    opn->event = std::move(last);
     HCR_CL_CHECK(clFlush(q));
-    op->load->fetch_add(1, std::memory_order_relaxed);  // the completer takes it off again
-    ticket.watch(std::move(op));
+    opn->load->fetch_add(1, std::memory_order_relaxed);  // the completer takes it off again
+    ticket.watch(std::move(opn));
   }
 
   // ---- user kernels -------------------------------------------------------------------------

@@ -229,9 +229,25 @@ class Parser {
       } else if (k.str() == "seed") {
         if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
         c.seed = static_cast<uint64_t>(*v.value<int64_t>());
+      } else if (k.str() == "objective") {
+        c.objective = string(v, key);
+        if (c.objective != "time" && c.objective != "energy" && c.objective != "weighted")
+          fail(&v, key, "'" + c.objective + "' is not one of time, energy, weighted");
+      } else if (k.str() == "max_slowdown") {
+        auto w = v.value<double>();
+        if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w >= 1 && *w <= 100))
+          fail(&v, key, "expected a factor from 1 to 100 (the makespan the energy objective may "
+                        "reach, over the fastest one)");
+        c.max_slowdown = *w;
+      } else if (k.str() == "gamma" || k.str() == "idle_power") {
+        auto w = v.value<double>();
+        if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w >= 0) || !std::isfinite(*w))
+          fail(&v, key, "expected a non-negative number");
+        (k.str() == "gamma" ? c.gamma : c.idle_power) = *w;
       } else {
         fail(&v, key,
-             "unknown key (expected policy, model_dir, calibrate, calibrate_samples or seed)");
+             "unknown key (expected policy, model_dir, calibrate, calibrate_samples, seed, "
+             "objective, max_slowdown, gamma or idle_power)");
       }
     });
   }
@@ -295,6 +311,12 @@ class Parser {
               fail(&v, "backend.memory_limit",
                    "'" + b.memory_limit + "' is not a size (\"4GiB\", \"512MB\", bytes) or a "
                    "share (\"75%\")");
+          } else if (key == "idle_watts" || key == "busy_watts") {
+            auto w = v.value<double>();
+            if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w >= 0) ||
+                !(*w <= 1e6))
+              fail(&v, "backend." + key, "expected a number of watts from 0 to 1e6");
+            (key == "idle_watts" ? b.idle_watts : b.busy_watts) = *w;
           } else {
             flatten(v, key, b);
           }

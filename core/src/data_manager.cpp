@@ -440,7 +440,7 @@ void DataManager::start(const Copy& c) noexcept {
 void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
   auto* tr = static_cast<Transfer*>(user);
   if (error == nullptr) {
-    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
                              info->device_seconds >= 0
                          ? info->device_seconds
                          : std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -697,7 +697,7 @@ void DataManager::on_stage_done(void* user, hcr_error_t* error, const hcr_comple
           Error(code, "writing a " + shape(*st->b) + " buffer home from '" +
                           dm.nodes_[wt->node].name + "' failed: " + msg));
   } else {
-    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
                              info->device_seconds >= 0
                          ? info->device_seconds
                          : std::chrono::duration<double>(std::chrono::steady_clock::now() -

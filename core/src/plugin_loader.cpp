@@ -260,6 +260,8 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   p->name = lib->name;
   p->log_prefix = "[" + lib->name + "] ";
   p->memory_limit = bc.memory_limit;
+  p->idle_watts = bc.idle_watts;
+  p->busy_watts = bc.busy_watts;
   p->origin = bc.origin;
   p->services.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
   p->services.abi_major = HCR_ABI_MAJOR;

@@ -33,6 +33,7 @@ struct PluginInstance {
   std::string name;
   std::string log_prefix;
   std::string memory_limit;  // the [[backend]] table's, read by the runtime
+  double idle_watts = -1, busy_watts = -1;  // the same: declared power, < 0 none
   std::string origin;        // where that table is
   hcr_host_services_t services{};
   struct DeviceRecord {

@@ -88,6 +88,10 @@ void RuntimeCore::add_devices(PluginInstance& p) {
       node_plugin_[d.info.memory_node] = &p;
     }
     devices_.push_back(d.info);
+    energy_.add_device(d.info.id,
+                       {p.api, p.handle, rec.index, std::max<uint32_t>(1, d.info.concurrency),
+                        p.idle_watts, p.busy_watts, d.info.name},
+                       now());
     hot_[d.info.id] = {d.info.memory_node, d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node)};
     usable_bits_[d.info.id / 64].fetch_or(uint64_t{1} << (d.info.id % 64), std::memory_order_release);
     dev_.push_back(std::move(ds));
@@ -104,6 +108,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
       config_);
   policy_->attach(*this);
   timing_ = policy_->wants_timing();
+  energy_policy_ = policy_->wants_energy();
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_ = (timing_ || config_.counters) ? HCR_LAUNCH_MEASURE : 0u;
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
@@ -599,6 +604,14 @@ Config validated(Config c) {
     fail("data.lookahead", std::to_string(c.lookahead) + " is not -1 or 0 to 1024");
   if (c.writeback != "lazy" && c.writeback != "eager")
     fail("data.writeback", "'" + c.writeback + "' is not lazy or eager");
+  if (c.objective != "time" && c.objective != "energy" && c.objective != "weighted")
+    fail("scheduler.objective", "'" + c.objective + "' is not one of time, energy, weighted");
+  if (!(c.max_slowdown >= 1 && c.max_slowdown <= 100))
+    fail("scheduler.max_slowdown", seconds(c.max_slowdown) + " is not a factor from 1 to 100");
+  if (!(c.gamma >= 0) || !std::isfinite(c.gamma))
+    fail("scheduler.gamma", seconds(c.gamma) + " is not a non-negative number");
+  if (!(c.idle_power >= 0) || !std::isfinite(c.idle_power))
+    fail("scheduler.idle_power", seconds(c.idle_power) + " is not a non-negative number");
   for (size_t i = 0; i < c.backends.size(); ++i) {
     const BackendConfig& b = c.backends[i];
     const std::string which = "backend " + std::to_string(i) +
@@ -607,6 +620,9 @@ Config validated(Config c) {
     if (!b.memory_limit.empty() && !detail::parse_memory_limit(b.memory_limit))
       fail(which, "memory_limit '" + b.memory_limit +
                       "' is not a size (\"4GiB\", \"512MB\", bytes) or a share (\"75%\")");
+    for (auto [name, w] : {std::pair{"idle_watts", b.idle_watts}, {"busy_watts", b.busy_watts}})
+      if (!(w < 0 || w <= 1e6))  // (< 0: not declared)
+        fail(which, std::string(name) + " " + seconds(w) + " is not a number of watts to 1e6");
   }
   return c;
 }
@@ -682,7 +698,7 @@ void Runtime::wait_all() {
 RuntimeStats Runtime::stats() const { return core_->stats(); }
 
 void Runtime::start_trace() { core_->start_trace(); }
-void Runtime::stop_trace() { core_->trace().stop(); }
+void Runtime::stop_trace() { core_->stop_trace(); }
 std::vector<TraceEvent> Runtime::trace_events() const { return core_->trace_events(); }
 void Runtime::write_trace(const std::string& path) const { core_->write_trace(path); }
 void Runtime::write_gantt(const std::string& path) const { core_->write_gantt(path); }

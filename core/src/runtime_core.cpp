@@ -862,11 +862,36 @@ void RuntimeCore::watchdog() noexcept {
   }
 }
 
+void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
+                                 double seconds) noexcept {
+  const double joules =
+      info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE ? info->joules : -1;
+  if (!t->footprint_valid) compute_footprint(t);
+  thread_local std::vector<EnergyAccount::Sample> samples;
+  samples.clear();
+  energy_.task_done(d.info.id, t->kernel->id, t->footprint, t->size, seconds, joules, now(),
+                    samples);
+  if (!energy_policy_ || samples.empty()) return;
+  if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
+    const EnergyAccount::Sample& x = samples[0];
+    policy_->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
+    return;
+  }
+  // A measured meter's interval closes with the tasks of several kernels: their names by id.
+  std::lock_guard<std::mutex> lock(kernels_mutex_);
+  for (const EnergyAccount::Sample& x : samples)
+    for (auto& [name, k] : kernels_)
+      if (k->id == x.kernel) {
+        policy_->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
+        break;
+      }
+}
+
 void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
                               const char* timed_out) noexcept {
   DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   double measured = -1, seconds = -1;
-  if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE &&
+  if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
       info->device_seconds >= 0)
     seconds = measured = info->device_seconds;
   const bool tracing = trace_.on();
@@ -922,6 +947,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
     trace_.add(ev);
   }
   policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
+  if (!e && energy_.active()) account_energy(t, d, info, seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   // A failure counts against the device before it is given more work (it may be quarantined):
   // its slot stays taken until then, or another thread's pump could fill it in between.
@@ -1154,6 +1180,8 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   t->lock.unlock();
   // Successors this completion makes ready reach the policy highest priority first (among
   // tasks ready at once, the application's priority decides who is placed first).
+  if (!e && !successors.empty() && data_.active() && config_.prefetch)
+    prefetch_for_successors(t, successors);
   boost::container::small_vector<TaskNode*, 4> now_ready;
   for (const Edge& s : successors) {
     if (e && s.data) note_dependency_failure(s.task, e);
@@ -1186,6 +1214,34 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
 // move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
 // operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
 // finished before this one could take the mutex.
+// A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
+// `t` wrote for it starts moving there now, while the others finish, rather than once the last of
+// them is done (the copies overlap their computation). Before the successors' counts drop: until
+// then each waits for `t`, so it is alive.
+void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::small_vector<Edge, 2>& successors) noexcept {
+  const int32_t ran = t->device.load(std::memory_order_relaxed);
+  const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
+  for (const Edge& e : successors) {
+    TaskNode* s = e.task;
+    if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
+      continue;  // (ready once `t` is done: placing it prefetches)
+    const int64_t d = s->pinned >= 0 ? s->pinned : policy_->expected_device(sched::TaskRef(s));
+    if (d < 0 || d >= static_cast<int64_t>(device_count())) continue;
+    const uint32_t node = dev_[static_cast<size_t>(d)]->info.memory_node;
+    if (node == from) continue;
+    boost::container::small_vector<Ref<BufferState>, 3> inputs;
+    for (const ArgRec& w : t->uargs) {
+      if (!writes(w.access)) continue;
+      for (const ArgRec& r : s->args)
+        if (r.buffer == w.buffer && reads(r.access)) {
+          inputs.push_back(Ref<BufferState>::share(w.buffer));
+          break;
+        }
+    }
+    if (!inputs.empty()) data_.prefetch({inputs.data(), inputs.size()}, s->priority, node);
+  }
+}
+
 void RuntimeCore::wait_all() noexcept {
   {
     std::lock_guard<std::mutex> g(epoch_mutex_);
@@ -1425,6 +1481,13 @@ RuntimeStats RuntimeCore::stats() const {
       c.last_fault = d->last_fault;
     }
     c.busy_seconds = static_cast<double>(d->busy_ns.load(std::memory_order_relaxed)) * 1e-9;
+    if (energy_.active()) {
+      const EnergyAccount::Reading r = energy_.read(static_cast<uint32_t>(i), now());
+      c.energy_source = EnergyAccount::source_name(r.source);
+      c.energy_joules = r.joules;
+      c.watts = r.watts;
+      if (r.source != EnergyAccount::kNone) s.energy_joules += r.joules;
+    }
     c.idle_seconds = std::max(0.0, s.wall_seconds * std::max<uint32_t>(1, d->info.concurrency) -
                                        c.busy_seconds);
     const uint32_t node = d->info.memory_node;
@@ -1452,7 +1515,15 @@ RuntimeStats RuntimeCore::stats() const {
   return s;
 }
 
-void RuntimeCore::start_trace() { trace_.start(); }
+void RuntimeCore::start_trace() {
+  trace_.start();
+  energy_.record_power(true);
+}
+
+void RuntimeCore::stop_trace() {
+  trace_.stop();
+  energy_.record_power(false);
+}
 
 std::vector<TraceEvent> RuntimeCore::trace_events() const {
   std::map<uint32_t, std::string> names;
@@ -1479,6 +1550,16 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
     e.end = static_cast<double>(r.end_ns - origin_ns_) * 1e-9;
     e.predicted = r.predicted;
     e.measured = r.measured;
+    out.push_back(std::move(e));
+  }
+  const double origin = static_cast<double>(origin_ns_) * 1e-9;
+  for (const EnergyAccount::PowerPoint& p : energy_.power()) {
+    if (!(p.watts >= 0)) continue;
+    TraceEvent e;
+    e.kind = TraceEvent::Kind::power;
+    e.device = p.device;
+    e.start = e.end = p.time - origin;
+    e.measured = p.watts;
     out.push_back(std::move(e));
   }
   std::stable_sort(out.begin(), out.end(),

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "data_manager.hpp"
+#include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
 #include "plugin_loader.hpp"
@@ -98,6 +99,7 @@ class RuntimeCore final : public sched::Context {
   uint64_t submitted() const noexcept override {
     return submitted_.load(std::memory_order_relaxed);
   }
+  double idle_watts(sched::DeviceId d) const noexcept override { return energy_.idle_watts(d); }
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
@@ -145,6 +147,7 @@ class RuntimeCore final : public sched::Context {
 
   TraceRecorder& trace() noexcept { return trace_; }
   void start_trace();
+  void stop_trace();
   std::vector<TraceEvent> trace_events() const;
   void write_trace(const std::string& path) const;
   void write_gantt(const std::string& path) const;
@@ -184,6 +187,9 @@ class RuntimeCore final : public sched::Context {
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
   void ready(TaskNode* t) noexcept;
+  // `t` finished: copies what it wrote towards where its waiting successors are expected to run.
+  void prefetch_for_successors(TaskNode* t,
+                               const boost::container::small_vector<Edge, 2>& successors) noexcept;
   void dispatch(TaskNode* t) noexcept;
   // Hands device d tasks from the policy while it has free slots; returns how many it launched.
   uint32_t pump(DeviceState& d) noexcept;
@@ -210,6 +216,9 @@ class RuntimeCore final : public sched::Context {
   // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
   bool retry_host_copy(TaskNode* t) noexcept;
   static constexpr uint8_t kHostCopyRetries = 8;
+  // A task done on d: its share of d's energy, for the policy's model (EnergyAccount).
+  void account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
+                      double seconds) noexcept;
   // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
   void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
                    const char* timed_out = nullptr) noexcept;
@@ -263,6 +272,8 @@ class RuntimeCore final : public sched::Context {
   bool timing_ = false;
   uint32_t launch_flags_ = 0;  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
+  mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
+  bool energy_policy_ = false;  // the policy learns energy costs
   TraceRecorder trace_;
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.

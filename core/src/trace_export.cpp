@@ -21,7 +21,7 @@ std::vector<uint32_t> lanes(const std::vector<TraceEvent>& events, bool tasks) {
   std::map<uint64_t, std::vector<double>> free_at;  // track -> end time per lane
   for (size_t i = 0; i < events.size(); ++i) {
     const TraceEvent& e = events[i];
-    if ((e.kind == TraceEvent::Kind::task) != tasks) continue;
+    if (e.kind != (tasks ? TraceEvent::Kind::task : TraceEvent::Kind::transfer)) continue;
     uint64_t track = tasks ? e.device : (uint64_t{e.from} << 32 | e.to);
     auto& ends = free_at[track];
     uint32_t l = 0;
@@ -89,6 +89,9 @@ std::string trace_json(const std::vector<TraceEvent>& events,
       if (e.failed) args["failed"] = true;
       ev.push_back({{"name", e.kernel}, {"cat", "task"}, {"ph", "X"}, {"pid", e.device},
                     {"tid", task_lane[i]}, {"ts", ts}, {"dur", dur}, {"args", args}});
+    } else if (e.kind == TraceEvent::Kind::power) {  // a counter track on the device's process
+      ev.push_back({{"name", "power"}, {"cat", "energy"}, {"ph", "C"}, {"pid", e.device},
+                    {"ts", ts}, {"args", {{"watts", e.measured}}}});
     } else {
       auto key = std::make_pair(e.from, e.to);
       if (!link_tid.count(key)) {
@@ -132,7 +135,7 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
     if (e.kind == TraceEvent::Kind::task) {
       kernels.insert(e.kernel);
       if (e.device < lanes_used.size()) lanes_used[e.device] = std::max(lanes_used[e.device], task_lane[i] + 1);
-    } else {
+    } else if (e.kind == TraceEvent::Kind::transfer) {
       auto& n = link_rows[{e.from, e.to}];
       n = std::max(n, link_lane[i] + 1);
     }

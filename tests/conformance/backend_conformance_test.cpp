@@ -171,12 +171,6 @@ TEST_P(Conformance, BuiltinGemmIsCorrectWhereOffered) {
   if (offered == 0) GTEST_SKIP() << dev_.backend << " offers no built-in gemm";
 }
 
-// Backends that offer gemm but do not implement ABI 1.1's trans_a and trans_b yet. Remove each as
-// it does (issue 15, item 1): then its transposed gemms are checked like the others.
-bool gemm_transposes_pending(const std::string& backend) {
-  return backend == "opencl" || backend == "cuda";
-}
-
 // Every built-in of plugin.h 1.1 the device offers (gemm with its transposes, syrk, trsm, potrf,
 // getrf_nopiv; f32 and f64), every trans/uplo/side/diag combination at odd sizes, against
 // references (tests/backends/blas_check.hpp). A kernel the device declines is skipped.
@@ -187,8 +181,7 @@ TEST_P(Conformance, BuiltinBlasKernelsAreCorrectWhereOffered) {
     for (const char* op : {"gemm", "syrk", "trsm", "potrf", "getrf_nopiv"}) {
       const std::string name = std::string(op) + t;
       const bool f64 = std::string(t) == "_f64";
-      if (!check.offers(name) ||
-          (std::string(op) == "gemm" && gemm_transposes_pending(dev_.backend))) {
+      if (!check.offers(name)) {
         declined += (declined.empty() ? "" : ", ") + name;
         continue;
       }
@@ -226,8 +219,8 @@ TEST_P(Conformance, BuiltinBlasKernelsAreCorrectWhereOffered) {
           }
     }
   if (ran.empty())
-    GTEST_SKIP() << dev_.backend << " offers none of the built-ins checked here (declined, or "
-                 << "gemm with transposes pending: " << declined << ")";
+    GTEST_SKIP() << dev_.backend << " offers none of the built-ins checked here (declined: "
+                 << declined << ")";
   RecordProperty("declined", declined);
 }
 

@@ -241,7 +241,7 @@ TEST(Config, EveryProblemOfAFileIsReportedInOnePassInLineOrder) {
   const std::string expected =
       "many.toml:2: runtime.log_level: 'loud' is not one of trace, debug, info, warn, error, off\n"
       "many.toml:5: scheduler.plicy: unknown key (expected policy, model_dir, calibrate, "
-      "calibrate_samples or seed)\n"
+      "calibrate_samples, seed, objective, max_slowdown, gamma or idle_power)\n"
       "many.toml:7: data.lookahead: -2 is not -1 or 0 to 1024\n"
       "many.toml:8: backend.name: every [[backend]] needs a name\n"
       "many.toml:12: bogus: arrays may hold values or tables, not a mix or nested arrays\n"

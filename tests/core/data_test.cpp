@@ -341,5 +341,47 @@ TEST(Data, MemoryLimitFromConfiguration) {
       << e.what();
 }
 
+
+// A task waiting for two others, pinned to a device with its own memory: what the first one wrote
+// starts moving there as soon as it is done, while the second still runs — not once both are.
+TEST(Data, AWaitingTasksInputMovesAsSoonAsItsProducerIsDone) {
+  Config c;
+  c.use_environment = false;
+  c.policy = "eager";
+  c.model_dir = "off";
+  c.backends.push_back({"sim",
+                        true,
+                        {{"compute", "false"},
+                         {"flops_per_byte", "0"},
+                         {"kernel.short.flops", "1e9"},   // 1 ms
+                         {"kernel.long.flops", "3e10"},   // 30 ms
+                         {"kernel.use.flops", "1e9"},
+                         {"device.0.name", "a"},
+                         {"device.0.gflops", "1000"},
+                         {"device.1.name", "b"},
+                         {"device.1.gflops", "1000"}},
+                        "test"});
+  Runtime rt(c);
+  Kernel shorter = rt.kernel("short").cpu([](TaskContext&) {});
+  Kernel longer = rt.kernel("long").cpu([](TaskContext&) {});
+  Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
+  auto x = rt.buffer<float>(256, 256), y = rt.buffer<float>(256, 256), z = rt.buffer<float>(4, 4);
+  rt.start_trace();
+  rt.submit(Task(longer).write(y).on(1));
+  rt.submit(Task(shorter).write(x).on(0));
+  rt.submit(Task(use).read(x).read(y).write(z).on(1));
+  rt.wait_all();
+  double long_end = -1, x_arrives = -1;
+  for (const TraceEvent& e : rt.trace_events()) {
+    if (e.kind == TraceEvent::Kind::task && e.kernel == "long") long_end = e.end;
+    if (e.kind == TraceEvent::Kind::transfer && e.to == rt.devices()[1].memory_node &&
+        e.bytes == x.bytes())
+      x_arrives = e.end;
+  }
+  ASSERT_GT(long_end, 0);
+  ASSERT_GT(x_arrives, 0) << "x was never copied to b's memory";
+  EXPECT_LT(x_arrives, long_end) << "x waited for the long task before moving";
+}
+
 }  // namespace
 }  // namespace hcr

@@ -64,6 +64,10 @@ struct BackendConfig {
   /// "file:line" of each option, in the order of `options` (the parser fills it; may be empty in
   /// a table built by hand): a mistake the plugin reports is named at its key's line.
   std::vector<std::string> option_origins;
+  /// Declared power of each of this backend's devices, for those without an energy meter (< 0:
+  /// not declared): idle, and with every slot busy. Read by the runtime, not passed to the plugin.
+  double idle_watts = -1;
+  double busy_watts = -1;
 };
 
 /// The whole configuration. Plain data: build one by hand or with load()/parse(). The Runtime
@@ -84,6 +88,14 @@ struct HCR_API Config {
   int calibrate_samples = 3;
   /// [scheduler] seed: for policies that draw at random.
   uint64_t seed = 1;
+  /// [scheduler] objective (peft): "time" — the earliest finish; "energy" — the least energy
+  /// (the devices' work and every device's idle draw over the makespan) whose predicted makespan
+  /// stays within max_slowdown of the fastest; "weighted" — StarPU's form, finish time + gamma x
+  /// joules, with idle_power watts charged for lengthening the makespan.
+  std::string objective = "time";
+  double max_slowdown = 1.1;
+  double gamma = 0;       ///< seconds per joule (objective "weighted")
+  double idle_power = 0;  ///< watts (objective "weighted")
   /// [data] prefetch: start copying a task's inputs as soon as the policy places it.
   bool prefetch = true;
   /// [data] lookahead: tasks handed to a device beyond the ones it runs at once, so that their

@@ -183,8 +183,36 @@ typedef struct hcr_completion_info {
   /* Seconds the operation occupied the device (measured by the plugin, or modelled by a simulated
    * device); < 0 when the plugin does not know and the host should use its own clock. */
   double device_seconds;
+  /* (ABI 1.1) Joules the operation used above the device's idle draw, where the plugin knows it
+   * for the operation alone (a modelled device); < 0 when it does not (the host then attributes
+   * the device meter's readings over the operations of each interval). */
+  double joules;
 } hcr_completion_info_t;
-#define HCR_COMPLETION_INFO_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_completion_info_t, device_seconds)
+#define HCR_COMPLETION_INFO_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_completion_info_t, joules)
+/* The size of an ABI 1.0 completion info (device_seconds only). */
+#define HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 HCR_STRUCT_SIZE(hcr_completion_info_t, device_seconds)
+
+/* ======================================================================================
+ * Energy (ABI 1.1)
+ * ====================================================================================== */
+
+typedef enum hcr_energy_source {
+  HCR_ENERGY_NONE = 0,     /* no meter */
+  HCR_ENERGY_MEASURED = 1, /* read from the hardware (NVML, RAPL) */
+  HCR_ENERGY_MODELLED = 2  /* computed from a power model (a simulated device) */
+} hcr_energy_source_t;
+
+typedef struct hcr_energy_reading {
+  size_t struct_size;
+  uint32_t source;    /* out: hcr_energy_source_t */
+  double joules;      /* out: energy used since the plugin was created; never decreases (the
+                       * plugin unwraps counters that wrap around) */
+  double watts;       /* out: the draw now; < 0 unknown */
+  double idle_watts;  /* out: the draw of the device doing nothing; < 0 unknown */
+  double resolution;  /* out: seconds between updates of `joules` (0: exact; RAPL ~0.001, NVML
+                       * ~0.1): the host attributes readings over intervals at least this long */
+} hcr_energy_reading_t;
+#define HCR_ENERGY_READING_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_energy_reading_t, resolution)
 
 /* Called exactly once per operation that was started successfully (the starting call returned
  * NULL), from any thread, possibly before the starting call returns. `error` is NULL on success;
@@ -488,11 +516,17 @@ typedef struct hcr_plugin_api {
    * replaces it with measurements. args->done is ignored. */
   hcr_error_t* (*estimate)(hcr_plugin_t* plugin, const hcr_launch_args_t* args,
                            double* seconds /* out */);
+
+  /* --- appended in ABI 1.1 (optional: a 1.0 table ends before them, or they are NULL) --- */
+  /* The device's energy meter (see hcr_energy_reading_t); HCR_ERROR_UNSUPPORTED or a source of
+   * HCR_ENERGY_NONE when it has none. Quick: the host reads it every few tens of milliseconds. */
+  hcr_error_t* (*device_energy)(hcr_plugin_t* plugin, size_t device,
+                                hcr_energy_reading_t* reading /* in: struct_size; out */);
 } hcr_plugin_api_t;
 
 /* The smallest table a major-1 host accepts: every entry of ABI 1.0 (optional ones may be NULL). */
 #define HCR_PLUGIN_API_STRUCT_SIZE_1_0 HCR_STRUCT_SIZE(hcr_plugin_api_t, estimate)
-#define HCR_PLUGIN_API_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_plugin_api_t, estimate)
+#define HCR_PLUGIN_API_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_plugin_api_t, device_energy)
 
 /* The entry point every plugin exports. The returned table is static: valid while the library is
  * loaded, never freed. */

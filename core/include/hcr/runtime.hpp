@@ -85,6 +85,12 @@ struct DeviceCounters {
   double idle_seconds = 0;    ///< wall time x slots - busy time
   uint64_t bytes_in = 0;      ///< copied into its memory node (devices with their own memory)
   uint64_t bytes_out = 0;     ///< copied out of it
+  /// Energy since the runtime started, joules, and where the figure comes from: "measured" (the
+  /// hardware's meter: NVML, RAPL), "modelled" (a simulated device's power model), "declared"
+  /// (the [[backend]] table's idle_watts/busy_watts over the device's busy time) or "none".
+  double energy_joules = 0;
+  std::string energy_source = "none";
+  double watts = -1;          ///< the draw at the last reading (< 0: unknown)
 };
 
 struct RuntimeStats {
@@ -102,6 +108,8 @@ struct RuntimeStats {
   DataCounters data;                    ///< transfers, hits, misses, evictions per memory node
   /// The scheduler's predictions against measurements (policies that predict: dmda, dmdas).
   std::vector<ModelAccuracy> accuracy;
+  /// The devices' energy summed over those with a figure (DeviceCounters::energy_source), joules.
+  double energy_joules = 0;
 };
 
 class HCR_API Runtime {

@@ -143,6 +143,9 @@ class Context {
   /// Tasks submitted so far (grows by one per submission): when it has not changed, nothing was
   /// added to the task graph (policies' memos of graph walks stay valid).
   virtual uint64_t submitted() const noexcept { return 0; }
+  /// Device d's draw when idle, watts, from its meter or its [[backend]] table (< 0: unknown):
+  /// what an energy objective counts for every device over the makespan.
+  virtual double idle_watts(DeviceId /*d*/) const noexcept { return -1; }
 };
 
 class Policy {
@@ -168,6 +171,19 @@ class Policy {
   /// Device::memory_node says whose memory a node is).
   virtual void transferred(uint32_t /*from*/, uint32_t /*to*/, uint64_t /*bytes*/,
                            double /*seconds*/) {}
+  /// Whether the policy learns energy costs: then the core reads the devices' meters as tasks
+  /// complete and reports each task's share through energy().
+  virtual bool wants_energy() const noexcept { return false; }
+  /// A task of kernel `kernel` (TaskRef::kernel_id, its name, footprint and size as TaskRef gave
+  /// them) used `joules` on device d above the device's idle draw: reported by its plugin for it
+  /// alone, from the power its [[backend]] table declares, or a measured meter's reading shared
+  /// over the tasks of an interval by their busy time. After completed(); from any thread.
+  virtual void energy(uint32_t /*kernel*/, std::string_view /*name*/, uint64_t /*footprint*/,
+                      double /*size*/, DeviceId /*d*/, double /*joules*/) {}
+  /// Where the policy expects a task that is not ready yet to run (its plan), or kAnyDevice. When
+  /// one of the task's predecessors finishes, the core starts copying what that predecessor wrote
+  /// for it there, while the others finish. Called from any thread; cheap.
+  virtual DeviceId expected_device(TaskRef /*task*/) const noexcept { return kAnyDevice; }
   /// Whether completed() needs measured durations (costs two clock reads per task).
   virtual bool wants_timing() const noexcept { return false; }
   /// The execution time the policy predicted for a task it placed (seconds), or < 0; asked
@@ -187,6 +203,8 @@ struct ModelRow {
   uint32_t samples = 0;
   bool fit_valid = false;  ///< the (kernel, arch) power law t = a * size^b + c
   double fit_a = 0, fit_b = 0, fit_c = 0;
+  double joules = 0;            ///< energy per launch above the device's idle draw, where known
+  uint32_t joules_samples = 0;  ///< (0: none measured)
 };
 /// The directory learned models persist in for `config` on this host ("" when turned off).
 HCR_API std::string model_directory(const Config& config);

@@ -22,7 +22,9 @@
 namespace hcr {
 
 struct TraceEvent {
-  enum class Kind : uint8_t { task, transfer };
+  /// power: a device's draw (`measured`, watts) at `start`, where its energy is known (a counter
+  /// track per device in the trace).
+  enum class Kind : uint8_t { task, transfer, power };
   Kind kind = Kind::task;
   uint32_t device = 0;        ///< task: the device that ran it
   uint32_t from = 0, to = 0;  ///< transfer: memory nodes (0 = host)

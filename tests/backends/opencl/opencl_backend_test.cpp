@@ -1,7 +1,8 @@
-// The OpenCL backend through the runtime: device filters, option checking, CLBlast gemm, OpenCL C
-// kernels (parameters, geometry, build logs, the compile cache), offline binaries named in TOML,
-// 2-D staging of strided tiles, many tasks, and a tiled gemm shared with the CPU backend. Every
-// test skips when no OpenCL device is found (CPU devices included: PoCL is enough).
+// The OpenCL backend through the runtime: device filters, option checking, CLBlast gemm, syrk and
+// trsm (and potrf, getrf_nopiv never placed there), OpenCL C kernels (parameters, geometry, build
+// logs, the compile cache), offline binaries named in TOML, 2-D staging of strided tiles, many
+// tasks, and a tiled gemm shared with the CPU backend. Every test skips when no OpenCL device is
+// found (CPU devices included: PoCL is enough).
 #include "../../test_support.hpp"
 
 #include <hcr/sched.hpp>
@@ -327,6 +328,51 @@ TEST(OpenClBackend, GemmShapeMismatchNamesTheShapes) {
     rt.submit(Task(rt.kernel("gemm_f32")).read(D).read(B2).read_write(C2).on(dev)).get();
   });
   EXPECT_NE(std::string(err.what()).find("is not an f32 matrix"), std::string::npos) << err.what();
+}
+
+// The rest of the BLAS built-ins through the runtime: a trsm and a syrk task with their parameter
+// blocks run on the OpenCL device; potrf and getrf_nopiv, which CLBlast lacks, are never placed
+// there (with no other backend, no device can run them).
+TEST(OpenClBackend, TrsmAndSyrkRunAsTasksFactorizationsFindNoDevice) {
+  REQUIRE_OPENCL_DEVICE();
+  Runtime rt(ocl_config());
+  const size_t n = 21, k = 13;
+  auto a = random_values<float>(n * k, 31);
+  auto L = rt.buffer<float>(n, n), B = rt.buffer<float>(n, k), C = rt.buffer<float>(n, n);
+  std::vector<float> l(n * n, 0.0f), ones(n * k, 1.0f);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j <= i; ++j) l[i * n + j] = i == j ? 4.0f : 0.25f * a[i * k + j % k];
+  fill(L, l);
+  fill(B, a);
+  // C = A A^T on the lower triangle (beta 0: C is written only), then B = L^-1 B.
+  const hcr_syrk_params_t update{HCR_SYRK_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_LOWER, HCR_NO_TRANS};
+  rt.submit(Task(rt.kernel("syrk_f32")).read(B).write(C).param(update)).get();
+  const hcr_trsm_params_t solve{HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER,
+                                HCR_NO_TRANS, HCR_NON_UNIT};
+  fill(B, ones);
+  rt.submit(Task(rt.kernel("trsm_f32")).read(L).read_write(B).param(solve)).get();
+  auto c = C.to_vector(), x = B.to_vector();
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j <= i; ++j) {
+      double want = 0;
+      for (size_t q = 0; q < k; ++q) want += static_cast<double>(a[i * k + q]) * a[j * k + q];
+      EXPECT_NEAR(c[i * n + j], want, 1e-5 * (k + 2)) << i << "," << j;
+    }
+  for (size_t i = 0; i < n; ++i)  // L X = 1, row i of the solve
+    for (size_t j = 0; j < k; ++j) {
+      double lhs = 0;
+      for (size_t q = 0; q <= i; ++q) lhs += static_cast<double>(l[i * n + q]) * x[q * k + j];
+      EXPECT_NEAR(lhs, 1.0, 1e-5 * (n + 2)) << i << "," << j;
+    }
+  const hcr_potrf_params_t lower{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_LOWER};
+  Error err = test::expect_error(
+      [&] { rt.submit(Task(rt.kernel("potrf_f32")).read_write(L).param(lower)).get(); });
+  EXPECT_EQ(err.code(), ErrorCode::no_device) << err.what();
+  auto D = rt.buffer<float>(n, n);
+  fill(D, l);
+  err = test::expect_error(
+      [&] { rt.submit(Task(rt.kernel("getrf_nopiv_f32")).read_write(D)).get(); });
+  EXPECT_EQ(err.code(), ErrorCode::no_device) << err.what();
 }
 
 // ---- user kernels ---------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 // A fake cuBLAS (built as libcublas.so.<major> beside the fake CUDA runtime) for the CUDA backend's
-// tests without a GPU: the entries the plugin opens, with cuBLAS's column-major semantics and
-// argument checks, computed on the host on the handle's stream of the fake runtime. What it checks
-// for real is the plugin's mapping of row-major ABI matrices onto column-major cuBLAS calls.
+// tests without a GPU: the entries the plugin opens (gemm with transposes, syrk, trsm, geam), with
+// cuBLAS's column-major semantics and argument checks, computed on the host with naive loops on the
+// handle's stream of the fake runtime. What it checks for real is the plugin's mapping of row-major
+// ABI matrices onto column-major cuBLAS calls: a wrong flag, triangle or leading dimension gives
+// wrong numbers, reads a triangle the test filled with NaN, or fails cuBLAS's checks.
 #include <cublas_api.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 extern "C" void hcr_fake_enqueue(cudaStream_t stream, void (*fn)(void*), void* ctx);
 extern "C" int hcr_fake_device_range(const void* p, size_t bytes);
@@ -141,12 +144,26 @@ void store(cudaDataType t, void* base, size_t i, double v) {
   }
 }
 
+// Whether an m x n column-major operand with leading dimension ld lies in device memory, as the
+// GPU would need it to; an empty one touches nothing.
+bool on_device(const void* p, int rows, int cols, int ld, size_t es) {
+  if (rows <= 0 || cols <= 0) return true;
+  return hcr_fake_device_range(p, ((static_cast<size_t>(cols) - 1) * ld + rows) * es) != 0;
+}
+
+// Column-major element (i, j) of `op(X)` stored with leading dimension ld.
+double at(cudaDataType t, const void* x, int ld, bool trans, int i, int j) {
+  return trans ? load(t, x, j + static_cast<size_t>(i) * ld)
+               : load(t, x, i + static_cast<size_t>(j) * ld);
+}
+
 struct Gemm {
   int m, n, k;
   double alpha, beta;
   const void *a, *b;
   void* c;
   int lda, ldb, ldc;
+  bool ta, tb;
   cudaDataType type;
   bool wide;  // accumulate in double (f64) rather than float
 
@@ -157,15 +174,15 @@ struct Gemm {
         double acc_d = 0;
         float acc_f = 0;
         for (int p = 0; p < g->k; ++p) {
-          const double x = load(g->type, g->a, i + static_cast<size_t>(p) * g->lda) *
-                           load(g->type, g->b, p + static_cast<size_t>(j) * g->ldb);
+          const double x = at(g->type, g->a, g->lda, g->ta, i, p) *
+                           at(g->type, g->b, g->ldb, g->tb, p, j);
           if (g->wide) acc_d += x;
           else acc_f += static_cast<float>(x);
         }
-        const size_t at = i + static_cast<size_t>(j) * g->ldc;
+        const size_t to = i + static_cast<size_t>(j) * g->ldc;
         double r = g->alpha * (g->wide ? acc_d : acc_f);
-        if (g->beta != 0) r += g->beta * load(g->type, g->c, at);  // beta 0: C is not read
-        store(g->type, g->c, at, g->wide ? r : static_cast<float>(r));
+        if (g->beta != 0) r += g->beta * load(g->type, g->c, to);  // beta 0: C is not read
+        store(g->type, g->c, to, g->wide ? r : static_cast<float>(r));
       }
     delete g;
   }
@@ -175,22 +192,216 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                     int k, double alpha, const void* A, int lda, const void* B, int ldb,
                     double beta, void* C, int ldc, cudaDataType type) {
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (ta != CUBLAS_OP_N || tb != CUBLAS_OP_N) return CUBLAS_STATUS_NOT_SUPPORTED;
-  // cuBLAS's own checks for op N: lda >= max(1, m), ldb >= max(1, k), ldc >= max(1, m).
-  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, m) || ldb < std::max(1, k) ||
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
+    return CUBLAS_STATUS_NOT_SUPPORTED;  // no conjugate transposes of real matrices here
+  const bool tra = ta == CUBLAS_OP_T, trb = tb == CUBLAS_OP_T;
+  // cuBLAS's own checks: lda >= max(1, rows of A as stored), likewise ldb; ldc >= max(1, m).
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, tra ? k : m) || ldb < std::max(1, trb ? n : k) ||
       ldc < std::max(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const size_t es = type_size(type);
   // What the GPU would touch must be device memory of the fake runtime, else it faults.
-  if ((k > 0 && (!hcr_fake_device_range(A, ((static_cast<size_t>(k) - 1) * lda + m) * es) ||
-                 !hcr_fake_device_range(B, ((static_cast<size_t>(n) - 1) * ldb + k) * es))) ||
-      !hcr_fake_device_range(C, ((static_cast<size_t>(n) - 1) * ldc + m) * es)) {
+  if ((k > 0 && (!on_device(A, tra ? k : m, tra ? m : k, lda, es) ||
+                 !on_device(B, trb ? n : k, trb ? k : n, ldb, es))) ||
+      !on_device(C, m, n, ldc, es)) {
     hcr_fake_fault();
     return CUBLAS_STATUS_SUCCESS;  // the launch itself "succeeds"; the stream faults
   }
-  auto* g = new Gemm{m, n, k, alpha, beta, A, B, C, lda, ldb, ldc, type, type == CUDA_R_64F};
+  auto* g =
+      new Gemm{m, n, k, alpha, beta, A, B, C, lda, ldb, ldc, tra, trb, type, type == CUDA_R_64F};
   hcr_fake_enqueue(h->stream, &Gemm::run, g);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// C = alpha op(A) op(A)^T + beta C on the `upper` (else lower) triangle of C only.
+struct Syrk {
+  bool upper, trans;
+  int n, k;
+  double alpha, beta;
+  const void* a;
+  int lda;
+  void* c;
+  int ldc;
+  cudaDataType type;
+
+  static void run(void* self) {
+    auto* s = static_cast<Syrk*>(self);
+    for (int j = 0; j < s->n; ++j)
+      for (int i = s->upper ? 0 : j; i < (s->upper ? j + 1 : s->n); ++i) {
+        double acc = 0;
+        for (int p = 0; p < s->k; ++p)
+          acc += at(s->type, s->a, s->lda, s->trans, i, p) *
+                 at(s->type, s->a, s->lda, s->trans, j, p);
+        const size_t to = i + static_cast<size_t>(j) * s->ldc;
+        double r = s->alpha * acc;
+        if (s->beta != 0) r += s->beta * load(s->type, s->c, to);
+        store(s->type, s->c, to, r);
+      }
+    delete s;
+  }
+};
+
+cublasStatus_t syrk(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+                    double alpha, const void* A, int lda, double beta, void* C, int ldc,
+                    cudaDataType type) {
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool tr = trans == CUBLAS_OP_T;
+  // op(A) is n x k: A itself is n x k (lda >= n), or k x n when transposed (lda >= k).
+  if (n < 0 || k < 0 || lda < std::max(1, tr ? k : n) || ldc < std::max(1, n))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t es = type_size(type);
+  if ((k > 0 && !on_device(A, tr ? k : n, tr ? n : k, lda, es)) || !on_device(C, n, n, ldc, es)) {
+    hcr_fake_fault();
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  hcr_fake_enqueue(h->stream, &Syrk::run,
+                   new Syrk{uplo == CUBLAS_FILL_MODE_UPPER, tr, n, k, alpha, beta, A, lda, C, ldc,
+                            type});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// op(A) X = alpha B (left) or X op(A) = alpha B (right); X overwrites B. Only A's `upper` (else
+// lower) triangle is read, and its diagonal only when not `unit`.
+struct Trsm {
+  bool right, upper, trans, unit;
+  int m, n;
+  double alpha;
+  const void* a;
+  int lda;
+  void* b;
+  int ldb;
+  cudaDataType type;
+
+  static void run(void* self) {
+    auto* t = static_cast<Trsm*>(self);
+    const int order = t->right ? t->n : t->m;
+    const size_t N = static_cast<size_t>(order);
+    // T = op(A) as a dense matrix, zero outside its triangle.
+    std::vector<double> T(N * N, 0.0);
+    if (t->alpha != 0)
+      for (int j = 0; j < order; ++j)
+        for (int i = 0; i < order; ++i) {
+          if (t->upper ? i > j : i < j) continue;  // the triangle that is not read
+          const size_t from = i + static_cast<size_t>(j) * t->lda;
+          const double v = i == j && t->unit ? 1.0 : load(t->type, t->a, from);
+          if (t->trans) T[j + N * i] = v;
+          else T[i + N * j] = v;
+        }
+    const bool lower = t->upper == t->trans;  // op(A)'s triangle
+    // One system per column of B (left: T x = alpha b) or per row (right: T^T x = alpha b^T).
+    const int systems = t->right ? t->m : t->n;
+    std::vector<double> x(N);
+    for (int s = 0; s < systems; ++s) {
+      auto idx = [&](int e) {
+        return t->right ? s + static_cast<size_t>(e) * t->ldb : e + static_cast<size_t>(s) * t->ldb;
+      };
+      if (t->alpha == 0) {
+        for (int e = 0; e < order; ++e) store(t->type, t->b, idx(e), 0.0);  // A is not read
+        continue;
+      }
+      for (int e = 0; e < order; ++e) x[e] = t->alpha * load(t->type, t->b, idx(e));
+      // M x = rhs with M = T (left) or T^T (right); M lower when T is lower xor right.
+      auto M = [&](int i, int j) { return t->right ? T[j + N * i] : T[i + N * j]; };
+      if (lower != t->right) {
+        for (int i = 0; i < order; ++i) {
+          for (int j = 0; j < i; ++j) x[i] -= M(i, j) * x[j];
+          x[i] /= M(i, i);
+        }
+      } else {
+        for (int i = order - 1; i >= 0; --i) {
+          for (int j = i + 1; j < order; ++j) x[i] -= M(i, j) * x[j];
+          x[i] /= M(i, i);
+        }
+      }
+      for (int e = 0; e < order; ++e) store(t->type, t->b, idx(e), x[e]);
+    }
+    delete t;
+  }
+};
+
+cublasStatus_t trsm(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,
+                    cublasOperation_t trans, cublasDiagType_t diag, int m, int n, double alpha,
+                    const void* A, int lda, void* B, int ldb, cudaDataType type) {
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T) ||
+      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool right = side == CUBLAS_SIDE_RIGHT;
+  const int order = right ? n : m;
+  if (m < 0 || n < 0 || lda < std::max(1, order) || ldb < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t es = type_size(type);
+  if (!on_device(A, order, order, lda, es) || !on_device(B, m, n, ldb, es)) {
+    hcr_fake_fault();
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  hcr_fake_enqueue(h->stream, &Trsm::run,
+                   new Trsm{right, uplo == CUBLAS_FILL_MODE_UPPER, trans == CUBLAS_OP_T,
+                            diag == CUBLAS_DIAG_UNIT, m, n, alpha, A, lda, B, ldb, type});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// C = alpha op(A) + beta op(B), m x n. B is read even when beta is 0: cuBLAS's documentation does
+// not promise otherwise for geam, so a NaN there (0 * NaN) shows a caller that relies on it.
+struct Geam {
+  bool ta, tb;
+  int m, n;
+  double alpha, beta;
+  const void *a, *b;
+  int lda, ldb;
+  void* c;
+  int ldc;
+  cudaDataType type;
+
+  static void run(void* self) {
+    auto* g = static_cast<Geam*>(self);
+    // Into a copy first: C may be A or B (cuBLAS's in-place forms).
+    std::vector<double> out(static_cast<size_t>(g->m) * g->n);
+    for (int j = 0; j < g->n; ++j)
+      for (int i = 0; i < g->m; ++i) {
+        double r = g->alpha == 0 ? 0 : g->alpha * at(g->type, g->a, g->lda, g->ta, i, j);
+        r += g->beta * at(g->type, g->b, g->ldb, g->tb, i, j);
+        out[i + static_cast<size_t>(j) * g->m] = r;
+      }
+    for (int j = 0; j < g->n; ++j)
+      for (int i = 0; i < g->m; ++i)
+        store(g->type, g->c, i + static_cast<size_t>(j) * g->ldc,
+              out[i + static_cast<size_t>(j) * g->m]);
+    delete g;
+  }
+};
+
+cublasStatus_t geam(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                    double alpha, const void* A, int lda, double beta, const void* B, int ldb,
+                    void* C, int ldc, cudaDataType type) {
+  if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool tra = ta == CUBLAS_OP_T, trb = tb == CUBLAS_OP_T;
+  if (m < 0 || n < 0 || lda < std::max(1, tra ? n : m) || ldb < std::max(1, trb ? n : m) ||
+      ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  // cuBLAS's in-place forms: C may be A or B only untransposed and with the same ld.
+  if ((C == A && (tra || lda != ldc)) || (C == B && (trb || ldb != ldc)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const size_t es = type_size(type);
+  if (!on_device(A, tra ? n : m, tra ? m : n, lda, es) ||
+      !on_device(B, trb ? n : m, trb ? m : n, ldb, es) ||
+      !on_device(C, m, n, ldc, es)) {
+    hcr_fake_fault();
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  hcr_fake_enqueue(h->stream, &Geam::run,
+                   new Geam{tra, trb, m, n, alpha, beta, A, B, lda, ldb, C, ldc, type});
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -232,6 +443,7 @@ __attribute__((visibility("default"))) const char* cublasGetStatusString(cublasS
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     default: return "CUBLAS_STATUS_(fake)";
   }
 }
@@ -262,6 +474,45 @@ __attribute__((visibility("default"))) cublasStatus_t cublasGemmEx(
   std::memcpy(&a, alpha, 4);
   std::memcpy(&b, beta, 4);
   return gemm(h, ta, tb, m, n, k, a, A, lda, B, ldb, b, C, ldc, at);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasSsyrk_v2(
+    cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+    const float* alpha, const float* A, int lda, const float* beta, float* C, int ldc) {
+  return syrk(h, uplo, trans, n, k, *alpha, A, lda, *beta, C, ldc, CUDA_R_32F);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasDsyrk_v2(
+    cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, int n, int k,
+    const double* alpha, const double* A, int lda, const double* beta, double* C, int ldc) {
+  return syrk(h, uplo, trans, n, k, *alpha, A, lda, *beta, C, ldc, CUDA_R_64F);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasStrsm_v2(
+    cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
+    cublasDiagType_t diag, int m, int n, const float* alpha, const float* A, int lda, float* B,
+    int ldb) {
+  return trsm(h, side, uplo, trans, diag, m, n, *alpha, A, lda, B, ldb, CUDA_R_32F);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasDtrsm_v2(
+    cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t trans,
+    cublasDiagType_t diag, int m, int n, const double* alpha, const double* A, int lda, double* B,
+    int ldb) {
+  return trsm(h, side, uplo, trans, diag, m, n, *alpha, A, lda, B, ldb, CUDA_R_64F);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasSgeam(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, const float* alpha,
+    const float* A, int lda, const float* beta, const float* B, int ldb, float* C, int ldc) {
+  return geam(h, ta, tb, m, n, *alpha, A, lda, *beta, B, ldb, C, ldc, CUDA_R_32F);
+}
+
+__attribute__((visibility("default"))) cublasStatus_t cublasDgeam(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+    const double* alpha, const double* A, int lda, const double* beta, const double* B, int ldb,
+    double* C, int ldc) {
+  return geam(h, ta, tb, m, n, *alpha, A, lda, *beta, B, ldb, C, ldc, CUDA_R_64F);
 }
 
 }  // extern "C"

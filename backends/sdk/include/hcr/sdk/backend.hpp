@@ -257,9 +257,11 @@ struct DeviceInfo {
   double link_latency = 0;
 };
 
-/// Calls the launch's or copy's done callback exactly once.
-inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double seconds = -1) noexcept {
-  hcr_completion_info_t info{HCR_COMPLETION_INFO_STRUCT_SIZE, seconds};
+/// Calls the launch's or copy's done callback exactly once. `joules`: what the operation used
+/// above the device's idle draw, where the plugin knows it for the operation alone (< 0: not).
+inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double seconds = -1,
+                     double joules = -1) noexcept {
+  hcr_completion_info_t info{HCR_COMPLETION_INFO_STRUCT_SIZE, seconds, joules};
   done(user, error, &info);
 }
 
@@ -328,6 +330,9 @@ class Backend {
   }
   virtual void host_free(void* /*ptr*/) noexcept {}
   virtual std::optional<double> estimate(const hcr_launch_args_t& /*args*/) { return std::nullopt; }
+  /// The device's energy meter (ABI 1.1): fill `reading` (its source, joules, watts, idle watts,
+  /// resolution) and return true; false (the default) when the device has none.
+  virtual bool device_energy(size_t /*device*/, hcr_energy_reading_t& /*reading*/) { return false; }
 
   const Host& host() const noexcept { return host_; }
 
@@ -472,6 +477,16 @@ struct Adapter {
       *seconds = *r;
     });
   }
+  static hcr_error_t* device_energy(hcr_plugin_t* p, size_t device,
+                                    hcr_energy_reading_t* out) noexcept {
+    return guard([&] {
+      self(p)->check_device(device);
+      hcr_energy_reading_t r{HCR_ENERGY_READING_STRUCT_SIZE, HCR_ENERGY_NONE, 0, -1, -1, 0};
+      if (!self(p)->device_energy(device, r))
+        throw Error(HCR_ERROR_UNSUPPORTED, "no energy meter");
+      write_struct(out, r);
+    });
+  }
 };
 
 }  // namespace detail
@@ -504,6 +519,7 @@ const hcr_plugin_api_t* plugin_api(const char* name, const char* version) noexce
     t.host_alloc = &A::host_alloc;
     t.host_free = &A::host_free;
     t.estimate = &A::estimate;
+    t.device_energy = &A::device_energy;
     return t;
   }();
   return &api;

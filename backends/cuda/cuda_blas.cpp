@@ -1,0 +1,458 @@
+// Built-in BLAS kernels on cuBLAS and cuSOLVER. The ABI's matrices are row-major; both libraries
+// are column-major. A row-major matrix is its transpose in column-major, so every call maps onto
+// the transposed problem with the same memory and leading dimensions — no copy:
+//   gemm   C = op(A) op(B)        ->  C^T = op(B)^T op(A)^T: swap the operands (and m with n), each
+//                                     keeping its own transpose flag;
+//   syrk   C = op(A) op(A)^T      ->  C^T = C: flip trans (A's storage is A^T) and uplo (the lower
+//                                     triangle of C is the upper one of C^T);
+//   trsm   B = op(A)^-1 B (left)  ->  B^T = B^T op(A^T)^-1 (right): flip side and uplo, keep trans
+//                                     and diag, swap m and n;
+//   potrf  A = L L^T (lower)      ->  the column-major upper factorization A^T = U^T U, U = L^T.
+// getrf_nopiv is the exception: factoring A^T gives A = U^T L^T, whose unit diagonal sits on the
+// wrong factor. So the tile is transposed into scratch memory (cublas<t>geam), factored there, and
+// transposed back — two n x n copies, small beside the n^3 of the factorization.
+#include "cuda_blas.hpp"
+
+#include "cuda_libs.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace hcr::cuda {
+namespace {
+
+using sdk::Error;
+
+std::string shape(const hcr_arg_t& a) {
+  return std::to_string(a.rows) + "x" + std::to_string(a.cols);
+}
+
+int to_int(const std::string& kname, uint64_t v, const char* what) {
+  if (v > static_cast<uint64_t>(INT_MAX))
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + ": " + what + " = " + std::to_string(v) +
+                                                " exceeds cuBLAS's limit of 2^31-1");
+  return static_cast<int>(v);
+}
+
+const char* op_name(BlasOp op) {
+  switch (op) {
+    case BlasOp::gemm: return "gemm";
+    case BlasOp::syrk: return "syrk";
+    case BlasOp::trsm: return "trsm";
+    case BlasOp::potrf: return "potrf";
+    case BlasOp::getrf_nopiv: return "getrf_nopiv";
+  }
+  return "?";
+}
+
+// The caller's parameter block of type T, or nullopt when it sent none (the defaults apply). It
+// must hold at least `min_size` bytes (the fields of the oldest version that has the kernel) and
+// say so in its struct_size; bytes past the caller's struct_size are not read: a field the caller
+// does not know keeps its zero, which each enumeration makes the BLAS default.
+template <class T>
+std::optional<T> read_params(const std::string& kname, const char* type, const hcr_launch_args_t& a,
+                             size_t min_size) {
+  if (a.params_size == 0) return std::nullopt;
+  const std::string expected = std::string("expected an ") + type + " of at least " +
+                               std::to_string(min_size) + " bytes";
+  if (a.params == nullptr || a.params_size < min_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameters: " +
+                                                std::to_string(a.params_size) + " bytes, " +
+                                                expected);
+  size_t declared = 0;
+  std::memcpy(&declared, a.params, sizeof declared);
+  if (declared < min_size || declared > a.params_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                kname + " parameters: struct_size = " + std::to_string(declared) +
+                    " in a block of " + std::to_string(a.params_size) + " bytes, " + expected);
+  T p{};
+  std::memcpy(static_cast<void*>(&p), a.params, std::min(declared, sizeof(T)));
+  return p;
+}
+
+// An enumeration field of a parameter block: 0 or 1, else the launch is refused naming it.
+bool flag(const std::string& kname, const char* field, int32_t v, const char* zero,
+          const char* one) {
+  if (v != 0 && v != 1)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameter " + field + " = " +
+                                                std::to_string(v) + ": must be " + zero +
+                                                " (0) or " + one + " (1)");
+  return v == 1;
+}
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasFillMode_t fill(bool upper) {
+  return upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+}
+
+void enqueue_gemm(cublasHandle_t h, const BlasCall& g) {
+  const CublasLib& lib = cublas();
+  // Column-major C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m).
+  const cublasOperation_t ta = op(g.trans_a), tb = op(g.trans_b);
+  const void *A = g.ptr[0], *B = g.ptr[1];
+  void* C = g.ptr[2];
+  switch (g.kernel.dtype) {
+    case HCR_DTYPE_F32: {
+      const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+      HCR_CUBLAS_CHECK(lib.sgemm(h, tb, ta, g.n, g.m, g.k, &alpha, static_cast<const float*>(B),
+                                 g.ld[1], static_cast<const float*>(A), g.ld[0], &beta,
+                                 static_cast<float*>(C), g.ld[2]));
+      break;
+    }
+    case HCR_DTYPE_F64: {
+      HCR_CUBLAS_CHECK(lib.dgemm(h, tb, ta, g.n, g.m, g.k, &g.alpha, static_cast<const double*>(B),
+                                 g.ld[1], static_cast<const double*>(A), g.ld[0], &g.beta,
+                                 static_cast<double*>(C), g.ld[2]));
+      break;
+    }
+    case HCR_DTYPE_F16:
+    case HCR_DTYPE_BF16: {
+      // 16-bit inputs and output, f32 accumulation and scalars: the tensor-core path.
+      const cudaDataType t = g.kernel.dtype == HCR_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+      const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+      HCR_CUBLAS_CHECK(lib.gemm_ex(h, tb, ta, g.n, g.m, g.k, &alpha, B, t, g.ld[1], A, t, g.ld[0],
+                                   &beta, C, t, g.ld[2], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+    }
+    default:
+      throw Error(HCR_ERROR_INTERNAL, "gemm of an unsupported type");
+  }
+}
+
+void enqueue_syrk(cublasHandle_t h, const BlasCall& s) {
+  const CublasLib& lib = cublas();
+  // A's storage is op(A)^T's when trans is set, and op(A)'s transpose otherwise; C keeps its
+  // values (symmetric) but its triangles swap names.
+  const cublasFillMode_t uplo = fill(!s.upper);
+  const cublasOperation_t trans = op(!s.trans_a);
+  if (s.kernel.dtype == HCR_DTYPE_F32) {
+    const float alpha = static_cast<float>(s.alpha), beta = static_cast<float>(s.beta);
+    HCR_CUBLAS_CHECK(lib.ssyrk(h, uplo, trans, s.n, s.k, &alpha,
+                               static_cast<const float*>(s.ptr[0]), s.ld[0], &beta,
+                               static_cast<float*>(s.ptr[1]), s.ld[1]));
+  } else {
+    HCR_CUBLAS_CHECK(lib.dsyrk(h, uplo, trans, s.n, s.k, &s.alpha,
+                               static_cast<const double*>(s.ptr[0]), s.ld[0], &s.beta,
+                               static_cast<double*>(s.ptr[1]), s.ld[1]));
+  }
+}
+
+void enqueue_trsm(cublasHandle_t h, const BlasCall& t) {
+  const CublasLib& lib = cublas();
+  // Column-major B^T is n x m; A^T is the triangle of the other name, on the other side.
+  const cublasSideMode_t side = t.right ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
+  const cublasFillMode_t uplo = fill(!t.upper);
+  const cublasDiagType_t diag = t.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+  if (t.kernel.dtype == HCR_DTYPE_F32) {
+    const float alpha = static_cast<float>(t.alpha);
+    HCR_CUBLAS_CHECK(lib.strsm(h, side, uplo, op(t.trans_a), diag, t.n, t.m, &alpha,
+                               static_cast<const float*>(t.ptr[0]), t.ld[0],
+                               static_cast<float*>(t.ptr[1]), t.ld[1]));
+  } else {
+    HCR_CUBLAS_CHECK(lib.dtrsm(h, side, uplo, op(t.trans_a), diag, t.n, t.m, &t.alpha,
+                               static_cast<const double*>(t.ptr[0]), t.ld[0],
+                               static_cast<double*>(t.ptr[1]), t.ld[1]));
+  }
+}
+
+// Bytes rounded up to the 256 that cuBLAS and cuSOLVER like their operands aligned to.
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+template <class T>
+void enqueue_potrf(Lane& l, const BlasCall& f, int* info) {
+  const CusolverLib& lib = cusolver();
+  cusolverDnHandle_t h = l.solver();
+  const cublasFillMode_t uplo = fill(!f.upper);  // row-major lower = column-major upper
+  T* A = static_cast<T*>(f.ptr[0]);
+  int lwork = 0;
+  if constexpr (sizeof(T) == 4)
+    HCR_CUSOLVER_CHECK(lib.spotrf_buffer_size(h, uplo, f.n, A, f.ld[0], &lwork));
+  else
+    HCR_CUSOLVER_CHECK(lib.dpotrf_buffer_size(h, uplo, f.n, A, f.ld[0], &lwork));
+  T* work =
+      static_cast<T*>(l.scratch(aligned(static_cast<size_t>(std::max(lwork, 1)) * sizeof(T))));
+  int* dev_info = l.device_info();
+  if constexpr (sizeof(T) == 4)
+    HCR_CUSOLVER_CHECK(lib.spotrf(h, uplo, f.n, A, f.ld[0], work, lwork, dev_info));
+  else
+    HCR_CUSOLVER_CHECK(lib.dpotrf(h, uplo, f.n, A, f.ld[0], work, lwork, dev_info));
+  HCR_CUDA_CHECK(
+      cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
+}
+
+template <class T>
+void enqueue_getrf_nopiv(Lane& l, const BlasCall& f, int* info) {
+  const CublasLib& blas = cublas();
+  const CusolverLib& lib = cusolver();
+  cublasHandle_t bh = l.blas();
+  cusolverDnHandle_t h = l.solver();
+  const int n = f.n;
+  T* A = static_cast<T*>(f.ptr[0]);  // column-major: A^T, leading dimension ld
+  int lwork = 0;  // asked for the dense tile it will factor (the query reads no element)
+  if constexpr (sizeof(T) == 4)
+    HCR_CUSOLVER_CHECK(lib.sgetrf_buffer_size(h, n, n, A, n, &lwork));
+  else
+    HCR_CUSOLVER_CHECK(lib.dgetrf_buffer_size(h, n, n, A, n, &lwork));
+  // Scratch: the tile, transposed (dense, leading dimension n), then cuSOLVER's workspace.
+  const size_t tile = aligned(static_cast<size_t>(n) * n * sizeof(T));
+  char* scratch = static_cast<char*>(
+      l.scratch(tile + aligned(static_cast<size_t>(std::max(lwork, 1)) * sizeof(T))));
+  T* W = reinterpret_cast<T*>(scratch);
+  T* work = reinterpret_cast<T*>(scratch + tile);
+  int* dev_info = l.device_info();
+  const T one = 1, zero = 0;
+  // W = (A^T)^T, the tile in column-major. geam's second operand is the same matrix with beta 0:
+  // whether or not cuBLAS reads it, it holds nothing but the tile (scratch memory could hold NaN
+  // from an earlier operation, and 0 * NaN is NaN), and C overlaps neither operand.
+  if constexpr (sizeof(T) == 4) {
+    HCR_CUBLAS_CHECK(blas.sgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, A, f.ld[0], &zero, A,
+                                f.ld[0], W, n));
+    // devIpiv = NULL: no pivoting (cuSOLVER's documented form), A = L U.
+    HCR_CUSOLVER_CHECK(lib.sgetrf(h, n, n, W, n, work, nullptr, dev_info));
+    HCR_CUBLAS_CHECK(blas.sgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, W, n, &zero, W, n, A,
+                                f.ld[0]));
+  } else {
+    HCR_CUBLAS_CHECK(blas.dgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, A, f.ld[0], &zero, A,
+                                f.ld[0], W, n));
+    HCR_CUSOLVER_CHECK(lib.dgetrf(h, n, n, W, n, work, nullptr, dev_info));
+    HCR_CUBLAS_CHECK(blas.dgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, W, n, &zero, W, n, A,
+                                f.ld[0]));
+  }
+  HCR_CUDA_CHECK(
+      cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
+}
+
+}  // namespace
+
+size_t dtype_size(hcr_dtype_t t) {
+  switch (t) {
+    case HCR_DTYPE_BYTES:
+    case HCR_DTYPE_U8: return 1;
+    case HCR_DTYPE_F16:
+    case HCR_DTYPE_BF16: return 2;
+    case HCR_DTYPE_F32:
+    case HCR_DTYPE_I32: return 4;
+    case HCR_DTYPE_F64:
+    case HCR_DTYPE_I64: return 8;
+  }
+  throw Error(HCR_ERROR_INVALID_ARGUMENT,
+              "unknown element type " + std::to_string(static_cast<int>(t)));
+}
+
+std::optional<Builtin> builtin(const std::string& name) {
+  const size_t us = name.rfind('_');
+  if (us == std::string::npos) return std::nullopt;
+  const std::string base = name.substr(0, us), type = name.substr(us + 1);
+  std::optional<BlasOp> op;
+  for (BlasOp o : {BlasOp::gemm, BlasOp::syrk, BlasOp::trsm, BlasOp::potrf, BlasOp::getrf_nopiv})
+    if (base == op_name(o)) op = o;
+  if (!op) return std::nullopt;
+  if (type == "f32") return Builtin{*op, HCR_DTYPE_F32};
+  if (type == "f64") return Builtin{*op, HCR_DTYPE_F64};
+  if (*op == BlasOp::gemm && type == "f16") return Builtin{*op, HCR_DTYPE_F16};
+  if (*op == BlasOp::gemm && type == "bf16") return Builtin{*op, HCR_DTYPE_BF16};
+  return std::nullopt;
+}
+
+bool needs_cusolver(BlasOp op) noexcept {
+  return op == BlasOp::potrf || op == BlasOp::getrf_nopiv;
+}
+
+BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* const* ptrs) {
+  BlasCall c;
+  c.kernel = kernel;
+  c.name = std::string(op_name(kernel.op)) + "_" + sdk::dtype_name(kernel.dtype);
+  const std::string& kname = c.name;
+  static const char* const kRoles[5][3] = {
+      {"A", "B", "C"}, {"A", "C", ""}, {"A", "B", ""}, {"A", "", ""}, {"A", "", ""}};
+  const char* const* role = kRoles[static_cast<int>(kernel.op)];
+  const size_t want = kernel.op == BlasOp::gemm                                    ? 3
+                      : kernel.op == BlasOp::syrk || kernel.op == BlasOp::trsm ? 2
+                                                                                   : 1;
+  if (a.num_args != want) {
+    std::string roles;
+    for (size_t i = 0; i < want; ++i) roles += (i ? ", " : "") + std::string(role[i]);
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes " + std::to_string(want) + " buffer" +
+                                                (want > 1 ? "s" : "") + " (" + roles + "), got " +
+                                                std::to_string(a.num_args));
+  }
+  for (size_t i = 0; i < want; ++i) {
+    const hcr_arg_t& x = a.args[i];
+    if (x.dtype != kernel.dtype)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " argument " + std::to_string(i) + " (" +
+                                                  role[i] + ") is " + sdk::dtype_name(x.dtype) +
+                                                  ", expected " + sdk::dtype_name(kernel.dtype));
+    if (x.rows > 1 && x.ld < x.cols)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  kname + " argument " + std::to_string(i) + " (" + role[i] + ", " + shape(x) +
+                      ") has ld " + std::to_string(x.ld) + " < its " + std::to_string(x.cols) +
+                      " columns");
+    // cuBLAS wants ld >= max(1, leading extent) even for a single row or an empty matrix.
+    c.ld[i] = to_int(kname, std::max<uint64_t>({x.ld, x.cols, 1}),
+                     i == 0 ? "lda" : i == 1 ? "ldb" : "ldc");
+    c.ptr[i] = ptrs[i];
+  }
+
+  switch (kernel.op) {
+    case BlasOp::gemm: {
+      if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
+                                                  HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
+        c.alpha = p->alpha;
+        c.beta = p->beta;
+        c.trans_a = flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
+        c.trans_b = flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
+      }
+      const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
+      const uint64_t am = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
+      const uint64_t bk = c.trans_b ? B.cols : B.rows, bn = c.trans_b ? B.rows : B.cols;
+      if (bk != ak || C.rows != am || C.cols != bn) {
+        std::string trans;
+        if (c.trans_a || c.trans_b)
+          trans = std::string(" with ") + (c.trans_a ? "A" : "") +
+                  (c.trans_a && c.trans_b ? " and " : "") + (c.trans_b ? "B" : "") +
+                  " transposed";
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm shapes do not match: A is " + shape(A) +
+                                                    ", B is " + shape(B) + ", C is " + shape(C) +
+                                                    trans);
+      }
+      c.m = to_int(kname, am, "m");
+      c.k = to_int(kname, ak, "k");
+      c.n = to_int(kname, bn, "n");
+      break;
+    }
+    case BlasOp::syrk: {
+      if (auto p = read_params<hcr_syrk_params_t>(kname, "hcr_syrk_params_t", a,
+                                                  HCR_SYRK_PARAMS_STRUCT_SIZE)) {
+        c.alpha = p->alpha;
+        c.beta = p->beta;
+        c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        c.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+      }
+      const hcr_arg_t &A = a.args[0], &C = a.args[1];
+      const uint64_t an = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
+      if (C.rows != C.cols || an != C.rows)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    kname + " shapes do not match: A is " + shape(A) + ", C is " + shape(C) +
+                        " (C must be n x n and A n x k" + (c.trans_a ? ", transposed: k x n" : "") +
+                        ")");
+      c.n = to_int(kname, an, "n");
+      c.k = to_int(kname, ak, "k");
+      break;
+    }
+    case BlasOp::trsm: {
+      if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
+                                                  HCR_TRSM_PARAMS_STRUCT_SIZE)) {
+        c.alpha = p->alpha;
+        c.right = flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
+        c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        c.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        c.unit = flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
+      }
+      const hcr_arg_t &A = a.args[0], &B = a.args[1];
+      const uint64_t order = c.right ? B.cols : B.rows;
+      if (A.rows != A.cols || A.rows != order)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    kname + " shapes do not match: A is " + shape(A) + ", B is " + shape(B) +
+                        " (A must be square with B's " + (c.right ? "columns" : "rows") +
+                        " as its order: side is " + (c.right ? "right" : "left") + ")");
+      c.m = to_int(kname, B.rows, "m");
+      c.n = to_int(kname, B.cols, "n");
+      break;
+    }
+    case BlasOp::potrf:
+    case BlasOp::getrf_nopiv: {
+      if (kernel.op == BlasOp::potrf)
+        if (auto p = read_params<hcr_potrf_params_t>(kname, "hcr_potrf_params_t", a,
+                                                     HCR_POTRF_PARAMS_STRUCT_SIZE))
+          c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+      const hcr_arg_t& A = a.args[0];
+      if (A.rows != A.cols)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    kname + ": A is " + shape(A) + ", not square");
+      c.n = to_int(kname, A.rows, "n");
+      break;
+    }
+  }
+  return c;
+}
+
+void enqueue_blas(Lane& l, const BlasCall& c, int* info) {
+  const bool f32 = c.kernel.dtype == HCR_DTYPE_F32;
+  switch (c.kernel.op) {
+    case BlasOp::gemm:
+      if (c.m > 0 && c.n > 0) enqueue_gemm(l.blas(), c);  // else nothing to write
+      return;
+    case BlasOp::syrk:
+      if (c.n > 0) enqueue_syrk(l.blas(), c);
+      return;
+    case BlasOp::trsm:
+      if (c.m > 0 && c.n > 0) enqueue_trsm(l.blas(), c);
+      return;
+    case BlasOp::potrf:
+      if (c.n == 0) return;  // the status slot stays 0
+      if (f32) enqueue_potrf<float>(l, c, info);
+      else enqueue_potrf<double>(l, c, info);
+      return;
+    case BlasOp::getrf_nopiv:
+      if (c.n == 0) return;
+      if (f32) enqueue_getrf_nopiv<float>(l, c, info);
+      else enqueue_getrf_nopiv<double>(l, c, info);
+      return;
+  }
+}
+
+hcr_error_t* factor_error(const BlasCall& c, int info) {
+  const std::string what = c.name + " (" + std::to_string(c.n) + "x" + std::to_string(c.n) +
+                           (c.kernel.op == BlasOp::potrf ? c.upper ? ", upper" : ", lower" : "") +
+                           ")";
+  if (info < 0)  // an argument cuSOLVER refused: ours to get right, not the caller's
+    return sdk::make_error(HCR_ERROR_INTERNAL, what + ": cuSOLVER refused its argument " +
+                                                   std::to_string(-info) + " (devInfo " +
+                                                   std::to_string(info) + ")");
+  if (c.kernel.op == BlasOp::potrf)
+    return sdk::make_error(HCR_ERROR_INVALID_ARGUMENT,
+                           what + ": the matrix is not positive definite: its leading minor of "
+                                  "order " + std::to_string(info) + " is not (LAPACK info " +
+                                  std::to_string(info) + ")");
+  return sdk::make_error(HCR_ERROR_INVALID_ARGUMENT,
+                         what + ": zero pivot in row " + std::to_string(info) +
+                             " (counting from 1; LU without pivoting needs every leading minor "
+                             "nonsingular)");
+}
+
+double estimate_seconds(const BlasCall& c, const GpuInfo& gpu) {
+  // Throughput relative to the FP32 FMA peak, from NVIDIA's datasheets: FP64 runs at full rate on
+  // the tensor cores of sm_80/sm_90, half on sm_70/sm_100, 1/64 on the gaming parts; dense
+  // f16/bf16 with f32 accumulation at ~16x (sm_80), ~15x (sm_90), ~28x (sm_100), ~4x elsewhere.
+  const int cc = gpu.cc_major * 10 + gpu.cc_minor;
+  const hcr_dtype_t t = c.kernel.dtype;
+  double ratio = 1;
+  if (t == HCR_DTYPE_F64)
+    ratio = (cc == 80 || cc == 90) ? 1.0 : (cc == 70 || cc == 100) ? 0.5 : 1.0 / 64;
+  else if (t == HCR_DTYPE_F16 || t == HCR_DTYPE_BF16)
+    ratio = cc == 80 ? 16 : cc == 90 ? 15 : cc == 100 ? 28 : cc == 70 ? 8 : 4;
+  const double m = c.m, n = c.n, k = std::max(c.k, 1);
+  double flops = 0, efficiency = 0.7, latency = 10e-6;  // gemm reaches ~70% of peak
+  switch (c.kernel.op) {
+    case BlasOp::gemm: flops = 2 * m * n * k; break;
+    case BlasOp::syrk: flops = n * n * k; break;
+    case BlasOp::trsm: flops = (c.right ? n : m) * m * n; break;
+    // The factorizations are sequences of small panel steps: far from peak on one tile, and a
+    // few launches each.
+    case BlasOp::potrf:
+      flops = n * n * n / 3;
+      efficiency = 0.2;
+      latency = 50e-6;
+      break;
+    case BlasOp::getrf_nopiv:
+      flops = 2 * n * n * n / 3;
+      efficiency = 0.2;
+      latency = 60e-6;
+      break;
+  }
+  const double rate = std::max(gpu.peak_gflops, 1.0) * 1e9 * ratio * efficiency;
+  return flops / rate + latency;
+}
+
+}  // namespace hcr::cuda
