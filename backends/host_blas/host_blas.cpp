@@ -1,6 +1,6 @@
 // The host's built-in kernels: checks of each launch against plugin.h's contract, then CBLAS (row
-// major, as plugin.h lays matrices out) and OpenBLAS's LAPACK potrf, all from the single-threaded
-// OpenBLAS this library is linked with. getrf without pivoting, which no LAPACK offers, is a
+// major, as plugin.h lays matrices out) and OpenBLAS's LAPACK potrf, all from the OpenBLAS this
+// library is linked with (a private copy, held at one thread: the workers are the parallelism). getrf without pivoting, which no LAPACK offers, is a
 // blocked right-looking loop over the same BLAS.
 #include "host_blas.hpp"
 
@@ -357,7 +357,12 @@ void run(const Call& call, const hcr_arg_t* args, int threads) {
   if (threads != 1)
     throw Error(HCR_ERROR_UNSUPPORTED,
                 name(call.kernel) + ": " + std::to_string(threads) +
-                    " BLAS threads asked for; hcr's OpenBLAS is the single-threaded build");
+                    " BLAS threads asked for; hcr's OpenBLAS runs each call on its caller alone");
+  // The private copy's count, set once before its first call (it is that copy's alone: the
+  // application's OpenBLAS keeps its own). Its threaded build locks its buffer pool, so workers'
+  // calls may overlap; Debian's serial build does not, and overlapping calls there go wrong.
+  static const bool one_thread = (openblas_set_num_threads(1), true);
+  (void)one_thread;
   if (call.kernel.dtype == HCR_DTYPE_F32) run_typed<float>(call, args);
   else run_typed<double>(call, args);
 }

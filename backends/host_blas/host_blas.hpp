@@ -53,8 +53,8 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
            size_t params_size);
 
 /// Runs a checked call on the calling thread, on host pointers (args[i].host, already resolved by
-/// the backend), with `threads` BLAS threads: 1 is all this build offers (hcr links the
-/// single-threaded OpenBLAS; more throws HCR_ERROR_UNSUPPORTED). Throws sdk::Error: an argument
+/// the backend), with `threads` BLAS threads: 1 is all this build offers (hcr's private OpenBLAS
+/// is held at one thread; more throws HCR_ERROR_UNSUPPORTED). Threads may call it at once. Throws sdk::Error: an argument
 /// not in host memory or too large for BLAS's 32-bit indices, and, as plugin.h says,
 /// HCR_ERROR_INVALID_ARGUMENT for a matrix potrf finds not positive definite (naming the order of
 /// the minor) or a zero pivot in getrf_nopiv (naming its row).

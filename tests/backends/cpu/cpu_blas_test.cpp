@@ -5,6 +5,9 @@
 // the row.
 #include "../blas_check.hpp"
 
+#include <cmath>
+#include <random>
+
 namespace hcr {
 namespace {
 
@@ -102,6 +105,41 @@ TEST(CpuBlas, GetrfNopivAtAZeroPivotNamesTheRow) {
   EXPECT_NE(std::string(e.what()).find("getrf_nopiv_f32: zero pivot in row 2 of 3"),
             std::string::npos)
       << e.what();
+}
+
+// The workers call the backend's OpenBLAS at once: each call must be as exact as alone. (Debian's
+// serial OpenBLAS, built without locking, gets some of them wrong: host_blas_test shows it surely.)
+TEST(CpuBlas, ConcurrentCallsAreExact) {
+  Runtime rt(test::cpu_config(2));
+  constexpr size_t n = 64, tasks = 2000;
+  std::mt19937 g(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<std::vector<double>> a(tasks, std::vector<double>(n * n)), c(tasks);
+  std::vector<Buffer<double>> A, C;
+  for (size_t t = 0; t < tasks; ++t) {
+    for (double& x : a[t]) x = u(g);
+    c[t].assign(n * n, u(g));
+    A.push_back(rt.wrap(a[t].data(), n, n));
+    C.push_back(rt.wrap(c[t].data(), n, n));
+  }
+  const std::vector<std::vector<double>> c0 = c;
+  Kernel gemm = rt.kernel("gemm_f64");
+  const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, -1.0, 1.0, HCR_TRANS, HCR_NO_TRANS};
+  for (size_t t = 0; t < tasks; ++t) rt.submit(Task(gemm).read(A[t]).read(A[t]).read_write(C[t]).param(p));
+  rt.wait_all();
+  size_t wrong = 0;
+  for (size_t t = 0; t < tasks; ++t) {
+    C[t].acquire(Access::read).release();
+    bool bad = false;
+    for (size_t i = 0; i < n && !bad; ++i)
+      for (size_t j = 0; j < n && !bad; ++j) {
+        double want = c0[t][i * n + j];
+        for (size_t k = 0; k < n; ++k) want -= a[t][k * n + i] * a[t][k * n + j];
+        bad = std::abs(c[t][i * n + j] - want) > 1e-12 * n;
+      }
+    wrong += bad;
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << tasks << " gemms on two workers at once";
 }
 
 }  // namespace
