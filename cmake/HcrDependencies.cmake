@@ -14,3 +14,33 @@ if(NOT TARGET OpenBLAS::OpenBLAS)
     IMPORTED_LOCATION "${OpenBLAS_LIBRARIES}"
     INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}")
 endif()
+
+# The CPU and simulated backends' own OpenBLAS: the threaded build's archive
+# (libopenblas-pthread-dev), linked statically into each plugin, where hcr_add_plugin's version
+# script hides it, and held at one thread there (host_blas.cpp). The application's OpenBLAS (the
+# shared library above, whatever it links) is then never touched: its thread count and its thread
+# pool stay the application's, and the backends' tiles never compete for that pool. Not the serial
+# build: Debian's is made without locking, and two of its calls at once on different threads give
+# wrong results (see backends/host_blas/README.md). Debian installs each OpenBLAS variant with its
+# own OpenBLASConfig.cmake, which names the shared library; the archive lies beside it. Found in a
+# function so that its OpenBLAS_* variables do not replace those of the shared library above.
+function(_hcr_find_private_openblas)
+  find_package(OpenBLASPrivate 0.3 CONFIG NAMES OpenBLAS
+    PATHS "/usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-pthread/cmake/openblas" NO_DEFAULT_PATH)
+  if(NOT OpenBLASPrivate_FOUND)
+    message(FATAL_ERROR "The threaded OpenBLAS (Debian: libopenblas-pthread-dev) was not found; "
+                        "set OpenBLASPrivate_DIR to the folder of its OpenBLASConfig.cmake")
+  endif()
+  get_filename_component(dir "${OpenBLAS_LIBRARIES}" DIRECTORY)
+  if(NOT EXISTS "${dir}/libopenblas.a")
+    message(FATAL_ERROR "OpenBLASPrivate: no static archive libopenblas.a in ${dir} (from "
+                        "${OpenBLASPrivate_DIR})")
+  endif()
+  add_library(hcr_openblas_private STATIC IMPORTED GLOBAL)
+  add_library(hcr::openblas_private ALIAS hcr_openblas_private)
+  set_target_properties(hcr_openblas_private PROPERTIES
+    IMPORTED_LOCATION "${dir}/libopenblas.a"
+    INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;m")
+endfunction()
+_hcr_find_private_openblas()

@@ -1,6 +1,7 @@
 // The backend conformance suite: the same checks against every device of every plugin built
 // (tasks pinned to the device under test). A device skips what its backend does not offer (a GPU
 // backend runs no host functions), but what it offers must behave.
+#include "../backends/blas_check.hpp"
 #include "../test_support.hpp"
 
 #include <cmath>
@@ -156,18 +157,10 @@ void gemm_on(Runtime& rt, uint32_t dev, size_t m, size_t k, size_t n) {
 }
 
 TEST_P(Conformance, BuiltinGemmIsCorrectWhereOffered) {
+  test::BlasCheck check(*rt_, dev_.id);
   int offered = 0;
   for (const char* name : {"gemm_f32", "gemm_f64"}) {
-    auto a = rt_->buffer<float>(1, 1);
-    Event e = rt_->submit(Task(rt_->kernel(name)).on(dev_.id));
-    e.wait();
-    bool has = true;
-    try {
-      e.get();
-    } catch (const Error& err) {
-      has = err.code() != ErrorCode::no_device;
-    }
-    if (!has) continue;
+    if (!check.offers(name)) continue;
     ++offered;
     for (auto [m, k, n] : {std::tuple{1, 1, 1}, std::tuple{7, 7, 7}, std::tuple{65, 33, 17},
                            std::tuple{130, 257, 64}}) {
@@ -176,6 +169,59 @@ TEST_P(Conformance, BuiltinGemmIsCorrectWhereOffered) {
     }
   }
   if (offered == 0) GTEST_SKIP() << dev_.backend << " offers no built-in gemm";
+}
+
+// Every built-in of plugin.h 1.1 the device offers (gemm with its transposes, syrk, trsm, potrf,
+// getrf_nopiv; f32 and f64), every trans/uplo/side/diag combination at odd sizes, against
+// references (tests/backends/blas_check.hpp). A kernel the device declines is skipped.
+TEST_P(Conformance, BuiltinBlasKernelsAreCorrectWhereOffered) {
+  test::BlasCheck check(*rt_, dev_.id);
+  std::string ran, declined;
+  for (const char* t : {"_f32", "_f64"})
+    for (const char* op : {"gemm", "syrk", "trsm", "potrf", "getrf_nopiv"}) {
+      const std::string name = std::string(op) + t;
+      const bool f64 = std::string(t) == "_f64";
+      if (!check.offers(name)) {
+        declined += (declined.empty() ? "" : ", ") + name;
+        continue;
+      }
+      ran += (ran.empty() ? "" : ", ") + name;
+      SCOPED_TRACE(name);
+      for (size_t a : {size_t{1}, size_t{7}, size_t{33}})
+        for (int x : {0, 1})
+          for (int y : {0, 1}) {
+            const size_t b = a == 1 ? 7 : a == 7 ? 33 : 1, c = a == 33 ? 7 : 33;
+            if (std::string(op) == "gemm") {
+              if (f64) check.gemm<double>(x, y, a, b, c, -1.5, 0.5);
+              else check.gemm<float>(x, y, a, b, c, 1.0, 0.0);
+            } else if (std::string(op) == "syrk") {
+              if (f64) check.syrk<double>(x, y, a, b, 1.0, 0.0);
+              else check.syrk<float>(x, y, a, b, -0.5, 2.0);
+            } else if (std::string(op) == "trsm") {
+              for (int side : {0, 1})
+                for (int diag : {0, 1}) {
+                  if (f64) check.trsm<double>(side, x, y, diag, a, b, 0.75);
+                  else check.trsm<float>(side, x, y, diag, a, b, 0.75);
+                }
+            } else if (x == 0 && y == 0) {  // potrf (each uplo), getrf_nopiv
+              for (int uplo : {0, 1}) {
+                if (std::string(op) == "getrf_nopiv" && uplo == 1) break;
+                if (std::string(op) == "potrf") {
+                  if (f64) check.potrf<double>(uplo, a);
+                  else check.potrf<float>(uplo, a);
+                } else if (f64) {
+                  check.getrf_nopiv<double>(a);
+                } else {
+                  check.getrf_nopiv<float>(a);
+                }
+              }
+            }
+          }
+    }
+  if (ran.empty())
+    GTEST_SKIP() << dev_.backend << " offers none of the built-ins checked here (declined: "
+                 << declined << ")";
+  RecordProperty("declined", declined);
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Conformance);

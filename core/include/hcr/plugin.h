@@ -421,7 +421,8 @@ typedef struct hcr_gemm_params {
 
 /* "syrk_<t>" (ABI 1.1): args[0] = A (read), args[1] = C (read-write, n x n);
  * C = alpha * op(A) * op(A)^T + beta * C on the `uplo` triangle of C only (the other triangle is
- * neither read nor written); op(A) n x k (A itself k x n when trans). */
+ * neither read nor written); op(A) n x k (A itself k x n when trans). With beta == 0 the triangle's
+ * old contents are not read (as for gemm). */
 typedef struct hcr_syrk_params {
   size_t struct_size;
   double alpha;

@@ -2,6 +2,7 @@
 // modelled durations (held on the device and reported to the scheduler), deterministic noise, and
 // injected faults. Timing checks are lower bounds only ("not earlier than modelled").
 #include "../../test_support.hpp"
+#include "../blas_check.hpp"
 
 #include <hcr/sched.hpp>
 
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -215,6 +217,8 @@ TEST(SimBackend, BadOptionsAreConfigErrorsNamingTheKey) {
       {{{"device.name", "x"}}, "option 'device.name': devices are [[backend.device]] tables"},
       {{{"kernel.scale.cost", "3"}}, "unknown option 'kernel.scale.cost'"},
       {{{"kernel.gemm_f32.flops", "3"}}, "fixed at 2*m*n*k flops"},
+      {{{"kernel.potrf_f64.flops_per_byte", "3"}},
+       "the cost of potrf_f64 is fixed at n*n*n/3 flops"},
       {{{"device.0.slowdown_at", "1s"}}, "needs 'device.0.slowdown_factor'"},
   };
   // A mistake in the table is the configuration's: the runtime does not start, and says where.
@@ -265,7 +269,9 @@ host_memory = true
   ASSERT_EQ(s.size(), 1u);
   // Kernel flops over gflops times factor, in wall seconds (x time_scale 0.001).
   EXPECT_NEAR(s[0], 2e9 / (1000e9 * 0.5) * 0.001, 1e-12);
-  Error e = test::expect_error([&] { rt.submit(Task(rt.kernel("gemm_f64")).on(0)).get(); });
+  auto A = rt.buffer<double>(2, 2), B = rt.buffer<double>(2, 2), C = rt.buffer<double>(2, 2);
+  Error e = test::expect_error(
+      [&] { rt.submit(Task(rt.kernel("gemm_f64")).read(A).read(B).write(C).on(0)).get(); });
   EXPECT_EQ(e.code(), ErrorCode::no_device) << e.what();  // not in gpu0's kernels list
 }
 
@@ -420,6 +426,87 @@ TEST(SimBackend, ModelledDurationsHoldTheDevice) {
   a.get();
   b.get();
   EXPECT_GE(seconds_since(t0), 0.100);
+}
+
+// Each built-in kernel costs its flops (sim/README.md): gemm 2mnk, syrk n²k, trsm m²n on the left
+// and mn² on the right, potrf n³/3, getrf_nopiv 2n³/3; timing only, so no data is needed.
+TEST(SimBackend, BuiltinBlasKernelsCostTheirFlops) {
+  Runtime rt(recording({{"time_scale", "0.01"},
+                        {"compute", "false"},
+                        {"device.0.name", "m"},
+                        {"device.0.gflops", "10"},
+                        {"device.0.factors.trsm_f32", "0.5"},
+                        {"device.0.host_memory", "true"}}));
+  auto a45 = rt.buffer<double>(5, 4), b56 = rt.buffer<double>(6, 5), c46 = rt.buffer<double>(4, 6);
+  auto s66 = rt.buffer<double>(6, 6);
+  auto f44 = rt.buffer<float>(4, 4), f46 = rt.buffer<float>(4, 6), f66 = rt.buffer<float>(6, 6);
+  const double scale = 0.01 / 10e9;  // wall seconds per flop
+  struct Case {
+    const char* kernel;
+    std::function<Task()> task;
+    double flops;
+  };
+  const std::vector<Case> cases = {
+      {"gemm_f64",  // A and B given transposed: m 4, n 6, k 5
+       [&] {
+         return std::move(Task(rt.kernel("gemm_f64")).read(a45).read(b56).write(c46).param(
+             hcr_gemm_params_t{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0, HCR_TRANS, HCR_TRANS}));
+       },
+       2.0 * 4 * 6 * 5},
+      {"syrk_f64",  // n 6, k 5
+       [&] {
+         return std::move(Task(rt.kernel("syrk_f64")).read(b56).read_write(s66)
+                              .param(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0,
+                                                       HCR_LOWER, HCR_NO_TRANS}));
+       },
+       6.0 * 6 * 5},
+      {"trsm_f32",  // left: m 4, n 6; the device's factor halves its speed
+       [&] {
+         return std::move(Task(rt.kernel("trsm_f32")).read(f44).read_write(f46).param(
+             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_LEFT, HCR_LOWER, 0, 0}));
+       },
+       2.0 * 4 * 4 * 6},  // twice the flops: half the speed
+      {"trsm_f32",  // right: m 4, n 6, at half speed too
+       [&] {
+         return std::move(Task(rt.kernel("trsm_f32")).read(f66).read_write(f46).param(
+             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_UPPER, 1, 1}));
+       },
+       2.0 * 4 * 6 * 6},
+      {"potrf_f64",
+       [&] {
+         return std::move(Task(rt.kernel("potrf_f64")).read_write(s66).param(
+             hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_UPPER}));
+       },
+       6.0 * 6 * 6 / 3},
+      {"getrf_nopiv_f64",
+       [&] { return std::move(Task(rt.kernel("getrf_nopiv_f64")).read_write(s66)); },
+       2.0 * 6 * 6 * 6 / 3},
+  };
+  for (const Case& c : cases) {
+    Recorder::get().clear();
+    Task t = c.task();
+    rt.submit(t.on(0)).get();
+    auto s = Recorder::get().seconds(c.kernel);
+    ASSERT_EQ(s.size(), 1u) << c.kernel;
+    EXPECT_NEAR(s[0], c.flops * scale, 1e-6 * c.flops * scale) << c.kernel;
+  }
+}
+
+// The built-ins compute real results on the host, in host memory and in a device's own.
+TEST(SimBackend, BuiltinBlasKernelsComputeWhereverTheDataLives) {
+  Runtime rt(sim_config({{"time_scale", "0.0001"},
+                         {"device.0.name", "apu"},
+                         {"device.0.host_memory", "true"},
+                         {"device.0.gflops", "1000"},
+                         {"device.1.name", "gpu"},
+                         {"device.1.gflops", "1000"},
+                         {"device.1.concurrency", "2"}}));
+  for (uint32_t dev : {0u, 1u}) {
+    SCOPED_TRACE(rt.devices()[dev].name);
+    test::BlasCheck check(rt, dev);
+    check.all<float>({1, 7, 33});
+    check.all<double>({1, 7, 33, 65});
+  }
 }
 
 TEST(SimBackend, TimeScaleStretchesTheDeviceAndItsReports) {

@@ -495,6 +495,81 @@ TEST_F(SimPlugin, LaunchArgumentsAreChecked) {
   sim.free(1, mem1);
 }
 
+// The built-ins' launch checks (backends/host_blas), as a host that skipped the runtime's own
+// submit-time checks would meet them: parameter blocks by struct_size (an ABI 1.0 gemm block
+// included), enumerations, shapes per side and transpose. Timing only: nothing is computed.
+TEST_F(SimPlugin, BuiltinLaunchesAreCheckedAgainstTheirContract) {
+  Sim sim({{"time_scale", "0.001"}, {"compute", "false"}, {"device.0.name", "discrete"}});
+  auto [s, mem] = sim.alloc(0, 4096);
+  ASSERT_EQ(s.code, 0);
+  auto m = [&](uint64_t rows, uint64_t cols, hcr_access_t access = HCR_ACCESS_READ) {
+    return matrix(mem, 0, HCR_DTYPE_F64, rows, cols, cols, access);
+  };
+  struct Case {
+    const char* kernel;
+    std::vector<hcr_arg_t> args;
+    std::vector<std::byte> params;
+    std::string error;  // empty: accepted
+  };
+  auto bytes = [](const auto& block, size_t size = 0) {
+    std::vector<std::byte> out(size ? size : sizeof block);
+    std::memcpy(out.data(), &block, std::min(out.size(), sizeof block));
+    return out;
+  };
+  hcr_gemm_params_t g10{HCR_GEMM_PARAMS_STRUCT_SIZE_1_0, 1, 0};
+  hcr_gemm_params_t gt{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0, HCR_TRANS, HCR_NO_TRANS};
+  hcr_gemm_params_t bad_size{HCR_GEMM_PARAMS_STRUCT_SIZE + 8, 1, 0};
+  const std::vector<Case> cases = {
+      // An ABI 1.0 block: 24 bytes, no transposes; A 2x3 . B 3x4.
+      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(g10, HCR_GEMM_PARAMS_STRUCT_SIZE_1_0), ""},
+      // The same shapes are wrong once trans_a says A is k x m.
+      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(gt),
+       "gemm_f64: shapes do not match: A is 2x3, B is 3x4, C is 2x4 (trans_a 1, trans_b 0"},
+      {"gemm_f64", {m(3, 2), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(gt), ""},
+      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(bad_size),
+       "hcr_gemm_params_t: struct_size 40 in 32 bytes of parameters"},
+      {"syrk_f64", {m(3, 2), m(3, 3, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, 3, 0}),
+       "syrk_f64: uplo 3 is neither HCR_LOWER (0) nor HCR_UPPER (1)"},
+      {"syrk_f64", {m(2, 3), m(3, 3, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, HCR_UPPER, HCR_TRANS}), ""},
+      {"trsm_f64", {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_LEFT, 0, 0, 0}),
+       "trsm_f64: shapes do not match: A is 4x4, B is 3x4 (side left"},
+      {"trsm_f64", {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, 0, 0, 0}), ""},
+      {"potrf_f64", {m(3, 3, HCR_ACCESS_READ_WRITE)}, {},
+       "potrf_f64: parameters: 0 bytes, expected an hcr_potrf_params_t"},
+      {"getrf_nopiv_f64", {m(3, 3, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 0}),
+       "getrf_nopiv_f64: takes no parameters, got 16 bytes of them"},
+      {"getrf_nopiv_f64", {m(3, 2, HCR_ACCESS_READ_WRITE)}, {},
+       "getrf_nopiv_f64: A is 3x2, not square"},
+      {"potrf_f32", {m(3, 3, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 0}),
+       "potrf_f32: A (argument 0, 3x3 f64) is not an f32 matrix"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.kernel) + (c.error.empty() ? " accepted" : ": " + c.error));
+    auto [ks, kernel] = sim.kernel(0, c.kernel, HCR_IMPL_BUILTIN);
+    ASSERT_EQ(ks.code, 0) << ks.message;
+    Done d;
+    const void* params = c.params.empty() ? nullptr : c.params.data();
+    Status st = sim.launch(sim.launch_args(0, kernel, c.args, params, c.params.size(), &d));
+    if (c.error.empty()) {
+      ASSERT_EQ(st.code, 0) << st.message;
+      ASSERT_TRUE(d.wait());
+      EXPECT_EQ(d.status().code, 0) << d.status().message;
+    } else {
+      EXPECT_EQ(st.code, HCR_ERROR_INVALID_ARGUMENT) << st.message;
+      EXPECT_NE(st.message.find(c.error), std::string::npos) << st.message;
+      EXPECT_EQ(d.calls(), 0);
+    }
+  }
+  sim.free(0, mem);
+}
+
 int count_calls(void* user, const hcr_exec_context_t*, char*, size_t) {
   static_cast<std::atomic<int>*>(user)->fetch_add(1);
   return 0;
