@@ -47,7 +47,7 @@ void require_square(const Operands<T>& ops, const Buffer<T>& a, const char* name
 
 }  // namespace
 
-template <class T>
+template <Real T>
 Event gemm(Runtime& rt, Op trans_a, Op trans_b, Scalar<T> alpha, const Buffer<T>& a,
            const Buffer<T>& b, Scalar<T> beta, const Buffer<T>& c, size_t tile) {
   Operands<T> ops("linalg::gemm");
@@ -70,7 +70,7 @@ Event gemm(Runtime& rt, Op trans_a, Op trans_b, Scalar<T> alpha, const Buffer<T>
   return ops.join(ic);
 }
 
-template <class T>
+template <Real T>
 Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a,
            Scalar<T> beta, const Buffer<T>& c, size_t tile) {
   Operands<T> ops("linalg::syrk");
@@ -89,7 +89,7 @@ Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a
   return ops.join(ic);
 }
 
-template <class T>
+template <Real T>
 Event trsm(Runtime& rt, Side side, Uplo uplo, Op trans, Diag diag, Scalar<T> alpha,
            const Buffer<T>& a, const Buffer<T>& b, size_t tile) {
   Operands<T> ops("linalg::trsm");
@@ -111,7 +111,7 @@ Event trsm(Runtime& rt, Side side, Uplo uplo, Op trans, Diag diag, Scalar<T> alp
   return ops.join(ib);
 }
 
-template <class T>
+template <Real T>
 Event potrf(Runtime& rt, Uplo uplo, const Buffer<T>& a, size_t tile) {
   Operands<T> ops("linalg::potrf");
   const size_t ia = ops.add(a, "A");
@@ -123,7 +123,7 @@ Event potrf(Runtime& rt, Uplo uplo, const Buffer<T>& a, size_t tile) {
   return ops.join(ia);
 }
 
-template <class T>
+template <Real T>
 Event potrs(Runtime& rt, Uplo uplo, const Buffer<T>& a, const Buffer<T>& b, size_t tile) {
   Operands<T> ops("linalg::potrs");
   const size_t ia = ops.add(a, "A"), ib = ops.add(b, "B");
@@ -139,7 +139,7 @@ Event potrs(Runtime& rt, Uplo uplo, const Buffer<T>& a, const Buffer<T>& b, size
   return ops.join(ib);
 }
 
-template <class T>
+template <Real T>
 Event getrf_nopiv(Runtime& rt, const Buffer<T>& a, size_t tile) {
   Operands<T> ops("linalg::getrf_nopiv");
   const size_t ia = ops.add(a, "A");

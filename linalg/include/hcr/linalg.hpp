@@ -23,9 +23,11 @@
 ///
 /// Misuse throws Error(invalid_argument) at the call, before any buffer is partitioned, naming the
 /// values: shapes that do not fit, a tile of 0, an output aliasing an input, an empty handle, a
-/// buffer of another runtime or one already partitioned (pass a buffer, not its tiles' parent).
-/// Buffers may be tiles of a partitioned buffer themselves. Thread safety: calls may come from
-/// any thread; two calls that write the same buffer are ordered as they were made, as tasks are.
+/// buffer of another runtime or one partitioned already (unpartition it first). A tile of a
+/// partitioned buffer is a buffer like any other. Thread safety: calls may come from any thread,
+/// and calls made one after the other on one thread are ordered as their tasks are. A buffer is
+/// partitioned from the start of a call until it returns: a call from another thread using the
+/// same buffer meanwhile fails as for a partitioned buffer.
 #pragma once
 
 #include <hcr/buffer.hpp>
@@ -54,6 +56,10 @@ enum class Side : int32_t { left = HCR_LEFT, right = HCR_RIGHT };
 /// Whether a triangular matrix has a unit diagonal (not read). Values match hcr_blas_diag_t.
 enum class Diag : int32_t { non_unit = HCR_NON_UNIT, unit = HCR_UNIT };
 
+/// The element types hcr::linalg works on.
+template <class T>
+concept Real = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
 /// The scalar arguments take the buffers' element type without taking part in deduction:
 /// `gemm(rt, ..., 1.0, a, b, 0.0, c, 256)` works for Buffer<float> too.
 template <class T>
@@ -63,14 +69,14 @@ using Scalar = std::type_identity_t<T>;
 /// m x n. One task per C tile and k step ("gemm_<t>"): each C tile's k steps form a chain, the
 /// tiles are independent. With beta == 0, C's old contents are not read (NaN there does not
 /// leak). C must not alias A or B; A may be B.
-template <class T>
+template <Real T>
 Event gemm(Runtime& rt, Op trans_a, Op trans_b, Scalar<T> alpha, const Buffer<T>& a,
            const Buffer<T>& b, Scalar<T> beta, const Buffer<T>& c, size_t tile);
 
 /// C = alpha * op(A) * op(A)^T + beta * C on the `uplo` triangle of the n x n matrix C (the other
 /// triangle is neither read nor written); op(A) n x k (A is k x n under Op::trans). Diagonal
 /// tiles are "syrk_<t>" tasks, the others "gemm_<t>". C must not alias A.
-template <class T>
+template <Real T>
 Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a,
            Scalar<T> beta, const Buffer<T>& c, size_t tile);
 
@@ -78,7 +84,7 @@ Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a
 /// n x n) for the m x n matrix X, which overwrites B. Only the `uplo` triangle of A is read, and
 /// with Diag::unit not its diagonal. Diagonal tiles of A are "trsm_<t>" tasks, the updates of B
 /// "gemm_<t>" (Chameleon's pztrsm). B must not alias A.
-template <class T>
+template <Real T>
 Event trsm(Runtime& rt, Side side, Uplo uplo, Op trans, Diag diag, Scalar<T> alpha,
            const Buffer<T>& a, const Buffer<T>& b, size_t tile);
 
@@ -91,20 +97,20 @@ Event trsm(Runtime& rt, Side side, Uplo uplo, Op trans, Diag diag, Scalar<T> alp
 /// 2N - 2k - m for trsm(m, k), 2N - 2k - m - n for the update of tile (m, n) (N tiles per side),
 /// raised by 2N so that all are positive (dmda reorders its queues by positive priorities only):
 /// the critical path first, under the policies that honour priorities.
-template <class T>
+template <Real T>
 Event potrf(Runtime& rt, Uplo uplo, const Buffer<T>& a, size_t tile);
 
 /// Solves A * X = B from the Cholesky factor that potrf(rt, uplo, A, ...) left in A: two
 /// triangular sweeps (trsm), X overwriting the n x r matrix B. Call it right after potrf: it
 /// waits for the factor. B must not alias A.
-template <class T>
+template <Real T>
 Event potrs(Runtime& rt, Uplo uplo, const Buffer<T>& a, const Buffer<T>& b, size_t tile);
 
 /// LU factorisation without pivoting of the n x n matrix A: A = L * U in place, L unit lower (its
 /// diagonal not stored), U upper. Right-looking, tiled as potrf ("getrf_nopiv_<t>" on diagonal
 /// tiles, "trsm_<t>", "gemm_<t>"), priorities likewise. Stable without pivoting only for matrices
 /// such as diagonally dominant ones; a zero pivot fails the Event naming its row within its tile.
-template <class T>
+template <Real T>
 Event getrf_nopiv(Runtime& rt, const Buffer<T>& a, size_t tile);
 
 #define HCR_LINALG_DECLARE(T)                                                                     \
