@@ -188,13 +188,16 @@ double run_once(hcr::Runtime& rt, const Workload& w) {
       if (t.kernel != "gemm_f32") k.cpu([](hcr::TaskContext&) {});  // timing only
       kernels[t.kernel] = k;
     }
-  const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 1};
+  // The first k step writes C (beta 0), the others accumulate into it (beta 1): a beta that reads
+  // C needs C passed read_write, which the runtime checks at submit.
+  const hcr_gemm_params_t first{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0};
+  const hcr_gemm_params_t rest{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 1};
   auto t0 = std::chrono::steady_clock::now();
   for (auto& t : w.tasks) {
     hcr::Task task(kernels[t.kernel]);
     task.priority(t.priority);
     for (auto& [b, mode] : t.args) task.arg(bufs[size_t(b)], mode);
-    if (t.kernel == "gemm_f32") task.param(p);
+    if (t.kernel == "gemm_f32") task.param(t.args[2].second == hcr::Access::write ? first : rest);
     rt.submit(task);
   }
   rt.wait_all();

@@ -27,6 +27,7 @@ packages=(
   libtbb-dev libboost-dev libtomlplusplus-dev            # oneTBB, Boost.DLL, TOML++
   nlohmann-json3-dev libexpat1-dev                       # trace files (JSON), SVG check (XML)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-serial-dev                                 # the cpu and sim backends' own BLAS
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
 )
 if [ "$mode" = test ]; then

@@ -1,9 +1,12 @@
-// The CPU backend plugin: one device whose slots are oneTBB worker threads. Built-in gemm_f32 and
-// gemm_f64 call single-threaded OpenBLAS (parallelism comes from running tiles side by side);
-// user kernels arrive as host functions. Idle TBB workers sleep.
+// The CPU backend plugin: one device whose slots are oneTBB worker threads. The built-in BLAS and
+// LAPACK kernels (gemm, syrk, trsm, potrf, getrf_nopiv; f32 and f64) run through hcr_host_blas on
+// hcr's own single-threaded OpenBLAS (parallelism comes from running tiles side by side; the
+// application's OpenBLAS and its thread count are never touched); user kernels arrive as host
+// functions. Idle TBB workers sleep.
+#include "host_blas.hpp"
+
 #include <hcr/sdk/backend.hpp>
 
-#include <cblas.h>
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -48,10 +52,9 @@ namespace {
 
 using sdk::Error;
 
-enum class KernelType { gemm_f32, gemm_f64, host };
-
+// A built-in kernel (`builtin` set) or a host function.
 struct CpuKernel {
-  KernelType type;
+  std::optional<host_blas::Builtin> builtin;
   hcr_kernel_fn fn = nullptr;
   void* user_data = nullptr;
 };
@@ -70,52 +73,12 @@ std::string cpu_model() {
   return "cpu";
 }
 
-std::string shape(const hcr_arg_t& a) {
-  return std::to_string(a.rows) + "x" + std::to_string(a.cols);
-}
-
-template <class T>
-void gemm(const hcr_launch_args_t& a) {
-  if (a.num_args != 3)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                "gemm takes 3 buffers (A, B, C), got " + std::to_string(a.num_args));
-  const hcr_dtype_t want = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
-  for (size_t i = 0; i < 3; ++i) {
-    const char* which = i == 0 ? "A" : i == 1 ? "B" : "C";
-    if (a.args[i].dtype != want)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "gemm_" + sdk::dtype_name(want) + ": " + which + " is a " +
-                      sdk::dtype_name(a.args[i].dtype) + " matrix, expected " +
-                      sdk::dtype_name(want));
-    if (a.args[i].host == nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, std::string("gemm_") + sdk::dtype_name(want) +
-                                                  ": " + which + " is not in host memory");
-  }
-  const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
-  const uint64_t m = A.rows, k = A.cols, n = B.cols;
-  if (B.rows != k || C.rows != m || C.cols != n)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm shapes do not match: A is " + shape(A) +
-                                                ", B is " + shape(B) + ", C is " + shape(C));
-  hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
-  if (a.params_size >= HCR_GEMM_PARAMS_STRUCT_SIZE && a.params != nullptr)
-    p = sdk::read_struct(static_cast<const hcr_gemm_params_t*>(a.params));
-  else if (a.params_size != 0)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm parameters: " + std::to_string(a.params_size) +
-                                                " bytes, expected an hcr_gemm_params_t");
-  if constexpr (sizeof(T) == 4)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), static_cast<float>(p.alpha),
-                static_cast<const float*>(A.host), static_cast<blasint>(A.ld),
-                static_cast<const float*>(B.host), static_cast<blasint>(B.ld),
-                static_cast<float>(p.beta), static_cast<float*>(C.host),
-                static_cast<blasint>(C.ld));
-  else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), p.alpha,
-                static_cast<const double*>(A.host), static_cast<blasint>(A.ld),
-                static_cast<const double*>(B.host), static_cast<blasint>(B.ld), p.beta,
-                static_cast<double*>(C.host), static_cast<blasint>(C.ld));
-}
+// How many BLAS threads one launch of a built-in kernel uses: the one place that decides it. A
+// task runs on one worker, and the workers are the device's parallelism, so each call is
+// single-threaded. (A task given several workers at once, as StarPU's parallel tasks are, would
+// get their number here; hcr_host_blas would then need OpenBLAS's threaded build, kept as private
+// as the single-threaded one is now: see backends/host_blas/README.md.)
+int blas_threads(const hcr_launch_args_t&) { return 1; }
 
 class CpuBackend final : public sdk::Backend {
  public:
@@ -133,8 +96,6 @@ class CpuBackend final : public sdk::Backend {
     parallelism_ = std::make_unique<tbb::global_control>(
         tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_) + 1);
     arena_.initialize(threads_, 0);
-    // Each task calls BLAS on one tile: BLAS must not start threads of its own.
-    openblas_set_num_threads(1);
     model_ = cpu_model();
     host().info("cpu: " + std::to_string(threads_) + " worker(s) on " + model_);
   }
@@ -169,13 +130,12 @@ class CpuBackend final : public sdk::Backend {
     std::string name = desc.name;
     switch (desc.kind) {
       case HCR_IMPL_BUILTIN:
-        if (name == "gemm_f32") return wrap(new CpuKernel{KernelType::gemm_f32});
-        if (name == "gemm_f64") return wrap(new CpuKernel{KernelType::gemm_f64});
+        if (auto b = host_blas::find(name)) return wrap(new CpuKernel{*b});
         throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
       case HCR_IMPL_HOST_FUNCTION:
         if (desc.fn == nullptr)
           throw Error(HCR_ERROR_INVALID_ARGUMENT, "host function '" + name + "' is NULL");
-        return wrap(new CpuKernel{KernelType::host, desc.fn, desc.user_data});
+        return wrap(new CpuKernel{std::nullopt, desc.fn, desc.user_data});
       default:
         throw Error(HCR_ERROR_UNSUPPORTED,
                     "runs host functions and its built-ins, not " +
@@ -218,15 +178,16 @@ class CpuBackend final : public sdk::Backend {
     std::chrono::steady_clock::time_point t0;
     if (measure) t0 = std::chrono::steady_clock::now();
     hcr_error_t* err = nullptr;
-    switch (k.type) {
-      case KernelType::gemm_f32: err = sdk::guard([&] { gemm<float>(a); }); break;
-      case KernelType::gemm_f64: err = sdk::guard([&] { gemm<double>(a); }); break;
-      case KernelType::host: {
-        int slot = tbb::this_task_arena::current_thread_index();
-        hcr_exec_context_t ctx = sdk::exec_context(a, slot < 0 ? 0u : static_cast<uint32_t>(slot));
-        err = sdk::run_host_function(k.fn, k.user_data, ctx);
-        break;
-      }
+    if (k.builtin) {
+      err = sdk::guard([&] {
+        host_blas::Call call =
+            host_blas::check(*k.builtin, a.args, a.num_args, a.params, a.params_size);
+        host_blas::run(call, a.args, blas_threads(a));
+      });
+    } else {
+      int slot = tbb::this_task_arena::current_thread_index();
+      hcr_exec_context_t ctx = sdk::exec_context(a, slot < 0 ? 0u : static_cast<uint32_t>(slot));
+      err = sdk::run_host_function(k.fn, k.user_data, ctx);
     }
     double seconds = -1;
     if (measure)

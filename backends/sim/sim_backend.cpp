@@ -1,17 +1,18 @@
 // The simulated backend plugin: devices declared in the [[backend]] table, each computing real
-// results on the host (OpenBLAS gemm, user host functions) while holding the device for the
-// modelled duration, with deterministic noise, slowdowns and fault injection. The timeline lives
-// in sim_engine.cpp; this file turns ABI calls into timeline operations.
+// results on the host (the built-in BLAS kernels through hcr_host_blas, user host functions) while
+// holding the device for the modelled duration, with deterministic noise, slowdowns and fault
+// injection. The timeline lives in sim_engine.cpp; this file turns ABI calls into timeline
+// operations.
+#include "host_blas.hpp"
 #include "sim_config.hpp"
 #include "sim_engine.hpp"
 #include "sim_units.hpp"
 
 #include <hcr/sdk/backend.hpp>
 
-#include <cblas.h>
-
 #include <cstring>
 #include <new>
+#include <optional>
 #include <unordered_set>
 
 namespace hcr::sim {
@@ -33,16 +34,14 @@ struct SimMemory {
   std::byte* data = nullptr;
 };
 
-enum class KernelType { gemm_f32, gemm_f64, host };
-
 struct SimKernel {
   size_t device = 0;
-  KernelType type = KernelType::host;
+  std::optional<host_blas::Builtin> builtin;  // else a host function
   std::string name;
   hcr_kernel_fn fn = nullptr;
   void* user_data = nullptr;
   double speed = 0;  // flop/s for this kernel on this device (gflops * factor)
-  KernelCost cost;   // non-gemm kernels
+  KernelCost cost;   // host functions
 };
 
 size_t dtype_size(hcr_dtype_t t) {
@@ -83,66 +82,10 @@ bool span_end(uint64_t offset, uint64_t rows, uint64_t pitch, uint64_t width, ui
   return mul_add(rows - 1, pitch, width, last) && mul_add(1, offset, last, end);
 }
 
-hcr_gemm_params_t gemm_params(const hcr_launch_args_t& a) {
-  hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
-  if (a.params_size >= HCR_GEMM_PARAMS_STRUCT_SIZE && a.params != nullptr)
-    p = sdk::read_struct(static_cast<const hcr_gemm_params_t*>(a.params));
-  else if (a.params_size != 0)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm parameters: " + std::to_string(a.params_size) +
-                                                " bytes, expected an hcr_gemm_params_t");
-  return p;
-}
-
-// Checks a gemm's arguments; returns its flops (2mnk).
-double gemm_flops(const SimKernel& k, const std::vector<hcr_arg_t>& args) {
-  if (args.size() != 3)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                k.name + " takes 3 buffers (A, B, C), got " + std::to_string(args.size()));
-  const hcr_dtype_t want = k.type == KernelType::gemm_f32 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
-  for (size_t i = 0; i < 3; ++i)
-    if (args[i].dtype != want)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, k.name + " argument " + std::to_string(i) +
-                                                  " is not an " +
-                                                  (want == HCR_DTYPE_F32 ? "f32" : "f64") +
-                                                  " matrix");
-  const hcr_arg_t &A = args[0], &B = args[1], &C = args[2];
-  if (B.rows != A.cols || C.rows != A.rows || C.cols != B.cols)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, k.name + " shapes do not match: A is " + shape(A) +
-                                                ", B is " + shape(B) + ", C is " + shape(C));
-  return 2.0 * static_cast<double>(A.rows) * static_cast<double>(B.cols) *
-         static_cast<double>(A.cols);
-}
-
-template <class T>
-void gemm(const std::vector<hcr_arg_t>& args, const hcr_gemm_params_t& p) {
-  const hcr_arg_t &A = args[0], &B = args[1], &C = args[2];
-  const auto m = static_cast<blasint>(A.rows), k = static_cast<blasint>(A.cols),
-             n = static_cast<blasint>(B.cols);
-  if (m == 0 || n == 0) return;
-  // BLAS insists on ld >= max(1, columns) even where a single row makes ld meaningless, and it
-  // prints (plugins never print) when it disagrees.
-  auto ld = [](const hcr_arg_t& x) {
-    return static_cast<blasint>(std::max<uint64_t>(x.ld, std::max<uint64_t>(1, x.cols)));
-  };
-  if constexpr (sizeof(T) == 4)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, static_cast<float>(p.alpha),
-                static_cast<const float*>(A.host), ld(A),
-                static_cast<const float*>(B.host), ld(B),
-                static_cast<float>(p.beta), static_cast<float*>(C.host),
-                ld(C));
-  else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, p.alpha,
-                static_cast<const double*>(A.host), ld(A),
-                static_cast<const double*>(B.host), ld(B), p.beta,
-                static_cast<double*>(C.host), ld(C));
-}
-
 class SimBackend final : public sdk::Backend {
  public:
   explicit SimBackend(const sdk::CreateContext& ctx)
       : Backend(ctx), machine_(parse_machine(ctx.options)), used_(machine_.devices.size(), 0) {
-    // Each launch multiplies one tile on one worker: BLAS must not start threads of its own.
-    openblas_set_num_threads(1);
     std::vector<uint64_t> keys;
     for (size_t i = 0; i < machine_.devices.size(); ++i) {
       // Devices of the same name get distinct streams by their occurrence.
@@ -308,14 +251,12 @@ class SimBackend final : public sdk::Backend {
     k->speed = c.gflops * 1e9 * c.factor(name);
     switch (desc.kind) {
       case HCR_IMPL_BUILTIN:
-        if (name == "gemm_f32") k->type = KernelType::gemm_f32;
-        else if (name == "gemm_f64") k->type = KernelType::gemm_f64;
-        else throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
+        k->builtin = host_blas::find(name);
+        if (!k->builtin) throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
         break;
       case HCR_IMPL_HOST_FUNCTION:
         if (desc.fn == nullptr)
           throw Error(HCR_ERROR_INVALID_ARGUMENT, "host function '" + name + "' is NULL");
-        k->type = KernelType::host;
         k->fn = desc.fn;
         k->user_data = desc.user_data;
         k->cost = machine_.cost(name);
@@ -345,8 +286,9 @@ class SimBackend final : public sdk::Backend {
     const DeviceConfig& c = machine_.devices[a.device];
     check_not_lost(a.device, "launch of '" + k.name + "'");
     std::vector<hcr_arg_t> args = resolve_args(a, c);
-    const double base = nominal_seconds(k, c, args);
-    if (k.type != KernelType::host) gemm_params(a);  // reject bad parameters now, not later
+    // A built-in's arguments and parameters are checked now, not when the work runs.
+    std::optional<host_blas::Call> call = builtin_call(k, a, args);
+    const double base = nominal_seconds(k, c, args, call);
 
     const uint64_t seq = sim_->next_launch(a.device);
     const uint64_t key = sim_->device_key(a.device);
@@ -367,7 +309,9 @@ class SimBackend final : public sdk::Backend {
     op->hang = uniform(machine_.seed, key, kLaunchHang, seq) < c.hang_probability;
     if (machine_.compute) {
       const SimKernel* kp = &k;  // kernels are released only after synchronize
-      op->work = [a, kp, args = std::move(args)](uint32_t slot) { return run(*kp, a, args, slot); };
+      op->work = [a, kp, call, args = std::move(args)](uint32_t slot) {
+        return run(*kp, call, a, args, slot);
+      };
     }
     op->done = a.done;
     op->done_user_data = a.done_user_data;
@@ -379,8 +323,10 @@ class SimBackend final : public sdk::Backend {
   std::optional<double> estimate(const hcr_launch_args_t& a) override {
     if (!machine_.estimates) return std::nullopt;
     const SimKernel& k = kernel_of(a);
-    std::vector<hcr_arg_t> args(a.args, a.args + a.num_args);
-    return nominal_seconds(k, machine_.devices[a.device], args) * machine_.time_scale;
+    std::vector<hcr_arg_t> args;
+    for (size_t i = 0; i < a.num_args; ++i) args.push_back(sdk::read_struct(&sdk::element(a.args, i)));
+    return nominal_seconds(k, machine_.devices[a.device], args, builtin_call(k, a, args)) *
+           machine_.time_scale;
   }
 
  private:
@@ -397,18 +343,29 @@ class SimBackend final : public sdk::Backend {
     return k;
   }
 
-  // The modelled duration before noise and slowdown: what `estimate` reports.
+  // A built-in kernel's launch checked against its contract (throws naming what does not fit);
+  // nullopt for host functions.
+  static std::optional<host_blas::Call> builtin_call(const SimKernel& k,
+                                                     const hcr_launch_args_t& a,
+                                                     const std::vector<hcr_arg_t>& args) {
+    if (!k.builtin) return std::nullopt;
+    return host_blas::check(*k.builtin, args.data(), args.size(), a.params, a.params_size);
+  }
+
+  // The modelled duration before noise and slowdown: what `estimate` reports. A built-in costs its
+  // flops (host_blas::Call::flops); a host function its [backend.kernel.<name>] table's.
   double nominal_seconds(const SimKernel& k, const DeviceConfig& c,
-                         const std::vector<hcr_arg_t>& args) const {
+                         const std::vector<hcr_arg_t>& args,
+                         const std::optional<host_blas::Call>& call) const {
     double flops = 0;
-    if (k.type == KernelType::host) {
+    if (call) {
+      flops = call->flops();
+    } else {
       double bytes = 0;
       for (const hcr_arg_t& x : args)
         bytes += static_cast<double>(x.rows) * static_cast<double>(x.cols) *
                  static_cast<double>(dtype_size(x.dtype));
       flops = k.cost.flops + k.cost.flops_per_byte * bytes;
-    } else {
-      flops = gemm_flops(k, args);
     }
     return c.launch_overhead + flops / k.speed;
   }
@@ -458,16 +415,11 @@ class SimBackend final : public sdk::Backend {
   }
 
   // Runs on a worker: the real computation behind a launch. Returns its error (NULL: success).
-  static hcr_error_t* run(const SimKernel& k, hcr_launch_args_t a,
-                          const std::vector<hcr_arg_t>& args, uint32_t slot) noexcept {
-    switch (k.type) {
-      case KernelType::gemm_f32:
-        return sdk::guard([&] { gemm<float>(args, gemm_params(a)); });
-      case KernelType::gemm_f64:
-        return sdk::guard([&] { gemm<double>(args, gemm_params(a)); });
-      case KernelType::host:
-        break;
-    }
+  // A built-in runs single-threaded: each slot is one worker, as on the CPU backend.
+  static hcr_error_t* run(const SimKernel& k, const std::optional<host_blas::Call>& call,
+                          hcr_launch_args_t a, const std::vector<hcr_arg_t>& args,
+                          uint32_t slot) noexcept {
+    if (call) return sdk::guard([&] { host_blas::run(*call, args.data(), 1); });
     a.args = args.data();  // with host pointers into the simulated memory
     return sdk::run_host_function(k.fn, k.user_data, sdk::exec_context(a, slot));
   }

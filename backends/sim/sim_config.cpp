@@ -3,6 +3,7 @@
 // SDK's check_all_used() cannot see inside them, so unknown sub-keys are rejected here.
 #include "sim_config.hpp"
 
+#include "host_blas.hpp"
 #include "sim_units.hpp"
 
 #include <hcr/sdk/backend.hpp>
@@ -159,7 +160,18 @@ bool split_index(const std::string& key, size_t prefix_len, std::string& head, s
 
 }  // namespace
 
-bool is_gemm(const std::string& kernel) { return kernel == "gemm_f32" || kernel == "gemm_f64"; }
+const char* builtin_cost(const std::string& kernel) {
+  auto b = host_blas::find(kernel);
+  if (!b) return nullptr;
+  switch (b->op) {
+    case host_blas::Op::gemm: return "2*m*n*k";
+    case host_blas::Op::syrk: return "n*n*k";
+    case host_blas::Op::trsm: return "m*m*n (side left) or m*n*n (side right)";
+    case host_blas::Op::potrf: return "n*n*n/3";
+    case host_blas::Op::getrf_nopiv: return "2*n*n*n/3";
+  }
+  return nullptr;
+}
 
 bool DeviceConfig::offers(const std::string& kernel) const {
   return !kernels || std::find(kernels->begin(), kernels->end(), kernel) != kernels->end();
@@ -198,9 +210,9 @@ MachineConfig parse_machine(const sdk::Options& options) {
     std::string field = key.substr(dot + 1);
     if (name.empty())
       invalid("option '" + key + "': kernel costs are [backend.kernel.<name>] tables");
-    if (is_gemm(name))
-      invalid("option '" + key + "': the cost of " + name +
-              " is fixed at 2*m*n*k flops; change a device's speed with factors." + name);
+    if (const char* formula = builtin_cost(name))
+      invalid("option '" + key + "': the cost of " + name + " is fixed at " + formula +
+              " flops; change a device's speed with factors." + name);
     KernelCost& c = kernels[name];
     if (field == "flops") {
       c.flops = non_negative(key, value);

@@ -20,7 +20,7 @@ namespace hcr::sim {
 
 inline constexpr double kNever = std::numeric_limits<double>::infinity();
 
-/// Modelled cost of a kernel other than the built-in gemm: flops + flops_per_byte * argument bytes.
+/// Modelled cost of a kernel other than the built-ins: flops + flops_per_byte * argument bytes.
 struct KernelCost {
   double flops = 0;
   double flops_per_byte = 1;
@@ -68,14 +68,14 @@ struct MachineConfig {
   std::map<std::string, KernelCost, std::less<>> kernels;
   std::vector<DeviceConfig> devices;
 
-  /// The cost of a non-gemm kernel: its [backend.kernel.<name>] table or the default.
+  /// The cost of a kernel other than the built-ins: its [backend.kernel.<name>] table or the default.
   KernelCost cost(const std::string& kernel) const;
 };
 
 /// Reads and checks every option; throws sdk::Error naming the key (unknown keys included).
 MachineConfig parse_machine(const sdk::Options& options);
 
-/// True for the built-in kernels whose cost is 2mnk flops.
-bool is_gemm(const std::string& kernel);
+/// The fixed cost of a built-in kernel as a formula ("2*m*n*k"), or NULL for any other kernel.
+const char* builtin_cost(const std::string& kernel);
 
 }  // namespace hcr::sim

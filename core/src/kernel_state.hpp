@@ -14,6 +14,7 @@
 namespace hcr::detail {
 
 class RuntimeCore;
+struct BuiltinSpec;
 struct TaskNode;
 
 /// The task whose C++ CPU implementation runs on this thread, or null: calls from inside a kernel
@@ -42,6 +43,9 @@ struct KernelState {
   std::shared_ptr<RuntimeCore> rt;
   std::string name;
   uint32_t id = 0;
+  // The built-in kernel of plugin.h this name is (builtin_check.hpp): its tasks are checked at
+  // submit. Null for every other kernel, whose tasks skip the check at the cost of this test.
+  const BuiltinSpec* builtin = nullptr;
 
   std::mutex mutex;  // guards impls and resolution
   std::vector<std::unique_ptr<KernelImpl>> impls;  // stable addresses: user_data points at them

@@ -1,6 +1,7 @@
 // Runtime construction and shutdown, kernel resolution, and the public Runtime/Task/Event entry
 // points that hand work to the engine in runtime_core.cpp.
 #include "buffer_state.hpp"
+#include "builtin_check.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
 #include "units.hpp"
@@ -285,6 +286,7 @@ Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   k->rt = self();
   k->name = std::string(name);
   k->id = static_cast<uint32_t>(kernels_.size());
+  k->builtin = find_builtin(name);
   k->num_devices = kMaxDevices;
   k->devices = std::make_unique<KernelDevice[]>(k->num_devices);
   Ref<KernelState> ref = Ref<KernelState>::adopt(k);
@@ -660,6 +662,8 @@ Event Runtime::submit(Task& task) {
                   "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
                       ") is partitioned: use its tiles, or unpartition it first");
   }
+  if (const detail::BuiltinSpec* builtin = t->kernel->builtin)
+    detail::check_builtin_task(*builtin, *t);
   core_->resolve(*t->kernel);
   Event e(owned);
   core_->submit(owned.detach());

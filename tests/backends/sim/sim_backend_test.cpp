@@ -265,7 +265,9 @@ host_memory = true
   ASSERT_EQ(s.size(), 1u);
   // Kernel flops over gflops times factor, in wall seconds (x time_scale 0.001).
   EXPECT_NEAR(s[0], 2e9 / (1000e9 * 0.5) * 0.001, 1e-12);
-  Error e = test::expect_error([&] { rt.submit(Task(rt.kernel("gemm_f64")).on(0)).get(); });
+  auto A = rt.buffer<double>(2, 2), B = rt.buffer<double>(2, 2), C = rt.buffer<double>(2, 2);
+  Error e = test::expect_error(
+      [&] { rt.submit(Task(rt.kernel("gemm_f64")).read(A).read(B).write(C).on(0)).get(); });
   EXPECT_EQ(e.code(), ErrorCode::no_device) << e.what();  // not in gpu0's kernels list
 }
 

@@ -1,0 +1,364 @@
+// The host's built-in kernels: checks of each launch against plugin.h's contract, then CBLAS (row
+// major, as plugin.h lays matrices out) and OpenBLAS's LAPACK potrf, all from the single-threaded
+// OpenBLAS this library is linked with. getrf without pivoting, which no LAPACK offers, is a
+// blocked right-looking loop over the same BLAS.
+#include "host_blas.hpp"
+
+#include <hcr/sdk/backend.hpp>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+// OpenBLAS's LAPACK entries, Fortran calling convention: every argument by address, and the
+// length of each character argument appended (gfortran's hidden argument; OpenBLAS's own potrf,
+// written in C, ignores it). No header of the package declares them.
+extern "C" {
+void spotrf_(const char* uplo, const blasint* n, float* a, const blasint* lda, blasint* info,
+             size_t uplo_len);
+void dpotrf_(const char* uplo, const blasint* n, double* a, const blasint* lda, blasint* info,
+             size_t uplo_len);
+}
+
+namespace hcr::host_blas {
+namespace {
+
+using sdk::Error;
+
+[[noreturn]] void invalid(const Call& c, const std::string& what) {
+  throw Error(HCR_ERROR_INVALID_ARGUMENT, name(c.kernel) + ": " + what);
+}
+
+std::string shape(const hcr_arg_t& a) {
+  return std::to_string(a.rows) + "x" + std::to_string(a.cols);
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::gemm: return "gemm";
+    case Op::syrk: return "syrk";
+    case Op::trsm: return "trsm";
+    case Op::potrf: return "potrf";
+    case Op::getrf_nopiv: return "getrf_nopiv";
+  }
+  return "?";
+}
+
+// The buffers of each operation, in order, and what its parameter block is called.
+struct Shape {
+  const char* names[3];
+  size_t count;
+  const char* list;  // "A, B, C"
+  const char* params;
+};
+Shape layout(Op op) {
+  switch (op) {
+    case Op::gemm: return {{"A", "B", "C"}, 3, "A, B, C", "hcr_gemm_params_t"};
+    case Op::syrk: return {{"A", "C", nullptr}, 2, "A, C", "hcr_syrk_params_t"};
+    case Op::trsm: return {{"A", "B", nullptr}, 2, "A, B", "hcr_trsm_params_t"};
+    case Op::potrf: return {{"A", nullptr, nullptr}, 1, "A", "hcr_potrf_params_t"};
+    case Op::getrf_nopiv: return {{"A", nullptr, nullptr}, 1, "A", nullptr};
+  }
+  return {{nullptr, nullptr, nullptr}, 0, "", nullptr};
+}
+
+// Reads the caller's parameter block: at least the fields of `min_size` (the block's first ABI),
+// struct_size within the bytes given, what this build does not know ignored (APPEND ONLY).
+template <class P>
+P read_params(const Call& c, const void* params, size_t size, size_t min_size) {
+  const char* type = layout(c.kernel.op).params;
+  if (size < sizeof(size_t) || params == nullptr)
+    invalid(c, std::string("parameters: ") + std::to_string(size) + " bytes, expected an " + type);
+  size_t struct_size = 0;
+  std::memcpy(&struct_size, params, sizeof struct_size);
+  if (struct_size < min_size || struct_size > size)
+    invalid(c, std::string(type) + ": struct_size " + std::to_string(struct_size) + " in " +
+                   std::to_string(size) + " bytes of parameters (it must be at least " +
+                   std::to_string(min_size) + " and fit in them)");
+  P out{};
+  std::memcpy(static_cast<void*>(&out), params, std::min(struct_size, sizeof(P)));
+  out.struct_size = sizeof(P);
+  return out;
+}
+
+void check_enum(const Call& c, const char* field, int32_t v, const char* zero, const char* one) {
+  if (v != 0 && v != 1)
+    invalid(c, std::string(field) + " " + std::to_string(v) + " is neither " + zero + " (0) nor " +
+                   one + " (1)");
+}
+
+// ---- BLAS by element type -------------------------------------------------------------------
+
+CBLAS_TRANSPOSE trans_of(int32_t t) { return t == HCR_TRANS ? CblasTrans : CblasNoTrans; }
+CBLAS_UPLO uplo_of(int32_t u) { return u == HCR_UPPER ? CblasUpper : CblasLower; }
+
+template <class T>
+struct Blas;
+
+template <>
+struct Blas<float> {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
+                   double alpha, const float* a, blasint lda, const float* b, blasint ldb,
+                   double beta, float* c, blasint ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha), a, lda, b, ldb,
+                static_cast<float>(beta), c, ldc);
+  }
+  static void syrk(CBLAS_UPLO u, CBLAS_TRANSPOSE t, blasint n, blasint k, double alpha,
+                   const float* a, blasint lda, double beta, float* c, blasint ldc) {
+    cblas_ssyrk(CblasRowMajor, u, t, n, k, static_cast<float>(alpha), a, lda,
+                static_cast<float>(beta), c, ldc);
+  }
+  static void trsm(CBLAS_SIDE s, CBLAS_UPLO u, CBLAS_TRANSPOSE t, CBLAS_DIAG d, blasint m,
+                   blasint n, double alpha, const float* a, blasint lda, float* b, blasint ldb) {
+    cblas_strsm(CblasRowMajor, s, u, t, d, m, n, static_cast<float>(alpha), a, lda, b, ldb);
+  }
+  static void ger(blasint m, blasint n, double alpha, const float* x, blasint incx,
+                  const float* y, blasint incy, float* a, blasint lda) {
+    cblas_sger(CblasRowMajor, m, n, static_cast<float>(alpha), x, incx, y, incy, a, lda);
+  }
+  static void potrf(char uplo, blasint n, float* a, blasint lda, blasint* info) {
+    spotrf_(&uplo, &n, a, &lda, info, 1);
+  }
+};
+
+template <>
+struct Blas<double> {
+  static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
+                   double alpha, const double* a, blasint lda, const double* b, blasint ldb,
+                   double beta, double* c, blasint ldc) {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  static void syrk(CBLAS_UPLO u, CBLAS_TRANSPOSE t, blasint n, blasint k, double alpha,
+                   const double* a, blasint lda, double beta, double* c, blasint ldc) {
+    cblas_dsyrk(CblasRowMajor, u, t, n, k, alpha, a, lda, beta, c, ldc);
+  }
+  static void trsm(CBLAS_SIDE s, CBLAS_UPLO u, CBLAS_TRANSPOSE t, CBLAS_DIAG d, blasint m,
+                   blasint n, double alpha, const double* a, blasint lda, double* b, blasint ldb) {
+    cblas_dtrsm(CblasRowMajor, s, u, t, d, m, n, alpha, a, lda, b, ldb);
+  }
+  static void ger(blasint m, blasint n, double alpha, const double* x, blasint incx,
+                  const double* y, blasint incy, double* a, blasint lda) {
+    cblas_dger(CblasRowMajor, m, n, alpha, x, incx, y, incy, a, lda);
+  }
+  static void potrf(char uplo, blasint n, double* a, blasint lda, blasint* info) {
+    dpotrf_(&uplo, &n, a, &lda, info, 1);
+  }
+};
+
+// A matrix argument as BLAS takes it: its data and a leading dimension BLAS accepts (it insists
+// on ld >= max(1, columns) even where a single row makes ld meaningless, and prints when it
+// disagrees; plugins never print).
+template <class T>
+struct Mat {
+  T* data;
+  blasint ld;
+};
+
+// Blocked right-looking LU without pivoting of the n x n row-major matrix at `a`: each block
+// column's panel (diagonal block and everything below it) unblocked, then U12 = L11^-1 A12 and
+// A22 -= L21 U12 with level-3 BLAS. Throws at an exactly zero pivot, naming its row from 1.
+template <class T>
+void getrf_nopiv(const Call& c, blasint n, T* a, blasint ld) {
+  constexpr blasint kBlock = 64;
+  auto at = [&](blasint r, blasint col) { return a + static_cast<size_t>(r) * ld + col; };
+  for (blasint j = 0; j < n; j += kBlock) {
+    const blasint jb = std::min(kBlock, n - j);
+    for (blasint col = j; col < j + jb; ++col) {
+      const T pivot = *at(col, col);
+      if (pivot == T(0))
+        invalid(c, "zero pivot in row " + std::to_string(col + 1) + " of " + std::to_string(n) +
+                       " (counting from 1): the matrix has no LU factorization without pivoting");
+      for (blasint r = col + 1; r < n; ++r) *at(r, col) /= pivot;
+      if (col + 1 < n && col + 1 < j + jb)
+        Blas<T>::ger(n - col - 1, j + jb - col - 1, -1.0, at(col + 1, col), ld, at(col, col + 1),
+                     1, at(col + 1, col + 1), ld);
+    }
+    if (j + jb < n) {
+      Blas<T>::trsm(CblasLeft, CblasLower, CblasNoTrans, CblasUnit, jb, n - j - jb, 1.0, at(j, j),
+                    ld, at(j, j + jb), ld);
+      Blas<T>::gemm(CblasNoTrans, CblasNoTrans, n - j - jb, n - j - jb, jb, -1.0, at(j + jb, j), ld,
+                    at(j, j + jb), ld, 1.0, at(j + jb, j + jb), ld);
+    }
+  }
+}
+
+template <class T>
+void run_typed(const Call& c, const hcr_arg_t* args) {
+  const Shape s = layout(c.kernel.op);
+  Mat<T> m[3] = {};
+  for (size_t i = 0; i < s.count; ++i) {
+    const hcr_arg_t& x = sdk::element(args, i);
+    if (x.host == nullptr && x.rows != 0 && x.cols != 0)
+      invalid(c, std::string(s.names[i]) + " is not in host memory");
+    const uint64_t ld = std::max<uint64_t>(x.ld, std::max<uint64_t>(1, x.cols));
+    if (x.rows > INT_MAX || x.cols > INT_MAX || ld > INT_MAX)
+      invalid(c, std::string(s.names[i]) + " (" + shape(x) + ", leading dimension " +
+                     std::to_string(x.ld) + ") is too large for BLAS's 32-bit indices");
+    m[i] = {static_cast<T*>(x.host), static_cast<blasint>(ld)};
+  }
+  const auto M = static_cast<blasint>(c.m), N = static_cast<blasint>(c.n),
+             K = static_cast<blasint>(c.k);
+  switch (c.kernel.op) {
+    case Op::gemm:
+      if (M == 0 || N == 0) return;
+      Blas<T>::gemm(trans_of(c.gemm.trans_a), trans_of(c.gemm.trans_b), M, N, K, c.gemm.alpha,
+                    m[0].data, m[0].ld, m[1].data, m[1].ld, c.gemm.beta, m[2].data, m[2].ld);
+      return;
+    case Op::syrk:
+      if (N == 0) return;
+      Blas<T>::syrk(uplo_of(c.syrk.uplo), trans_of(c.syrk.trans), N, K, c.syrk.alpha, m[0].data,
+                    m[0].ld, c.syrk.beta, m[1].data, m[1].ld);
+      return;
+    case Op::trsm:
+      if (M == 0 || N == 0) return;
+      Blas<T>::trsm(c.trsm.side == HCR_RIGHT ? CblasRight : CblasLeft, uplo_of(c.trsm.uplo),
+                    trans_of(c.trsm.trans), c.trsm.diag == HCR_UNIT ? CblasUnit : CblasNonUnit, M,
+                    N, c.trsm.alpha, m[0].data, m[0].ld, m[1].data, m[1].ld);
+      return;
+    case Op::potrf: {
+      if (N == 0) return;
+      // A row-major matrix is its transpose in column-major order: the lower triangle LAPACK
+      // sees as the upper one, and A = L L^T (row-major) is A = U^T U (column-major), U = L^T,
+      // in the same memory. Calling LAPACK on the transposed view copies nothing (LAPACKE's
+      // row-major interface transposes into a scratch matrix and back).
+      blasint info = 0;
+      Blas<T>::potrf(c.potrf.uplo == HCR_UPPER ? 'L' : 'U', N, m[0].data, m[0].ld, &info);
+      if (info > 0)
+        invalid(c, "the leading minor of order " + std::to_string(info) + " (of " +
+                       std::to_string(N) + ") is not positive definite: no Cholesky factor");
+      if (info < 0)
+        throw Error(HCR_ERROR_INTERNAL, name(c.kernel) + ": LAPACK refused argument " +
+                                            std::to_string(-info));
+      return;
+    }
+    case Op::getrf_nopiv:
+      getrf_nopiv<T>(c, N, m[0].data, m[0].ld);
+      return;
+  }
+}
+
+}  // namespace
+
+std::optional<Builtin> find(std::string_view name) noexcept {
+  hcr_dtype_t dtype;
+  if (name.ends_with("_f32")) dtype = HCR_DTYPE_F32;
+  else if (name.ends_with("_f64")) dtype = HCR_DTYPE_F64;
+  else return std::nullopt;
+  name.remove_suffix(4);
+  for (Op op : {Op::gemm, Op::syrk, Op::trsm, Op::potrf, Op::getrf_nopiv})
+    if (name == op_name(op)) return Builtin{op, dtype};
+  return std::nullopt;
+}
+
+std::string name(Builtin kernel) {
+  return std::string(op_name(kernel.op)) + "_" + sdk::dtype_name(kernel.dtype);
+}
+
+double Call::flops() const noexcept {
+  const double M = static_cast<double>(m), N = static_cast<double>(n), K = static_cast<double>(k);
+  switch (kernel.op) {
+    case Op::gemm: return 2 * M * N * K;
+    case Op::syrk: return N * N * K;
+    case Op::trsm: return trsm.side == HCR_RIGHT ? M * N * N : M * M * N;
+    case Op::potrf: return N * N * N / 3;
+    case Op::getrf_nopiv: return 2 * N * N * N / 3;
+  }
+  return 0;
+}
+
+Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* params,
+           size_t params_size) {
+  Call c;
+  c.kernel = kernel;
+  const Shape s = layout(kernel.op);
+  if (num_args != s.count)
+    invalid(c, "takes " + std::to_string(s.count) + (s.count == 1 ? " buffer (" : " buffers (") +
+                   s.list + "), got " + std::to_string(num_args));
+  if (num_args > 0 && args == nullptr) invalid(c, "args is NULL");
+  hcr_arg_t x[3] = {};
+  for (size_t i = 0; i < s.count; ++i) {
+    x[i] = sdk::read_struct(&sdk::element(args, i));
+    if (x[i].dtype != kernel.dtype)
+      invalid(c, std::string(s.names[i]) + " is a " + sdk::dtype_name(x[i].dtype) +
+                     " matrix, expected " + sdk::dtype_name(kernel.dtype));
+  }
+  auto square = [&](size_t i) {
+    if (x[i].rows != x[i].cols)
+      invalid(c, std::string(s.names[i]) + " is " + shape(x[i]) + ", not square");
+    return x[i].rows;
+  };
+  switch (kernel.op) {
+    case Op::gemm: {
+      c.gemm = hcr_gemm_params_t{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_NO_TRANS, HCR_NO_TRANS};
+      if (params_size != 0)
+        c.gemm = read_params<hcr_gemm_params_t>(c, params, params_size,
+                                                HCR_GEMM_PARAMS_STRUCT_SIZE_1_0);
+      check_enum(c, "trans_a", c.gemm.trans_a, "HCR_NO_TRANS", "HCR_TRANS");
+      check_enum(c, "trans_b", c.gemm.trans_b, "HCR_NO_TRANS", "HCR_TRANS");
+      const bool ta = c.gemm.trans_a == HCR_TRANS, tb = c.gemm.trans_b == HCR_TRANS;
+      c.m = ta ? x[0].cols : x[0].rows;
+      c.k = ta ? x[0].rows : x[0].cols;
+      const uint64_t kb = tb ? x[1].cols : x[1].rows;
+      c.n = tb ? x[1].rows : x[1].cols;
+      if (kb != c.k || x[2].rows != c.m || x[2].cols != c.n)
+        invalid(c, "shapes do not match: A is " + shape(x[0]) + ", B is " + shape(x[1]) +
+                       ", C is " + shape(x[2]) + " (trans_a " + std::to_string(ta) +
+                       ", trans_b " + std::to_string(tb) +
+                       ": need op(A) m x k, op(B) k x n, C m x n)");
+      break;
+    }
+    case Op::syrk: {
+      c.syrk = read_params<hcr_syrk_params_t>(c, params, params_size, HCR_SYRK_PARAMS_STRUCT_SIZE);
+      check_enum(c, "uplo", c.syrk.uplo, "HCR_LOWER", "HCR_UPPER");
+      check_enum(c, "trans", c.syrk.trans, "HCR_NO_TRANS", "HCR_TRANS");
+      c.n = square(1);
+      const bool t = c.syrk.trans == HCR_TRANS;
+      c.k = t ? x[0].rows : x[0].cols;
+      if ((t ? x[0].cols : x[0].rows) != c.n)
+        invalid(c, "shapes do not match: A is " + shape(x[0]) + ", C is " + shape(x[1]) +
+                       " (trans " + std::to_string(t) + ": need op(A) n x k, C n x n)");
+      break;
+    }
+    case Op::trsm: {
+      c.trsm = read_params<hcr_trsm_params_t>(c, params, params_size, HCR_TRSM_PARAMS_STRUCT_SIZE);
+      check_enum(c, "side", c.trsm.side, "HCR_LEFT", "HCR_RIGHT");
+      check_enum(c, "uplo", c.trsm.uplo, "HCR_LOWER", "HCR_UPPER");
+      check_enum(c, "trans", c.trsm.trans, "HCR_NO_TRANS", "HCR_TRANS");
+      check_enum(c, "diag", c.trsm.diag, "HCR_NON_UNIT", "HCR_UNIT");
+      c.m = x[1].rows;
+      c.n = x[1].cols;
+      const bool left = c.trsm.side == HCR_LEFT;
+      const uint64_t order = square(0);
+      if (order != (left ? c.m : c.n))
+        invalid(c, "shapes do not match: A is " + shape(x[0]) + ", B is " + shape(x[1]) +
+                       (left ? " (side left: need A m x m, B m x n)"
+                             : " (side right: need A n x n, B m x n)"));
+      break;
+    }
+    case Op::potrf:
+      c.potrf = read_params<hcr_potrf_params_t>(c, params, params_size,
+                                                HCR_POTRF_PARAMS_STRUCT_SIZE);
+      check_enum(c, "uplo", c.potrf.uplo, "HCR_LOWER", "HCR_UPPER");
+      c.n = square(0);
+      break;
+    case Op::getrf_nopiv:
+      if (params_size != 0)
+        invalid(c, "takes no parameters, got " + std::to_string(params_size) + " bytes of them");
+      c.n = square(0);
+      break;
+  }
+  return c;
+}
+
+void run(const Call& call, const hcr_arg_t* args, int threads) {
+  if (threads != 1)
+    throw Error(HCR_ERROR_UNSUPPORTED,
+                name(call.kernel) + ": " + std::to_string(threads) +
+                    " BLAS threads asked for; hcr's OpenBLAS is the single-threaded build");
+  if (call.kernel.dtype == HCR_DTYPE_F32) run_typed<float>(call, args);
+  else run_typed<double>(call, args);
+}
+
+}  // namespace hcr::host_blas

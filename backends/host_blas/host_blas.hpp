@@ -1,0 +1,63 @@
+// The built-in BLAS and LAPACK kernels of <hcr/plugin.h> computed on the host, for the backends
+// whose kernels see host pointers (cpu, sim): each launch's arguments and parameter block checked
+// against the kernel's contract, its flop count, and the calls into hcr's own single-threaded
+// OpenBLAS. Thread-safe: calls on different threads share nothing.
+#pragma once
+
+#include <hcr/plugin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace hcr::host_blas {
+
+enum class Op : uint8_t { gemm, syrk, trsm, potrf, getrf_nopiv };
+
+/// A built-in kernel: the operation and its element type (f32 or f64).
+struct Builtin {
+  Op op;
+  hcr_dtype_t dtype;
+};
+
+/// The built-in named `name` ("gemm_f32", "syrk_f64", ..., "getrf_nopiv_f64"), or nullopt.
+std::optional<Builtin> find(std::string_view name) noexcept;
+
+/// The kernel's name: "trsm_f32".
+std::string name(Builtin kernel);
+
+/// A launch checked and decoded. Dimensions, by operation: gemm C (m x n) += op(A) (m x k) op(B);
+/// syrk C n x n, op(A) n x k; trsm B m x n (A m x m on the left, n x n on the right); potrf and
+/// getrf_nopiv A n x n. The parameter block of the operation is in this build's layout (an older
+/// caller's block reads as if the fields it lacks were 0).
+struct Call {
+  Builtin kernel{};
+  uint64_t m = 0, n = 0, k = 0;
+  hcr_gemm_params_t gemm{};
+  hcr_syrk_params_t syrk{};
+  hcr_trsm_params_t trsm{};
+  hcr_potrf_params_t potrf{};
+
+  /// Floating-point operations, as the simulated devices' cost model counts them: gemm 2mnk, syrk
+  /// n²k, trsm m²n (left) or mn² (right), potrf n³/3, getrf_nopiv 2n³/3.
+  double flops() const noexcept;
+};
+
+/// Checks a launch of `kernel` against its contract in plugin.h: the number of buffers, their
+/// element types and shapes, the parameter block (size, struct_size, enumeration values).
+/// Throws sdk::Error(HCR_ERROR_INVALID_ARGUMENT) naming what does not fit. `args` is the host's
+/// array (stepped through by its own struct_size).
+Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* params,
+           size_t params_size);
+
+/// Runs a checked call on the calling thread, on host pointers (args[i].host, already resolved by
+/// the backend), with `threads` BLAS threads: 1 is all this build offers (hcr links the
+/// single-threaded OpenBLAS; more throws HCR_ERROR_UNSUPPORTED). Throws sdk::Error: an argument
+/// not in host memory or too large for BLAS's 32-bit indices, and, as plugin.h says,
+/// HCR_ERROR_INVALID_ARGUMENT for a matrix potrf finds not positive definite (naming the order of
+/// the minor) or a zero pivot in getrf_nopiv (naming its row).
+void run(const Call& call, const hcr_arg_t* args, int threads);
+
+}  // namespace hcr::host_blas
