@@ -3,7 +3,7 @@
 //
 //   build/bin/linalg_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //
-// n = 8192 f32 (`--n N` for another size), tiles of 256, 512 and 1024. Read the medians of
+// n = 8192 f32 (`--n N` for another order), tiles of 256, 512 and 1024. Read the medians of
 // hcr_over_direct (above 1: hcr faster) and hcr_GFLOPs / direct_GFLOPs (n^3/3 flops).
 #include <hcr/hcr.hpp>
 #include <hcr/linalg.hpp>
@@ -19,11 +19,13 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
 
 size_t g_n = 8192;
+int g_settle_ms = 250;
 
 int all_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
@@ -76,7 +78,7 @@ void BM_SpotrfHcrVsDirect(benchmark::State& state) {
   // Both sides leave threads spinning for a while after they finish (OpenBLAS's pool busy-waits
   // for its next job; TBB workers spin before sleeping): let them settle so neither run pays for
   // the other's.
-  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(250)); };
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(g_settle_ms)); };
   for (auto _ : state) {
     reset(a);
     openblas_set_num_threads(all_cores());
@@ -122,24 +124,36 @@ BENCHMARK(BM_SpotrfHcrVsDirect)
 
 }  // namespace
 
-// Google Benchmark's main, with `--n N` (the matrix order) taken out of the arguments first.
+// Google Benchmark's main, with this program's own options taken out of the arguments first:
+// `--n N` (the matrix order) and `--settle-ms MS` (the pause before each timed run; 0 for a quick
+// check that the benchmark runs).
 int main(int argc, char** argv) {
   std::vector<char*> args;
+  long long n = static_cast<long long>(g_n), settle = g_settle_ms;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--n" || a.rfind("--n=", 0) == 0) {
-      const std::string v = a == "--n" ? (i + 1 < argc ? argv[++i] : "") : a.substr(4);
-      g_n = v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
-                ? std::stoul(v)
-                : 0;
-    } else {
-      args.push_back(argv[i]);
+    bool ours = false;
+    for (auto [flag, value] : {std::pair{"--n", &n}, std::pair{"--settle-ms", &settle}}) {
+      const std::string f = flag;
+      if (a != f && a.rfind(f + "=", 0) != 0) continue;
+      const std::string v = a == f ? (i + 1 < argc ? argv[++i] : "") : a.substr(f.size() + 1);
+      *value = !v.empty() && v.size() < 12 && v.find_first_not_of("0123456789") == std::string::npos
+                   ? std::stoll(v)
+                   : -1;
+      if (*value < 0) {
+        std::fprintf(stderr, "linalg_bench: %s '%s' is not a number\n", flag, v.c_str());
+        return 2;
+      }
+      ours = true;
     }
+    if (!ours) args.push_back(argv[i]);
   }
-  if (g_n == 0) {
+  if (n == 0) {
     std::fprintf(stderr, "linalg_bench: --n must be at least 1\n");
     return 2;
   }
+  g_n = static_cast<size_t>(n);
+  g_settle_ms = static_cast<int>(std::min<long long>(settle, 60000));
   int count = static_cast<int>(args.size());
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
