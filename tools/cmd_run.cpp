@@ -1,11 +1,17 @@
-// hcr run: the main job — a tiled matmul across every device the runtime found, checked against
-// a reference (Freivalds), with tasks per device and GFLOP/s.
+// hcr run: the main jobs across every device the runtime found — a tiled matmul checked against
+// a reference (Freivalds), or a tiled Cholesky checked by its residual — with tasks per device and
+// GFLOP/s.
 #include "cli.hpp"
 #include "matrix_check.hpp"
 #include "progress.hpp"
 
+#include <hcr/linalg.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
+#include <vector>
 
 namespace hcr::cli {
 
@@ -18,33 +24,27 @@ struct RunOptions {
   std::string trace, gantt;
 };
 
-template <class T>
-int run_gemm(Runtime& rt, const RunOptions& o) {
-  const size_t n = o.n, tile = o.tile;
-  const uint64_t repeat = o.repeat;
-  const bool check = o.check;
-  auto a = rt.buffer<T>(n, n), b = rt.buffer<T>(n, n), c = rt.buffer<T>(n, n);
-  {
-    auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
-    fill_random(va.data(), n, n, n, 1);
-    fill_random(vb.data(), n, n, n, 2);
-  }
-  const size_t grid = (n + tile - 1) / tile;
-  std::printf("job: %sgemm n=%zu tile=%zu: %zu tasks per product, %llu product(s)\n",
-              sizeof(T) == 4 ? "s" : "d", n, tile, grid * grid * grid,
-              static_cast<unsigned long long>(repeat));
+struct Timing {
+  double best = 1e300, total = 0;
+};
 
+// Runs `job` (one repetition, which ends when its work has) `o.repeat` times, `prepare` before
+// each outside the timing, with the progress display, the trace, and the report of what each
+// device did: the part the jobs share.
+template <class Prepare, class Job>
+Timing measure(Runtime& rt, const RunOptions& o, uint64_t tasks, Prepare prepare, Job job) {
   if (!o.trace.empty() || !o.gantt.empty()) rt.start_trace();
   RuntimeStats before = rt.stats();
-  double best = 1e300, total = 0;
+  Timing t;
   {
-    Progress progress(rt, grid * grid * grid * repeat, o.progress);
-    for (uint64_t r = 0; r < repeat; ++r) {
+    Progress progress(rt, tasks * o.repeat, o.progress);
+    for (uint64_t r = 0; r < o.repeat; ++r) {
+      prepare();
       auto t0 = std::chrono::steady_clock::now();
-      blas::gemm<T>(rt, a, b, c, tile).get();
+      job();
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      best = std::min(best, s);
-      total += s;
+      t.best = std::min(t.best, s);
+      t.total += s;
     }
   }
   rt.stop_trace();
@@ -56,12 +56,12 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
               "bytes in", "bytes out");
   for (const Device& d : rt.devices()) {
     const DeviceCounters &a = after.devices[d.id], &b = before.devices[d.id];
-    uint64_t t = a.tasks - b.tasks, f = a.failed - b.failed;
+    uint64_t n = a.tasks - b.tasks, f = a.failed - b.failed;
     double busy = a.busy_seconds - b.busy_seconds;
     std::string name = "#";  // (piecewise: GCC 12 warns falsely, -Wrestrict, of "#" + ...)
     name += std::to_string(d.id) + " " + d.name;
     std::printf("  %-36s %8llu %10.3f %7.0f%% %11s %11s%s\n", name.c_str(),
-                static_cast<unsigned long long>(t), busy,
+                static_cast<unsigned long long>(n), busy,
                 wall > 0 ? 100.0 * busy / (wall * std::max<uint32_t>(1, d.concurrency)) : 0.0,
                 human_bytes(a.bytes_in - b.bytes_in).c_str(),
                 human_bytes(a.bytes_out - b.bytes_out).c_str(),
@@ -84,10 +84,15 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
                   dc.nodes[l.to].name.c_str(), human_bytes(l.bytes).c_str(),
                   static_cast<unsigned long long>(l.transfers));
   }
-  const double flops = 2.0 * static_cast<double>(n) * n * n;
-  std::printf("\ntime: best %.4f s, mean %.4f s   rate: %.1f GFLOP/s (best), %.1f GFLOP/s (mean)\n",
-              best, total / repeat, flops / best / 1e9, flops / (total / repeat) / 1e9);
+  return t;
+}
 
+void print_rate(const RunOptions& o, const Timing& t, double flops) {
+  std::printf("\ntime: best %.4f s, mean %.4f s   rate: %.1f GFLOP/s (best), %.1f GFLOP/s (mean)\n",
+              t.best, t.total / o.repeat, flops / t.best / 1e9, flops / (t.total / o.repeat) / 1e9);
+}
+
+void write_trace(Runtime& rt, const RunOptions& o) {
   if (!o.trace.empty()) {
     rt.write_trace(o.trace);
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
@@ -97,7 +102,29 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
     rt.write_gantt(o.gantt);
     std::printf("gantt: %s\n", o.gantt.c_str());
   }
-  if (!check) return 0;
+}
+
+const char* blas_prefix(size_t element_size) { return element_size == 4 ? "s" : "d"; }
+
+template <class T>
+int run_gemm(Runtime& rt, const RunOptions& o) {
+  const size_t n = o.n, tile = o.tile;
+  auto a = rt.buffer<T>(n, n), b = rt.buffer<T>(n, n), c = rt.buffer<T>(n, n);
+  {
+    auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
+    fill_random(va.data(), n, n, n, 1);
+    fill_random(vb.data(), n, n, n, 2);
+  }
+  const size_t grid = (n + tile - 1) / tile;
+  std::printf("job: %sgemm n=%zu tile=%zu: %zu tasks per product, %llu product(s)\n",
+              blas_prefix(sizeof(T)), n, tile, grid * grid * grid,
+              static_cast<unsigned long long>(o.repeat));
+  Timing t = measure(rt, o, grid * grid * grid, [] {}, [&] {
+    linalg::gemm<T>(rt, linalg::Op::no_trans, linalg::Op::no_trans, 1, a, b, 0, c, tile).get();
+  });
+  print_rate(o, t, 2.0 * static_cast<double>(n) * n * n);
+  write_trace(rt, o);
+  if (!o.check) return 0;
   auto va = a.acquire(Access::read), vb = b.acquire(Access::read), vc = c.acquire(Access::read);
   double err = freivalds(va.data(), vb.data(), vc.data(), n, n, n, n, n, n);
   bool ok = err <= 1.0;
@@ -107,11 +134,50 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
   return ok ? 0 : 3;
 }
 
+// Tiled Cholesky of a random SPD matrix, factored again from the same matrix at each repetition,
+// the factor checked by its residual.
+template <class T>
+int run_potrf(Runtime& rt, const RunOptions& o) {
+  const size_t n = o.n, tile = o.tile;
+  std::vector<T> spd(n * n);
+  fill_spd(spd.data(), n, 3);
+  auto a = rt.buffer<T>(n, n, uninitialized);
+  const uint64_t grid = (n + tile - 1) / tile;
+  // potrf and trsm per step, syrk and gemm on the trailing lower triangle.
+  const uint64_t tasks = grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
+  std::printf("job: %spotrf (tiled Cholesky, lower) n=%zu tile=%zu: %llu tasks per "
+              "factorisation, %llu factorisation(s)\n",
+              blas_prefix(sizeof(T)), n, tile, static_cast<unsigned long long>(tasks),
+              static_cast<unsigned long long>(o.repeat));
+  Timing t = measure(
+      rt, o, tasks,
+      [&] {
+        auto v = a.acquire(Access::write);
+        std::copy(spd.begin(), spd.end(), v.data());
+      },
+      [&] { linalg::potrf<T>(rt, linalg::Uplo::lower, a, tile).get(); });
+  print_rate(o, t, static_cast<double>(n) * n * n / 3.0);
+  write_trace(rt, o);
+  if (!o.check) return 0;
+  auto va = a.acquire(Access::read);
+  const int probes = 4;
+  const double residual = cholesky_residual(spd.data(), va.data(), n, probes);
+  // LAPACK's tests pass a factorisation whose residual is below 30 n eps.
+  const double bound = 30.0 * static_cast<double>(n) * std::numeric_limits<T>::epsilon();
+  const bool ok = residual <= bound;
+  std::printf("check: ||A - L L^T||_F / ||A||_F = %.3g (from %d random probes): %.3g of the "
+              "bound 30 n eps -> %s\n",
+              residual, probes, residual / bound, ok ? "OK" : "WRONG");
+  return ok ? 0 : 3;
+}
+
 }  // namespace
 
 int cmd_run(Args& args) {
+  std::string op = args.value("op").value_or("gemm");
   size_t n = args.number("size", 2048);
-  size_t tile = args.number("tile", 512);
+  // Cholesky's DAG narrows as it goes: smaller tiles keep the devices busy.
+  size_t tile = args.number("tile", op == "potrf" ? 256 : 512);
   uint64_t repeat = args.number("repeat", 1);
   std::string dtype = args.value("dtype").value_or("f32");
   bool check = !args.flag("no-check");
@@ -123,6 +189,8 @@ int cmd_run(Args& args) {
   args.check_all_used();
   if (n == 0 || tile == 0 || repeat == 0)
     throw Error(ErrorCode::invalid_argument, "--size, --tile and --repeat must be at least 1");
+  if (op != "gemm" && op != "potrf")
+    throw Error(ErrorCode::invalid_argument, "--op '" + op + "' is not gemm or potrf");
   if (dtype != "f32" && dtype != "f64")
     throw Error(ErrorCode::invalid_argument, "--dtype '" + dtype + "' is not f32 or f64");
 
@@ -135,6 +203,7 @@ int cmd_run(Args& args) {
   if (rt.devices().empty())
     throw Error(ErrorCode::no_device, "no devices: `hcr devices` shows what was searched and why");
   RunOptions o{n, tile, repeat, check, progress, trace, gantt};
+  if (op == "potrf") return dtype == "f32" ? run_potrf<float>(rt, o) : run_potrf<double>(rt, o);
   return dtype == "f32" ? run_gemm<float>(rt, o) : run_gemm<double>(rt, o);
 }
 

@@ -1,4 +1,6 @@
-// Tiled gemm: one task per C tile and k step, on tiles (sub-buffers) of A, B and C.
+// Tiled gemm: one task per C tile and k step, on tiles (sub-buffers) of A, B and C. The tiled
+// algorithms are hcr::linalg's (linalg/, which core never depends on); this product without
+// transposes stays in libhcr for the programs that link it alone.
 #include "buffer_state.hpp"
 
 #include <hcr/blas.hpp>

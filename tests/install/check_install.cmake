@@ -1,6 +1,7 @@
 # Installs hcr into a fresh prefix, builds samples/plugin against that install only, drops the
-# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; then
-# builds a client with nothing but `pkg-config --cflags --libs hcr` and runs it.
+# plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; builds
+# and runs samples/cholesky.cpp against hcr::linalg from the package; then builds a client with
+# nothing but `pkg-config --cflags --libs hcr` and runs it (and reads hcr-linalg's flags).
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX (the C++ compiler), and SANITIZE
 # (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -53,6 +54,27 @@ if(at EQUAL -1)
   message(FATAL_ERROR "sample_client did not run the plugin's kernel:\n${out}")
 endif()
 message(STATUS "out-of-tree plugin: built against the install, loaded, kernel ran")
+
+# hcr::linalg from the package: samples/cholesky.cpp built with find_package(hcr) alone, and run.
+set(linalg_dir "${WORK_DIR}/linalg-sample")
+file(MAKE_DIRECTORY "${linalg_dir}")
+file(COPY "${SOURCE_DIR}/samples/cholesky.cpp" DESTINATION "${linalg_dir}")
+file(WRITE "${linalg_dir}/CMakeLists.txt" [=[
+cmake_minimum_required(VERSION 3.25)
+project(linalg_sample LANGUAGES CXX)
+find_package(hcr 0.1 REQUIRED)
+add_executable(cholesky cholesky.cpp)
+target_link_libraries(cholesky PRIVATE hcr::linalg)
+]=])
+run(${CMAKE_COMMAND} -S "${linalg_dir}" -B "${linalg_dir}/build" -G "${GENERATOR}"
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${flags}")
+run(${CMAKE_COMMAND} --build "${linalg_dir}/build")
+run("${linalg_dir}/build/cholesky" 300 64)
+string(FIND "${out}" "||A x - b|| / (||A|| ||x|| + ||b||) = " at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the Cholesky sample did not solve its system:\n${out}")
+endif()
+message(STATUS "hcr::linalg: the Cholesky sample builds against the install and solves")
 
 # The README's plugin, as a reader copies it: its C++ and CMake blocks build against the install
 # into libhcr-mine.so, which `hcr devices` loads as plugin "mine".
@@ -131,3 +153,10 @@ if(at EQUAL -1)
   message(FATAL_ERROR "the pkg-config client did not run:\n${out}")
 endif()
 message(STATUS "pkg-config: hcr.pc builds and links a client that finds the installed plugins")
+run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr-linalg)
+foreach(expect "-lhcr_linalg" "-lhcr")
+  string(FIND "${out}" "${expect}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "pkg-config --libs hcr-linalg lacks ${expect}: ${out}")
+  endif()
+endforeach()

@@ -194,5 +194,43 @@ TEST(HcrCli, ModelsRefusesAnUnknownKernelOrDirectory) {
       << r.err;
 }
 
+// The second main job: a tiled Cholesky, checked by its residual, in both precisions.
+TEST(HcrCli, RunPotrfFactorsAndChecksTheResidual) {
+  test::TempDir dir;
+  const fs::path config = config_file(
+      dir.path(), "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = \"cpu\"\nthreads = 2\n");
+  for (const char* dtype : {"f32", "f64"}) {
+    Result r = hcr({"run", "--op", "potrf", "--size", "150", "--tile", "40", "--dtype", dtype,
+                    "--repeat", "2", "--no-progress", "--config", config.string()});
+    EXPECT_EQ(r.rc, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(std::string("job: ") + (dtype[1] == '3' ? "s" : "d") +
+                         "potrf (tiled Cholesky, lower) n=150 tile=40: 20 tasks per "
+                         "factorisation, 2 factorisation(s)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("check: ||A - L L^T||_F / ||A||_F = "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("-> OK"), std::string::npos) << r.out;
+  }
+}
+
+// Simulated devices that compute nothing leave A as it was: the check must see that.
+TEST(HcrCli, RunPotrfCheckFailsAWrongFactor) {
+  test::TempDir dir;
+  const fs::path config = config_file(dir.path(),
+                                      "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = "
+                                      "\"sim\"\ncompute = false\n[[backend.device]]\nname = "
+                                      "\"gpu0\"\n");
+  Result r = hcr({"run", "--op", "potrf", "--size", "64", "--tile", "16", "--no-progress",
+                  "--config", config.string()});
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("-> WRONG"), std::string::npos) << r.out;
+}
+
+TEST(HcrCli, RunRefusesAnUnknownOp) {
+  Result r = hcr({"run", "--op", "lu"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("--op 'lu' is not gemm or potrf"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace hcr

@@ -1,10 +1,14 @@
 /// \file blas.hpp
-/// Tiled linear algebra built on tasks.
+/// A tiled matrix product built on tasks, in libhcr itself.
 ///
 /// \code
 /// hcr::Event done = hcr::blas::gemm(rt, a, b, c, 512);   // C = A * B, 512 x 512 tiles
 /// done.get();
 /// \endcode
+///
+/// The tiled algorithms live in hcr::linalg (<hcr/linalg.hpp>, target hcr::linalg): gemm with
+/// transposes, syrk, trsm, potrf, potrs. This product stays here for programs that link hcr::hcr
+/// alone; it submits the same tasks as hcr::linalg::gemm without transposes.
 #pragma once
 
 #include <hcr/buffer.hpp>
