@@ -28,6 +28,7 @@ packages=(
   nlohmann-json3-dev libexpat1-dev                       # trace files (JSON), SVG check (XML)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-pthread-dev                                # the cpu and sim backends' own BLAS
+  liblapacke-dev                                         # linalg_bench: LAPACKE_?potrf baseline
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
 )
 if [ "$mode" = test ]; then

@@ -344,9 +344,9 @@ TEST(OpenClBackend, TrsmAndSyrkRunAsTasksFactorizationsFindNoDevice) {
     for (size_t j = 0; j <= i; ++j) l[i * n + j] = i == j ? 4.0f : 0.25f * a[i * k + j % k];
   fill(L, l);
   fill(B, a);
-  // C = A A^T on the lower triangle (beta 0: C is written only), then B = L^-1 B.
+  // C = A A^T on the lower triangle (read_write: the upper one is kept), then B = L^-1 B.
   const hcr_syrk_params_t update{HCR_SYRK_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_LOWER, HCR_NO_TRANS};
-  rt.submit(Task(rt.kernel("syrk_f32")).read(B).write(C).param(update)).get();
+  rt.submit(Task(rt.kernel("syrk_f32")).read(B).read_write(C).param(update)).get();
   const hcr_trsm_params_t solve{HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER,
                                 HCR_NO_TRANS, HCR_NON_UNIT};
   fill(B, ones);
