@@ -13,10 +13,16 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 namespace hcr::detail {
 
+// A copy handed to a plugin. Its done_user_data is a token: the Transfer's address with a 16-bit
+// generation in the top bits (x86-64 and AArch64 user addresses fit in 48). Transfers are pooled,
+// never freed while the DataManager lives, so that a plugin answering a copy twice (or returning an
+// error after its done) finds a Transfer that is no longer armed for that generation: the extra
+// answer is reported, not a second completion of the copy, nor the completion of a newer one.
 struct DataManager::Transfer {
   DataManager* dm;
   Copy copy;
@@ -24,6 +30,26 @@ struct DataManager::Transfer {
   hcr_memory_t* dst_mem;
   uint64_t bytes;
   std::chrono::steady_clock::time_point start;
+  std::atomic<uint32_t> state{0};  // generation << 1 | armed
+  Transfer* next_free = nullptr;
+
+  static constexpr unsigned kGenerationShift = 48;
+  void* token() const noexcept {
+    const uint64_t gen = state.load(std::memory_order_relaxed) >> 1 & 0xFFFF;
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(this) |
+                                   static_cast<uintptr_t>(gen) << kGenerationShift);
+  }
+  static Transfer* of(void* token) noexcept {
+    return reinterpret_cast<Transfer*>(reinterpret_cast<uintptr_t>(token) &
+                                       ((uintptr_t{1} << kGenerationShift) - 1));
+  }
+  // The first answer for the generation the token names takes the copy; any later one gets false.
+  static bool claim(Transfer* tr, void* token) noexcept {
+    const auto gen =
+        static_cast<uint32_t>(reinterpret_cast<uintptr_t>(token) >> kGenerationShift & 0xFFFF);
+    uint32_t armed = gen << 1 | 1u;
+    return tr->state.compare_exchange_strong(armed, gen << 1, std::memory_order_acq_rel);
+  }
 };
 
 namespace {
@@ -43,6 +69,12 @@ bool uses(const TaskNode* t, const BufferState* b) {
   return false;
 }
 }  // namespace
+
+// The Transfers go with the DataManager: by then no plugin may answer a copy (a runtime whose
+// plugin was left running at shutdown is never destroyed).
+DataManager::~DataManager() {
+  for (Transfer* tr : transfers_) delete tr;
+}
 
 DataManager::DataManager(RuntimeCore& rt) : rt_(rt) {
   nodes_.reserve(kMaxNodes);  // limit() reads nodes_ without the lock while nodes join
@@ -406,9 +438,23 @@ void DataManager::issue(const Copy& c) noexcept {
 
 void DataManager::start(const Copy& c) noexcept {
   BufferState& b = *c.b;
-  auto* tr = new Transfer{this, c, nullptr, nullptr, b.bytes(), std::chrono::steady_clock::now()};
+  Transfer* tr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (free_transfers_ != nullptr) {
+      tr = free_transfers_;
+      free_transfers_ = tr->next_free;
+    } else {
+      transfers_.reserve(transfers_.size() + 1);
+      tr = new Transfer{};
+      tr->dm = this;
+      transfers_.push_back(tr);
+    }
+    tr->copy = c;
+    tr->bytes = b.bytes();
+    tr->start = std::chrono::steady_clock::now();
+    const uint32_t gen = ((tr->state.load(std::memory_order_relaxed) >> 1) + 1) & 0xFFFF;
+    tr->state.store(gen << 1 | 1u, std::memory_order_release);
     BufferData& d = data(b);
     tr->src_mem = d.replicas[c.src].mem;
     tr->dst_mem = d.replicas[c.dst].mem;
@@ -435,12 +481,39 @@ void DataManager::start(const Copy& c) noexcept {
   a.width = row;
   a.rows = b.rows;
   a.done = &DataManager::on_copy_done;
-  a.done_user_data = tr;
-  if (hcr_error_t* err = dev.plugin->api->copy(dev.plugin->handle, &a)) copy_done(tr, err);
+  void* token = tr->token();
+  a.done_user_data = token;
+  if (hcr_error_t* err = dev.plugin->api->copy(dev.plugin->handle, &a)) {
+    if (Transfer::claim(tr, token)) copy_done(tr, err);
+    else copy_answered_twice(tr, err, /*returned=*/true);
+  }
+}
+
+void DataManager::copy_answered_twice(Transfer* tr, hcr_error_t* error, bool returned) noexcept {
+  // tr's fields may be a newer copy's by now: the device named is the one most likely at fault.
+  const Copy c = tr->copy;
+  DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+  if (error != nullptr) dev.plugin->api->error_destroy(error);
+  const uint64_t n = dev.protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::ostringstream msg;
+  msg << "plugin '" << dev.plugin->name << "' "
+      << (returned ? "returned an error from copy after calling done for it"
+                   : "called done for a copy that had been answered already")
+      << " (device '" << dev.info.name << "'): ignored";
+  if (n == 1) {
+    msg << "; further ones are counted in stats().devices[" << dev.info.id << "].protocol_errors";
+    log::write(LogLevel::error, msg.str());
+  } else if (log::enabled(LogLevel::debug)) {
+    log::write(LogLevel::debug, msg.str());
+  }
 }
 
 void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
-  auto* tr = static_cast<Transfer*>(user);
+  Transfer* tr = Transfer::of(user);
+  if (!Transfer::claim(tr, user)) {
+    tr->dm->copy_answered_twice(tr, error, /*returned=*/false);
+    return;
+  }
   if (error == nullptr) {
     double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
                              info->device_seconds >= 0
@@ -543,7 +616,11 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   }
   for (BufferState* h : drop) release(h);
   release(&b);  // the copy's reference
-  delete tr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tr->next_free = free_transfers_;
+    free_transfers_ = tr;
+  }
   bool next = false;
   Copy queued{};
   {

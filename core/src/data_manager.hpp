@@ -87,6 +87,7 @@ class DataManager {
 
   /// Node 0 is host memory; one node per device with its own memory follows (add_node).
   DataManager(RuntimeCore& rt);
+  ~DataManager();
   /// A device with its own memory joins (at start or hot-plugged); returns its node. Nodes are
   /// never reused: a removed device's node stays, empty.
   uint32_t add_node(NodeInit node);
@@ -205,6 +206,12 @@ class DataManager {
   Lane& lane(const Copy& c) noexcept;  // lock held
   static void on_copy_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void copy_done(Transfer* tr, hcr_error_t* error) noexcept;
+  // A second answer for a copy (done again, or an error returned after done): counted in the
+  // device's protocol_errors and logged, never completing a copy twice.
+  void copy_answered_twice(Transfer* tr, hcr_error_t* error, bool returned) noexcept;
+  // Every Transfer made, freed with the DataManager only (see Transfer); those not in flight.
+  std::vector<Transfer*> transfers_;    // lock held
+  Transfer* free_transfers_ = nullptr;  // lock held
   // Releases the tasks waiting on `b`'s replica on `node` that may go now: once nothing is copied
   // into it (writers: nor out of it). A reader finding it invalid then (a newer version was
   // committed elsewhere meanwhile) gets a fresh fetch and waits on. A failed copy fails them.

@@ -244,6 +244,53 @@ TEST(Resilience, APluginAnsweringALaunchTwiceIsReportedAndIgnored) {
   }
 }
 
+// The same for copies: a device with its own memory answers every copy (and launch) twice. Each
+// copy completes once (a second completion would release the buffer's pins and references twice,
+// and free a Transfer under the plugin); results are a sequential run's; the extra answers are
+// counted and the first logged, naming the plugin.
+TEST(Resilience, APluginAnsweringACopyTwiceIsReportedAndIgnored) {
+  for (const char* misbehave : {"done_twice", "error_after_done"})
+    for (bool async : {false, true}) {
+      SCOPED_TRACE(std::string(misbehave) + (async ? ", async" : ", inline"));
+      test::LogCapture log(LogLevel::error);
+      Runtime rt(test::stub_config({{"misbehave", misbehave},
+                                    {"own_memory", "true"},
+                                    {"async", async ? "true" : "false"},
+                                    {"concurrency", "2"}}));
+      Kernel bump = rt.kernel("bump").cpu([](TaskContext& ctx) {
+        auto v = ctx.arg<int64_t>(0);
+        v(0, 0) = static_cast<int64_t>(static_cast<uint64_t>(v(0, 0)) * 3 + ctx.param<uint64_t>(0));
+      });
+      constexpr int kBuffers = 8, kRounds = 20;
+      std::vector<Buffer<int64_t>> xs;
+      for (int i = 0; i < kBuffers; ++i) xs.push_back(rt.vector<int64_t>(1));
+      for (int r = 0; r < kRounds; ++r) {
+        for (int i = 0; i < kBuffers; ++i)
+          rt.submit(Task(bump).read_write(xs[i]).param(uint64_t(r + i)));
+        // Each buffer read at home: a copy out of the device's memory.
+        for (int i = 0; i < kBuffers; ++i) {
+          uint64_t want = 0;
+          for (int k = 0; k <= r; ++k) want = want * 3 + uint64_t(k + i);
+          ASSERT_EQ(static_cast<uint64_t>(xs[i].to_vector()[0]), want) << "buffer " << i;
+        }
+      }
+      rt.wait_all();
+      RuntimeStats s = rt.stats();
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      // Every launch and every copy answered twice: a launch and at least a copy home per task.
+      const uint64_t least = 2ull * kBuffers * kRounds;
+      while (s.devices[0].protocol_errors < least && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::yield();
+        s = rt.stats();
+      }
+      EXPECT_EQ(s.failed, 0u);
+      EXPECT_GE(s.devices[0].protocol_errors, least);
+      EXPECT_TRUE(log.contains("plugin 'stub'")) << "no diagnostic naming the plugin";
+      EXPECT_TRUE(log.contains("for a copy") || log.contains("from copy"))
+          << "no diagnostic naming a copy";
+    }
+}
+
 TEST(Resilience, AKernelThatNeverReturnsDoesNotHangTheRuntimesEnd) {
   // A CPU kernel cannot be stopped. The task timeout gives up on it (the task fails: the only
   // device failed it); then the runtime's end waits for the CPU plugin a bounded time, names the

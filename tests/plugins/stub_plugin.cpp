@@ -6,9 +6,9 @@
 //            own_memory (true: devices have their own memory — host RAM behind mem_alloc — and
 //            arguments arrive as allocations), memory (bytes per device with own memory; default
 //            1 GiB), async (true: copies and launches complete on the stub's own thread, in
-//            order; default: inline, before the call returns), misbehave (breaks the launch
-//            protocol, for the runtime's defences: "done_twice" calls each launch's done twice;
-//            "error_after_done" calls done, then returns an error from launch)
+//            order; default: inline, before the call returns), misbehave (breaks the launch and
+//            copy protocol, for the runtime's defences: "done_twice" calls each launch's and
+//            copy's done twice; "error_after_done" calls done, then returns an error from the call)
 //   kernels: built-in "noop" and "fail" (always fails), and host functions.
 #include <hcr/sdk/backend.hpp>
 
@@ -116,12 +116,20 @@ class Stub final : public hcr::sdk::Backend {
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy reads past the source allocation");
     if (dst_mem && a.dst_offset + (a.rows - 1) * a.dst_pitch + a.width > dst_mem->bytes)
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy writes past the destination allocation");
-    auto run = [a, src, dst] {
+    const bool twice = misbehave_ == "done_twice";
+    auto answered = std::make_shared<std::promise<void>>();
+    auto run = [a, src, dst, twice, answered] {
       for (uint64_t r = 0; r < a.rows; ++r)
         std::memcpy(dst + r * a.dst_pitch, src + r * a.src_pitch, a.width);
       hcr::sdk::complete(a.done, a.done_user_data, nullptr);
+      if (twice) hcr::sdk::complete(a.done, a.done_user_data, nullptr);
+      answered->set_value();
     };
     submit(std::move(run));
+    if (misbehave_ == "error_after_done") {
+      answered->get_future().wait();
+      throw Error(HCR_ERROR_BACKEND, "stub: an error after done, as asked (misbehave)");
+    }
   }
 
   hcr_kernel_t* kernel_get(size_t d, const hcr_kernel_desc_t& desc) override {
