@@ -9,6 +9,7 @@
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 #include <unistd.h>
@@ -73,17 +74,16 @@ std::string cpu_model() {
   return "cpu";
 }
 
-// How many BLAS threads one launch of a built-in kernel uses: the one place that decides it. A
-// task runs on one worker, and the workers are the device's parallelism, so each call is
-// single-threaded. (A task given several workers at once, as StarPU's parallel tasks are, would
-// get their number here; hcr_host_blas would then need OpenBLAS's threaded build, kept as private
-// as the single-threaded one is now: see backends/host_blas/README.md.)
+// How many BLAS threads one launch of a built-in kernel uses: the one place that decides it. Each
+// call of hcr's OpenBLAS is single-threaded; a big tile is cut into blocks instead
+// (host_blas::run_split), which the workers with nothing else to run take up (see run()).
 int blas_threads(const hcr_launch_args_t&) { return 1; }
 
 class CpuBackend final : public sdk::Backend {
  public:
   explicit CpuBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     long long threads = ctx.options.get_int("threads", 0);
+    parallel_tasks_ = ctx.options.get_bool("parallel_tasks", true);
     ctx.options.check_all_used();
     if (threads < 0 || threads > 4096)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
@@ -182,7 +182,8 @@ class CpuBackend final : public sdk::Backend {
       err = sdk::guard([&] {
         host_blas::Call call =
             host_blas::check(*k.builtin, a.args, a.num_args, a.params, a.params_size);
-        host_blas::run(call, a.args, blas_threads(a));
+        if (parallel_tasks_ && threads_ > 1) host_blas::run_split(call, a.args, split_);
+        else host_blas::run(call, a.args, blas_threads(a));
       });
     } else {
       int slot = tbb::this_task_arena::current_thread_index();
@@ -197,6 +198,16 @@ class CpuBackend final : public sdk::Backend {
 
   tbb::task_scheduler_handle scheduler_{tbb::attach{}};  // first in, last out
   int threads_ = 1;
+  // Parallel tasks: a built-in's blocks go to the arena as a parallel_for, which a worker with no
+  // launch of its own to run steals from (launches are enqueued, and a worker takes those first),
+  // so a big tile runs on as many workers as are idle, from one to all. Isolated: while it waits
+  // for its blocks, the launching worker runs only those, never another launch in the middle.
+  bool parallel_tasks_ = true;
+  host_blas::Split split_{[](size_t n, const std::function<void(size_t)>& body) {
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(size_t{0}, n, [&](size_t i) { body(i); }, tbb::simple_partitioner());
+    });
+  }};
   std::string model_;
   std::unique_ptr<tbb::global_control> parallelism_;
   tbb::task_arena arena_;

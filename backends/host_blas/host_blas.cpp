@@ -184,8 +184,97 @@ void getrf_nopiv(const Call& c, blasint n, T* a, blasint ld) {
   }
 }
 
+// Cuts [0, n) into `parts` ranges of nearly equal length, the first ones one longer.
+struct Ranges {
+  uint64_t n, parts;
+  uint64_t begin(uint64_t i) const noexcept { return i * (n / parts) + std::min(i, n % parts); }
+  uint64_t end(uint64_t i) const noexcept { return begin(i + 1); }
+};
+
+// run_split's blocks (see host_blas.hpp); false when the call is not worth cutting (fewer than
+// two blocks) or cannot be (the factorizations).
 template <class T>
-void run_typed(const Call& c, const hcr_arg_t* args) {
+bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
+  const uint64_t grain = std::max<uint64_t>(1, split.grain);
+  auto b = [](uint64_t x) { return static_cast<blasint>(x); };
+  switch (c.kernel.op) {
+    case Op::gemm: {
+      // By rows of C: op(A)'s rows go with them (A's rows, or its columns when transposed). C
+      // too short for two blocks of rows: by its columns, with op(B)'s.
+      const bool by_rows = c.m >= 2 * grain || c.m >= c.n;
+      const uint64_t len = by_rows ? c.m : c.n;
+      if (len < 2 * grain) return false;
+      const Ranges r{len, len / grain};
+      const bool ta = c.gemm.trans_a == HCR_TRANS, tb = c.gemm.trans_b == HCR_TRANS;
+      split.for_each(r.parts, [&](size_t i) {
+        const uint64_t x0 = r.begin(i), x1 = r.end(i);
+        const T* a = m[0].data;
+        const T* bm = m[1].data;
+        T* cm = m[2].data;
+        uint64_t rows = c.m, cols = c.n;
+        if (by_rows) {
+          a += ta ? x0 : x0 * static_cast<uint64_t>(m[0].ld);
+          cm += x0 * static_cast<uint64_t>(m[2].ld);
+          rows = x1 - x0;
+        } else {
+          bm += tb ? x0 * static_cast<uint64_t>(m[1].ld) : x0;
+          cm += x0;
+          cols = x1 - x0;
+        }
+        Blas<T>::gemm(trans_of(c.gemm.trans_a), trans_of(c.gemm.trans_b), b(rows), b(cols),
+                      b(c.k), c.gemm.alpha, a, m[0].ld, bm, m[1].ld, c.gemm.beta, cm, m[2].ld);
+      });
+      return true;
+    }
+    case Op::syrk: {
+      // Block rows of C's triangle: the part beside the diagonal block is a gemm of op(A)'s rows
+      // against the other rows of op(A), the diagonal block a syrk of its own rows. op(A)'s rows
+      // are A's rows, or A's columns when transposed.
+      if (c.n < 2 * grain) return false;
+      const Ranges r{c.n, c.n / grain};
+      const bool t = c.syrk.trans == HCR_TRANS, lower = c.syrk.uplo != HCR_UPPER;
+      const T* a = m[0].data;
+      const blasint lda = m[0].ld, ldc = m[1].ld;
+      auto rows_of_a = [&](uint64_t x) { return a + (t ? x : x * static_cast<uint64_t>(lda)); };
+      split.for_each(r.parts, [&](size_t i) {
+        const uint64_t x0 = r.begin(i), x1 = r.end(i), rows = x1 - x0;
+        T* crow = m[1].data + x0 * static_cast<uint64_t>(ldc);
+        // Beside the diagonal: columns [0, x0) left of it (lower), [x1, n) right of it (upper).
+        const uint64_t c0 = lower ? 0 : x1, cols = lower ? x0 : c.n - x1;
+        if (cols > 0)
+          Blas<T>::gemm(t ? CblasTrans : CblasNoTrans, t ? CblasNoTrans : CblasTrans, b(rows),
+                        b(cols), b(c.k), c.syrk.alpha, rows_of_a(x0), lda, rows_of_a(c0), lda,
+                        c.syrk.beta, crow + c0, ldc);
+        Blas<T>::syrk(uplo_of(c.syrk.uplo), trans_of(c.syrk.trans), b(rows), b(c.k),
+                      c.syrk.alpha, rows_of_a(x0), lda, c.syrk.beta, crow + x0, ldc);
+      });
+      return true;
+    }
+    case Op::trsm: {
+      // op(A) X = alpha B (left): B's columns are independent; X op(A) = alpha B (right): its rows.
+      const bool left = c.trsm.side != HCR_RIGHT;
+      const uint64_t len = left ? c.n : c.m;
+      if (len < 2 * grain) return false;
+      const Ranges r{len, len / grain};
+      split.for_each(r.parts, [&](size_t i) {
+        const uint64_t x0 = r.begin(i), x1 = r.end(i);
+        T* bm = m[1].data + (left ? x0 : x0 * static_cast<uint64_t>(m[1].ld));
+        Blas<T>::trsm(left ? CblasLeft : CblasRight, uplo_of(c.trsm.uplo),
+                      trans_of(c.trsm.trans), c.trsm.diag == HCR_UNIT ? CblasUnit : CblasNonUnit,
+                      b(left ? c.m : x1 - x0), b(left ? x1 - x0 : c.n), c.trsm.alpha, m[0].data,
+                      m[0].ld, bm, m[1].ld);
+      });
+      return true;
+    }
+    case Op::potrf:
+    case Op::getrf_nopiv:
+      return false;
+  }
+  return false;
+}
+
+template <class T>
+void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullptr) {
   const Shape s = layout(c.kernel.op);
   Mat<T> m[3] = {};
   for (size_t i = 0; i < s.count; ++i) {
@@ -200,6 +289,7 @@ void run_typed(const Call& c, const hcr_arg_t* args) {
   }
   const auto M = static_cast<blasint>(c.m), N = static_cast<blasint>(c.n),
              K = static_cast<blasint>(c.k);
+  if (split != nullptr && c.flops() >= split->min_flops && run_blocks<T>(c, m, *split)) return;
   switch (c.kernel.op) {
     case Op::gemm:
       if (M == 0 || N == 0) return;
@@ -365,6 +455,13 @@ void run(const Call& call, const hcr_arg_t* args, int threads) {
   (void)one_thread;
   if (call.kernel.dtype == HCR_DTYPE_F32) run_typed<float>(call, args);
   else run_typed<double>(call, args);
+}
+
+void run_split(const Call& call, const hcr_arg_t* args, const Split& split) {
+  static const bool one_thread = (openblas_set_num_threads(1), true);  // as in run()
+  (void)one_thread;
+  if (call.kernel.dtype == HCR_DTYPE_F32) run_typed<float>(call, args, &split);
+  else run_typed<double>(call, args, &split);
 }
 
 }  // namespace hcr::host_blas

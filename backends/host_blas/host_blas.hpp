@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,5 +60,24 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
 /// HCR_ERROR_INVALID_ARGUMENT for a matrix potrf finds not positive definite (naming the order of
 /// the minor) or a zero pivot in getrf_nopiv (naming its row).
 void run(const Call& call, const hcr_arg_t* args, int threads);
+
+/// How a call may be cut into independent blocks and who runs them: `for_each(n, body)` calls
+/// body(0) ... body(n - 1), in any order and on any threads, and returns when all have returned.
+/// The cpu backend runs them as a TBB parallel_for in its own arena, so that workers with nothing
+/// else to run join a big tile's call (StarPU's parallel tasks, with the width set by whoever is
+/// idle rather than fixed).
+struct Split {
+  std::function<void(size_t, const std::function<void(size_t)>&)> for_each;
+  uint64_t grain = 128;     ///< rows (or columns) per block, at least
+  double min_flops = 3e7;   ///< calls below this run whole: a block would not pay for its hand-off
+};
+
+/// As run(call, args, 1), cut into blocks where the operation allows it: gemm by rows of C (or
+/// columns, when C is short), syrk by block rows of its triangle (a gemm beside a smaller syrk on
+/// the diagonal), trsm by the columns of B (left side) or its rows (right side). potrf and
+/// getrf_nopiv run whole. Every block is a single-threaded call of this library's OpenBLAS on
+/// disjoint parts of the output, so the result is what run() computes, up to the order of sums
+/// within syrk's blocks.
+void run_split(const Call& call, const hcr_arg_t* args, const Split& split);
 
 }  // namespace hcr::host_blas
