@@ -4,6 +4,7 @@
 // application's OpenBLAS and its thread count are never touched); user kernels arrive as host
 // functions. Idle TBB workers sleep.
 #include "host_blas.hpp"
+#include "rapl_meter.hpp"
 
 #include <hcr/sdk/backend.hpp>
 
@@ -84,7 +85,12 @@ class CpuBackend final : public sdk::Backend {
   explicit CpuBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     long long threads = ctx.options.get_int("threads", 0);
     parallel_tasks_ = ctx.options.get_bool("parallel_tasks", true);
+    const std::string powercap = ctx.options.get("powercap", "/sys/class/powercap");
     ctx.options.check_all_used();
+    if (!powercap.empty() && powercap != "off") {
+      rapl_.emplace(powercap);
+      if (rapl_->empty()) rapl_.reset();
+    }
     if (threads < 0 || threads > 4096)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   "option 'threads' = " + std::to_string(threads) +
@@ -97,7 +103,9 @@ class CpuBackend final : public sdk::Backend {
         tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_) + 1);
     arena_.initialize(threads_, 0);
     model_ = cpu_model();
-    host().info("cpu: " + std::to_string(threads_) + " worker(s) on " + model_);
+    host().info("cpu: " + std::to_string(threads_) + " worker(s) on " + model_ +
+                (rapl_ ? ", energy from " + std::to_string(rapl_->domains()) + " RAPL package(s)"
+                       : ", no readable RAPL counter"));
   }
 
   // The library may be unloaded right after this, and libtbb with it when we were its only user:
@@ -155,6 +163,17 @@ class CpuBackend final : public sdk::Backend {
     arena_.enqueue(std::move(task));
   }
 
+  // RAPL, where the powercap counters can be read (measured: the whole package's draw).
+  bool device_energy(size_t, hcr_energy_reading_t& r) override {
+    if (!rapl_) return false;
+    const RaplMeter::Reading now = rapl_->read();
+    r.source = HCR_ENERGY_MEASURED;
+    r.joules = now.joules;
+    r.watts = now.watts;
+    r.resolution = 0.001;  // RAPL updates about every millisecond
+    return true;
+  }
+
   // The group counts each task until its function has returned, so nothing of ours is touched
   // after this: safe to destroy the backend right after.
   void synchronize(size_t) override {
@@ -203,6 +222,7 @@ class CpuBackend final : public sdk::Backend {
   // so a big tile runs on as many workers as are idle, from one to all. Isolated: while it waits
   // for its blocks, the launching worker runs only those, never another launch in the middle.
   bool parallel_tasks_ = true;
+  std::optional<cpu::RaplMeter> rapl_;  // option powercap ("off": none)
   host_blas::Split split_{[](size_t n, const std::function<void(size_t)>& body) {
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(size_t{0}, n, [&](size_t i) { body(i); }, tbb::simple_partitioner());
