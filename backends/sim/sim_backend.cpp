@@ -113,6 +113,7 @@ class SimBackend final : public sdk::Backend {
   }
 
   size_t device_count() override { return machine_.devices.size(); }
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
   void device_info(size_t device, sdk::DeviceInfo& info) override {
     const DeviceConfig& c = machine_.devices[device];
@@ -315,10 +316,25 @@ class SimBackend final : public sdk::Backend {
     }
     op->done = a.done;
     op->done_user_data = a.done_user_data;
+    op->watts = c.dynamic_watts(k.name);
     sim_->submit(std::move(op));
   }
 
   void synchronize(size_t device) override { sim_->synchronize(device); }
+
+  // The power model (idle_watts, busy_watts, power.<kernel>): the idle draw since the plugin
+  // started plus what each operation drew above it, in real seconds like every other figure.
+  bool device_energy(size_t device, hcr_energy_reading_t& r) override {
+    const DeviceConfig& c = machine_.devices[device];
+    if (c.idle_watts < 0) return false;
+    const double up =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    r.source = HCR_ENERGY_MODELLED;
+    r.joules = c.idle_watts * up + sim_->dynamic_joules(device);
+    r.idle_watts = c.idle_watts;
+    r.resolution = 0;
+    return true;
+  }
 
   std::optional<double> estimate(const hcr_launch_args_t& a) override {
     if (!machine_.estimates) return std::nullopt;

@@ -22,7 +22,8 @@ using sdk::Error;
 constexpr const char* kDeviceKeys =
     "name, kind, arch, gflops, kernels, factors.<kernel>, memory, concurrency, compute_units, "
     "bandwidth, latency, host_memory, launch_overhead, noise, slowdown_at, slowdown_factor, "
-    "fail_probability, copy_fail_probability, fail_after, lost_at, hang_probability, hang_timeout";
+    "fail_probability, copy_fail_probability, fail_after, lost_at, hang_probability, hang_timeout, "
+    "idle_watts, busy_watts, power.<kernel>";
 
 [[noreturn]] void invalid(const std::string& message) {
   throw Error(HCR_ERROR_INVALID_ARGUMENT, message);
@@ -129,6 +130,14 @@ DeviceConfig parse_device(size_t index, const std::vector<std::pair<std::string,
       d.lost_at = time_or_never(key, value);
     } else if (rel == "hang_probability") {
       d.hang_probability = parse_probability(key, value);
+    } else if (rel == "idle_watts") {
+      d.idle_watts = non_negative(key, value);
+    } else if (rel == "busy_watts") {
+      d.busy_watts = non_negative(key, value);
+    } else if (rel.rfind("power.", 0) == 0) {
+      std::string kernel = rel.substr(6);
+      if (kernel.empty()) invalid("option '" + key + "': a power factor needs a kernel name");
+      d.power[kernel] = positive(key, value);
     } else if (rel == "hang_timeout") {
       d.hang_timeout = time_or_never(key, value);
       if (d.hang_timeout == 0) bad_value(key, value, "a duration greater than 0, or \"never\"");
@@ -137,6 +146,15 @@ DeviceConfig parse_device(size_t index, const std::vector<std::pair<std::string,
               ")");
     }
   }
+  // Power: either draw alone means the other is the same (idle 0 under a busy draw alone).
+  if (d.busy_watts >= 0 && d.idle_watts < 0) d.idle_watts = 0;
+  if (d.idle_watts >= 0 && d.busy_watts < 0) d.busy_watts = d.idle_watts;
+  if (d.busy_watts < d.idle_watts)
+    invalid("option '" + prefix + "busy_watts' = " + std::to_string(d.busy_watts) +
+            ": below " + prefix + "idle_watts (" + std::to_string(d.idle_watts) + ")");
+  if (!d.power.empty() && d.idle_watts < 0)
+    invalid("option '" + prefix + "power.<kernel>': a power factor needs " + prefix +
+            "idle_watts or " + prefix + "busy_watts");
   if (has_slowdown_at && !has_slowdown_factor)
     invalid("option '" + prefix + "slowdown_at' needs '" + prefix + "slowdown_factor' as well");
   if (d.host_memory)
@@ -180,6 +198,12 @@ bool DeviceConfig::offers(const std::string& kernel) const {
 double DeviceConfig::factor(const std::string& kernel) const {
   auto it = factors.find(kernel);
   return it == factors.end() ? 1.0 : it->second;
+}
+
+double DeviceConfig::dynamic_watts(const std::string& kernel) const {
+  if (idle_watts < 0) return 0;
+  auto it = power.find(kernel);
+  return (busy_watts - idle_watts) * (it == power.end() ? 1.0 : it->second);
 }
 
 KernelCost MachineConfig::cost(const std::string& kernel) const {

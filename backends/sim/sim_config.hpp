@@ -49,6 +49,11 @@ struct DeviceConfig {
   double lost_at = kNever;
   double hang_probability = 0;
   double hang_timeout = kNever;
+  /// Power (modelled energy): the draw doing nothing and while a slot computes at factor 1 (each
+  /// busy slot adds (busy - idle) x the kernel's power factor). idle < 0: no power model.
+  double idle_watts = -1;
+  double busy_watts = -1;
+  std::map<std::string, double, std::less<>> power;  // kernel -> power factor
   /// Keys that were given but have no effect on this device (a host-memory device's link).
   std::vector<std::string> ignored;
 
@@ -56,6 +61,8 @@ struct DeviceConfig {
   bool offers(const std::string& name) const;
   /// The speed factor for `kernel` (1 when none is set).
   double factor(const std::string& kernel) const;
+  /// Watts above idle while one slot runs `kernel` (0 without a power model).
+  double dynamic_watts(const std::string& kernel) const;
 };
 
 struct MachineConfig {

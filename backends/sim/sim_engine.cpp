@@ -218,7 +218,16 @@ void Simulator::fire(Op* op) noexcept {
   // scaled machine is simply a slower one, so traces, busy counters and learned costs agree with
   // the wall clock.
   double seconds = (op->ended_early ? op->end - op->start : op->duration) * clock_.scale();
-  sdk::complete(op->done, op->done_user_data, err, seconds);
+  // The power model: what the operation drew above idle while it ran, for its whole duration.
+  double joules = -1;
+  if (op->watts > 0) {
+    joules = op->watts * seconds;
+    std::atomic<double>& total = devices_[op->device]->dynamic_joules;
+    double was = total.load(std::memory_order_relaxed);
+    while (!total.compare_exchange_weak(was, was + joules, std::memory_order_relaxed)) {
+    }
+  }
+  sdk::complete(op->done, op->done_user_data, err, seconds, joules);
 
   std::unique_ptr<Op> owned;
   {

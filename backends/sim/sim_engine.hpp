@@ -70,6 +70,7 @@ struct Op {
   std::function<hcr_error_t*(uint32_t slot)> work;
   hcr_done_fn done = nullptr;
   void* done_user_data = nullptr;
+  double watts = 0;  // above the device's idle draw while it runs (the power model; 0: none)
 
   // Set by the Simulator.
   uint64_t id = 0;
@@ -96,6 +97,10 @@ class Simulator {
   uint64_t next_launch(size_t device) noexcept;
   uint64_t next_copy(size_t device) noexcept;
   uint64_t device_key(size_t device) const noexcept { return keys_[device]; }
+  /// Joules above idle the device's operations used so far (real seconds x their watts).
+  double dynamic_joules(size_t device) const noexcept {
+    return devices_[device]->dynamic_joules.load(std::memory_order_relaxed);
+  }
 
   /// Places `op` on its engine: it starts now if a slot is free, else when one frees up.
   void submit(std::unique_ptr<Op> op);
@@ -120,6 +125,7 @@ class Simulator {
     std::atomic<uint64_t> copies{0};
     std::atomic<uint32_t> overruns{0};  // the last 8 works, a bit each: 1 = ran far past its model
     std::atomic<bool> warned{false};
+    std::atomic<double> dynamic_joules{0};  // of the operations ended so far (the power model)
   };
   struct Event {
     Clock::Real::time_point when;

@@ -68,6 +68,64 @@ TEST(Energy, EachTasksShareIsLearnedAndSaved) {
   EXPECT_NEAR(rows[0].joules, 100 * 0.01, 1e-6) << "100 W above idle for 10 ms";
 }
 
+// The simulated device's own power model ([[backend.device]] idle_watts, busy_watts, power.<kernel>):
+// a meter of source "modelled" (the plugin's, not a declaration), each task's joules reported with
+// its completion — exact: (busy - idle) x the kernel's power factor x its modelled duration — and
+// learned per kernel; a mistake in the keys is an error naming them.
+TEST(Energy, TheSimulatedDevicesPowerModelIsExact) {
+  test::TempDir dir;
+  Config c;
+  c.use_environment = false;
+  c.policy = "dmda";
+  c.model_dir = dir.path().string();
+  c.backends.push_back({"sim",
+                        true,
+                        {{"compute", "false"},
+                         {"flops_per_byte", "0"},
+                         {"kernel.work.flops", "1e10"},  // 10 ms at 1000 GFLOP/s
+                         {"kernel.light.flops", "1e10"},
+                         {"device.0.name", "d0"},
+                         {"device.0.gflops", "1000"},
+                         {"device.0.host_memory", "true"},
+                         {"device.0.idle_watts", "10"},
+                         {"device.0.busy_watts", "110"},
+                         {"device.0.power.light", "0.25"}},
+                        "test"});
+  RuntimeStats s;
+  {
+    Runtime rt(c);
+    Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+    Kernel light = rt.kernel("light").cpu([](TaskContext&) {});
+    for (int i = 0; i < 4; ++i) {
+      rt.submit(Task(work)).get();
+      rt.submit(Task(light)).get();
+    }
+    s = rt.stats();
+  }
+  ASSERT_EQ(s.devices.size(), 1u);
+  const DeviceCounters& d = s.devices[0];
+  EXPECT_EQ(d.energy_source, "modelled");
+  const double dynamic = 4 * (100 * 0.01) + 4 * (25 * 0.01);  // 5 J above idle
+  EXPECT_GE(d.energy_joules, dynamic + 10 * 0.08 - 1e-6) << "idle draw over at least the busy time";
+  EXPECT_LE(d.energy_joules, dynamic + 10 * (s.wall_seconds + 0.05));
+  std::vector<std::string> warnings;
+  const auto rows = sched::read_models(sched::model_directory(c), warnings);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.joules_samples, 4u) << r.kernel;
+    EXPECT_NEAR(r.joules, r.kernel == "light" ? 0.25 : 1.0, 1e-9) << r.kernel;
+  }
+  for (const char* bad : {"device.0.busy_watts=5", "device.0.power.=1"}) {
+    Config b = c;
+    b.model_dir = "off";
+    std::string key = bad;
+    const auto eq = key.find('=');
+    b.backends[0].options.push_back({key.substr(0, eq), key.substr(eq + 1)});
+    Error e = test::expect_error([&] { Runtime rt(b); });
+    EXPECT_NE(std::string(e.what()).find(key.substr(0, eq)), std::string::npos) << e.what();
+  }
+}
+
 TEST(Energy, TheDrawIsACounterTrackInTheTrace) {
   test::TempDir dir;
   Runtime rt(declared_machine());
