@@ -167,13 +167,17 @@ int cmd_models(Args& args) {
   if (rows.empty()) {
     std::printf("(no learned costs yet: run something with policy dmda)\n");
   } else {
-    std::printf("%-16s %-28s %-18s %12s %12s %12s %8s  %s\n", "kernel", "arch", "footprint",
-                "size (B)", "mean (s)", "spread (s)", "samples", "fit t(n)");
+    // J/task: energy per launch above the device's idle draw, where one was measured or modelled.
+    std::printf("%-16s %-28s %-18s %12s %12s %12s %8s %10s  %s\n", "kernel", "arch", "footprint",
+                "size (B)", "mean (s)", "spread (s)", "samples", "J/task", "fit t(n)");
     for (auto& r : rows) {
-      char fp[32];
+      char fp[32], joules[32];
       std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(r.footprint));
-      std::printf("%-16s %-28s %-18s %12.0f %12.4g %12.3g %8u  %s\n", r.kernel.c_str(),
-                  r.arch.c_str(), fp, r.size, r.seconds, r.spread, r.samples, fit_text(r).c_str());
+      if (r.joules_samples > 0) std::snprintf(joules, sizeof joules, "%.4g", r.joules);
+      else std::snprintf(joules, sizeof joules, "-");
+      std::printf("%-16s %-28s %-18s %12.0f %12.4g %12.3g %8u %10s  %s\n", r.kernel.c_str(),
+                  r.arch.c_str(), fp, r.size, r.seconds, r.spread, r.samples, joules,
+                  fit_text(r).c_str());
     }
   }
   if (plot) {

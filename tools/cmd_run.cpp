@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <vector>
 
@@ -72,6 +74,23 @@ Timing measure(Runtime& rt, const RunOptions& o, uint64_t tasks, Prepare prepare
     for (const ModelAccuracy& m : after.accuracy)
       std::printf("  %-16s on #%-2u %-28s %7.1f%%  (%u tasks)\n", m.kernel.c_str(), m.device,
                   rt.devices()[m.device].name.c_str(), m.median_abs_pct_error, m.samples);
+  }
+  // Energy, where a device has figures (a meter, a power model, or a declared draw): each says
+  // which, since measured and modelled joules are not the same kind of figure.
+  bool energy = false;
+  for (const DeviceCounters& d : after.devices) energy = energy || d.energy_source != "none";
+  if (energy) {
+    std::printf("\nenergy (this job):\n");
+    double total = 0;
+    for (const Device& d : rt.devices()) {
+      const DeviceCounters &a = after.devices[d.id], &b = before.devices[d.id];
+      if (a.energy_source == "none") continue;
+      const double j = a.energy_joules - b.energy_joules;
+      total += j;
+      std::printf("  #%-2u %-32s %10.2f J  %8.1f W average  (%s)\n", d.id, d.name.c_str(), j,
+                  wall > 0 ? j / wall : 0.0, a.energy_source.c_str());
+    }
+    std::printf("  total %45.2f J  %8.1f W average\n", total, wall > 0 ? total / wall : 0.0);
   }
   const DataCounters& dc = after.data;
   if (dc.nodes.size() > 1) {
@@ -186,6 +205,21 @@ int cmd_run(Args& args) {
   std::string gantt = args.value("gantt").value_or("");
   Config config = config_from(args);
   config.counters = true;  // busy and idle time per device, printed at the end
+  // The scheduler's objective ([scheduler] objective, max_slowdown), for comparing runs.
+  if (auto objective = args.value("objective")) {
+    if (*objective != "time" && *objective != "energy" && *objective != "weighted")
+      throw Error(ErrorCode::invalid_argument,
+                  "--objective '" + *objective + "' is not time, energy or weighted");
+    config.objective = *objective;
+  }
+  if (auto slowdown = args.value("max-slowdown")) {
+    char* end = nullptr;
+    const double x = std::strtod(slowdown->c_str(), &end);
+    if (end == slowdown->c_str() || *end != '\0' || !(x >= 1 && x <= 100))
+      throw Error(ErrorCode::invalid_argument,
+                  "--max-slowdown '" + *slowdown + "': expected a factor from 1 to 100");
+    config.max_slowdown = x;
+  }
   args.check_all_used();
   if (n == 0 || tile == 0 || repeat == 0)
     throw Error(ErrorCode::invalid_argument, "--size, --tile and --repeat must be at least 1");
@@ -195,8 +229,9 @@ int cmd_run(Args& args) {
     throw Error(ErrorCode::invalid_argument, "--dtype '" + dtype + "' is not f32 or f64");
 
   Runtime rt(config);
-  std::printf("hcr run: policy %s, %zu device(s)\n", std::string(rt.policy()).c_str(),
-              rt.devices().size());
+  std::printf("hcr run: policy %s, %zu device(s)%s\n", std::string(rt.policy()).c_str(),
+              rt.devices().size(),
+              config.objective == "time" ? "" : (", objective " + config.objective).c_str());
   for (const Device& d : rt.devices())
     std::printf("  #%-2u %-11s %s  [%s]\n", d.id, std::string(kind_name(d.kind)).c_str(),
                 d.name.c_str(), d.backend.c_str());

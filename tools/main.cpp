@@ -99,6 +99,8 @@ const char* kUsage =
     "            --dtype f32|f64 (f32)  --repeat R (1)\n"
     "            --config FILE  --no-check  --no-progress\n"
     "            --trace FILE.json (Chrome/Perfetto)  --gantt FILE.svg\n"
+    "            --objective time|energy|weighted  --max-slowdown X (peft's objective)\n"
+    "            joules per device and in total are printed where a device has figures\n"
     "  trace summary FILE.json   per-device utilisation, busiest kernels, bytes per link\n"
     "  models    the learned cost tables; --plot FILE.svg draws time against size\n"
     "            --config FILE  --dir DIR  --kernel NAME\n"

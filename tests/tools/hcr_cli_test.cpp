@@ -226,6 +226,36 @@ TEST(HcrCli, RunPotrfCheckFailsAWrongFactor) {
   EXPECT_NE(r.out.find("-> WRONG"), std::string::npos) << r.out;
 }
 
+// Energy at the end of `hcr run` (a simulated machine with a power model: "modelled"), the
+// objective chosen on the command line, and the joules each kernel costs in `hcr models`.
+TEST(HcrCli, RunReportsEnergyAndModelsShowJoulesPerTask) {
+  test::TempDir dir;
+  const std::string models = (dir.path() / "models").string();
+  const fs::path config = config_file(
+      dir.path(), "[scheduler]\npolicy = \"peft\"\nmodel_dir = \"" + models +
+                      "\"\n[[backend]]\nname = \"sim\"\ncompute = false\n"
+                      "[[backend.device]]\nname = \"hot\"\ngflops = 400\nhost_memory = true\n"
+                      "idle_watts = 50\nbusy_watts = 300\n"
+                      "[[backend.device]]\nname = \"cool\"\ngflops = 100\nhost_memory = true\n"
+                      "idle_watts = 3\nbusy_watts = 30\n");
+  Result r = hcr({"run", "--size", "512", "--tile", "128", "--no-progress", "--no-check",
+                  "--objective", "energy", "--max-slowdown", "1.2", "--config", config.string()});
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("objective energy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("energy (this job):"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(modelled)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  total "), std::string::npos) << r.out;
+  Result m = hcr({"models", "--config", config.string()});
+  EXPECT_EQ(m.rc, 0) << m.err;
+  EXPECT_NE(m.out.find("J/task"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("gemm_f32"), std::string::npos) << m.out;
+  Result bad = hcr({"run", "--objective", "cheapest", "--config", config.string()});
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("--objective 'cheapest' is not time, energy or weighted"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST(HcrCli, RunRefusesAnUnknownOp) {
   Result r = hcr({"run", "--op", "lu"});
   EXPECT_EQ(r.rc, 1);
