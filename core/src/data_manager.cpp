@@ -490,8 +490,13 @@ void DataManager::start(const Copy& c) noexcept {
 }
 
 void DataManager::copy_answered_twice(Transfer* tr, hcr_error_t* error, bool returned) noexcept {
-  // tr's fields may be a newer copy's by now: the device named is the one most likely at fault.
-  const Copy c = tr->copy;
+  // tr may carry a newer copy by now (read under the lock that start() writes it under): the
+  // device named is then the one most likely at fault.
+  Copy c{};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    c = tr->copy;
+  }
   DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
   if (error != nullptr) dev.plugin->api->error_destroy(error);
   const uint64_t n = dev.protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
