@@ -107,7 +107,7 @@ class Parser {
   // Flattens a backend table's keys to dotted strings, each with the place it was written.
   void flatten(const toml::node& n, const std::string& key, BackendConfig& out) const {
     if (auto* t = n.as_table()) {
-      for (auto&& [k, v] : *t) step([&] { flatten(v, key + "." + std::string(k.str()), out); });
+      for (auto&& kv : *t) step([&, &k = kv.first, &v = kv.second] { flatten(v, key + "." + std::string(k.str()), out); });
       return;
     }
     if (auto* a = n.as_array()) {
@@ -136,7 +136,7 @@ class Parser {
   Config run(const toml::table& root) const {
     Config c;
     c.origin = origin_;
-    for (auto&& [k, v] : root) step([&] {
+    for (auto&& kv : root) step([&, &k = kv.first, &v = kv.second] {
       std::string key(k.str());
       if (key == "runtime") runtime(table(v, key), c);
       else if (key == "scheduler") scheduler(table(v, key), c);
@@ -153,7 +153,7 @@ class Parser {
   }
 
   void runtime(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) step([&] {
+    for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
       std::string key = "runtime." + std::string(k.str());
       if (k.str() == "plugin_paths") {
         auto* a = v.as_array();
@@ -200,7 +200,7 @@ class Parser {
   }
 
   void scheduler(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) step([&] {
+    for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
       std::string key = "scheduler." + std::string(k.str());
       if (k.str() == "policy") {
         c.policy = string(v, key);
@@ -253,7 +253,7 @@ class Parser {
   }
 
   void data(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) step([&] {
+    for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
       std::string key = "data." + std::string(k.str());
       if (k.str() == "prefetch") {
         c.prefetch = boolean(v, key);
@@ -273,7 +273,7 @@ class Parser {
   }
 
   void trace(const toml::table& t, Config& c) const {
-    for (auto&& [k, v] : t) step([&] {
+    for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
       std::string key = "trace." + std::string(k.str());
       if (k.str() == "file" || k.str() == "gantt") {
         std::string path = string(v, key);
@@ -296,9 +296,9 @@ class Parser {
       BackendConfig b;
       b.origin = at(t);
       bool named = false, bad = false;
-      for (auto&& [k, v] : t) {
+      for (auto&& kv : t) {
         const size_t before = problems_.size();
-        step([&] {
+        step([&, &k = kv.first, &v = kv.second] {
           std::string key(k.str());
           if (key == "name") {
             named = true;
