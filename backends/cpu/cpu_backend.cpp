@@ -84,7 +84,7 @@ class CpuBackend final : public sdk::Backend {
  public:
   explicit CpuBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     long long threads = ctx.options.get_int("threads", 0);
-    parallel_tasks_ = ctx.options.get_bool("parallel_tasks", true);
+    parallel_tasks_ = ctx.options.get_bool("parallel_tasks", false);
     const std::string powercap = ctx.options.get("powercap", "/sys/class/powercap");
     ctx.options.check_all_used();
     if (!powercap.empty() && powercap != "off") {
@@ -221,7 +221,7 @@ class CpuBackend final : public sdk::Backend {
   // launch of its own to run steals from (launches are enqueued, and a worker takes those first),
   // so a big tile runs on as many workers as are idle, from one to all. Isolated: while it waits
   // for its blocks, the launching worker runs only those, never another launch in the middle.
-  bool parallel_tasks_ = true;
+  bool parallel_tasks_ = false;
   std::optional<cpu::RaplMeter> rapl_;  // option powercap ("off": none)
   host_blas::Split split_{[](size_t n, const std::function<void(size_t)>& body) {
     tbb::this_task_arena::isolate([&] {

@@ -5,6 +5,7 @@
 // the row.
 #include "../blas_check.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -140,6 +141,32 @@ TEST(CpuBlas, ConcurrentCallsAreExact) {
     wrong += bad;
   }
   EXPECT_EQ(wrong, 0u) << "of " << tasks << " gemms on two workers at once";
+}
+
+// With parallel_tasks, a big built-in call is cut into blocks that idle workers take: the result
+// is the whole call's (host_blas_test checks every kernel's blocks; this, the backend's path).
+TEST(CpuBlas, ParallelTasksGiveTheWholeCallsResult) {
+  Config c = test::cpu_config(2);
+  c.backends[0].options.push_back({"parallel_tasks", "true"});
+  Runtime rt(c);
+  constexpr size_t n = 300;  // 2 n^3 = 5.4e7 flops: cut into two blocks of rows
+  std::mt19937 g(11);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> a(n * n), b(n * n), cm(n * n, 0.0);
+  for (double& x : a) x = u(g);
+  for (double& x : b) x = u(g);
+  auto A = rt.wrap(a.data(), n, n), B = rt.wrap(b.data(), n, n), C = rt.wrap(cm.data(), n, n);
+  const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_NO_TRANS, HCR_TRANS};
+  rt.submit(Task(rt.kernel("gemm_f64")).read(A).read(B).write(C).param(p)).get();
+  C.acquire(Access::read).release();
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (size_t k = 0; k < n; ++k) want += a[i * n + k] * b[j * n + k];
+      worst = std::max(worst, std::abs(cm[i * n + j] - want));
+    }
+  EXPECT_LE(worst, 1e-10);
 }
 
 }  // namespace
