@@ -46,40 +46,8 @@ const char* op_name(BlasOp op) {
   return "?";
 }
 
-// The caller's parameter block of type T, or nullopt when it sent none (the defaults apply). It
-// must hold at least `min_size` bytes (the fields of the oldest version that has the kernel) and
-// say so in its struct_size; bytes past the caller's struct_size are not read: a field the caller
-// does not know keeps its zero, which each enumeration makes the BLAS default.
-template <class T>
-std::optional<T> read_params(const std::string& kname, const char* type, const hcr_launch_args_t& a,
-                             size_t min_size) {
-  if (a.params_size == 0) return std::nullopt;
-  const std::string expected = std::string("expected an ") + type + " of at least " +
-                               std::to_string(min_size) + " bytes";
-  if (a.params == nullptr || a.params_size < min_size)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameters: " +
-                                                std::to_string(a.params_size) + " bytes, " +
-                                                expected);
-  size_t declared = 0;
-  std::memcpy(&declared, a.params, sizeof declared);
-  if (declared < min_size || declared > a.params_size)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                kname + " parameters: struct_size = " + std::to_string(declared) +
-                    " in a block of " + std::to_string(a.params_size) + " bytes, " + expected);
-  T p{};
-  std::memcpy(static_cast<void*>(&p), a.params, std::min(declared, sizeof(T)));
-  return p;
-}
-
-// An enumeration field of a parameter block: 0 or 1, else the launch is refused naming it.
-bool flag(const std::string& kname, const char* field, int32_t v, const char* zero,
-          const char* one) {
-  if (v != 0 && v != 1)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameter " + field + " = " +
-                                                std::to_string(v) + ": must be " + zero +
-                                                " (0) or " + one + " (1)");
-  return v == 1;
-}
+using sdk::param_flag;
+using sdk::read_params;
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 cublasFillMode_t fill(bool upper) {
@@ -300,8 +268,8 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
                                                   HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
         c.alpha = p->alpha;
         c.beta = p->beta;
-        c.trans_a = flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
-        c.trans_b = flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
+        c.trans_a = param_flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
+        c.trans_b = param_flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
       }
       const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
       const uint64_t am = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
@@ -326,8 +294,8 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
                                                   HCR_SYRK_PARAMS_STRUCT_SIZE)) {
         c.alpha = p->alpha;
         c.beta = p->beta;
-        c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        c.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        c.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
       }
       const hcr_arg_t &A = a.args[0], &C = a.args[1];
       const uint64_t an = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
@@ -344,10 +312,10 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
       if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
                                                   HCR_TRSM_PARAMS_STRUCT_SIZE)) {
         c.alpha = p->alpha;
-        c.right = flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
-        c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        c.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-        c.unit = flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
+        c.right = param_flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
+        c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        c.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        c.unit = param_flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
       }
       const hcr_arg_t &A = a.args[0], &B = a.args[1];
       const uint64_t order = c.right ? B.cols : B.rows;
@@ -365,7 +333,7 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
       if (kernel.op == BlasOp::potrf)
         if (auto p = read_params<hcr_potrf_params_t>(kname, "hcr_potrf_params_t", a,
                                                      HCR_POTRF_PARAMS_STRUCT_SIZE))
-          c.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+          c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
       const hcr_arg_t& A = a.args[0];
       if (A.rows != A.cols)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,

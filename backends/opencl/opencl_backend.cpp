@@ -192,41 +192,8 @@ struct BlasParams {
   bool upper = false, right = false, unit = false;
 };
 
-// The caller's parameter block of type T, or nullopt when it sent none. It must hold at least
-// `min_size` bytes (the fields of the oldest version that has the kernel) and say so in its
-// struct_size; bytes past the caller's struct_size are not read: a field the caller does not know
-// keeps its zero, which each enumeration makes the BLAS default (an ABI 1.0 gemm block: no
-// transposes).
-template <class T>
-std::optional<T> read_params(const std::string& kname, const char* type, const hcr_launch_args_t& a,
-                             size_t min_size) {
-  if (a.params_size == 0) return std::nullopt;
-  const std::string expected = std::string("expected an ") + type + " of at least " +
-                               std::to_string(min_size) + " bytes";
-  if (a.params == nullptr || a.params_size < min_size)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameters: " +
-                                                std::to_string(a.params_size) + " bytes, " +
-                                                expected);
-  size_t declared = 0;
-  std::memcpy(&declared, a.params, sizeof declared);
-  if (declared < min_size || declared > a.params_size)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                kname + " parameters: struct_size = " + std::to_string(declared) +
-                    " in a block of " + std::to_string(a.params_size) + " bytes, " + expected);
-  T p{};
-  std::memcpy(static_cast<void*>(&p), a.params, std::min(declared, sizeof(T)));
-  return p;
-}
-
-// An enumeration field of a parameter block: 0 or 1, else the launch is refused naming it.
-bool flag(const std::string& kname, const char* field, int32_t v, const char* zero,
-          const char* one) {
-  if (v != 0 && v != 1)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " parameter " + field + " = " +
-                                                std::to_string(v) + ": must be " + zero +
-                                                " (0) or " + one + " (1)");
-  return v == 1;
-}
+using sdk::param_flag;
+using sdk::read_params;
 
 BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
   BlasParams r;
@@ -236,8 +203,8 @@ BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_arg
                                                   HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
         r.alpha = p->alpha;
         r.beta = p->beta;
-        r.trans_a = flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
-        r.trans_b = flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
+        r.trans_a = param_flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
+        r.trans_b = param_flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
       }
       break;
     case BlasOp::syrk:
@@ -245,18 +212,18 @@ BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_arg
                                                   HCR_SYRK_PARAMS_STRUCT_SIZE)) {
         r.alpha = p->alpha;
         r.beta = p->beta;
-        r.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        r.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        r.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        r.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
       }
       break;
     case BlasOp::trsm:
       if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
                                                   HCR_TRSM_PARAMS_STRUCT_SIZE)) {
         r.alpha = p->alpha;
-        r.right = flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
-        r.upper = flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        r.trans_a = flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-        r.unit = flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
+        r.right = param_flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
+        r.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
+        r.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
+        r.unit = param_flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
       }
       break;
   }

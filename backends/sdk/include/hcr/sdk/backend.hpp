@@ -257,6 +257,44 @@ struct DeviceInfo {
   double link_latency = 0;
 };
 
+/// A built-in kernel's parameter block of type T (plugin.h's hcr_*_params_t), or nullopt when the
+/// launch sent none (the defaults apply). It must hold at least `min_size` bytes (the fields of the
+/// oldest ABI version that has the kernel) and say so in its struct_size; bytes past the caller's
+/// struct_size are not read, so a field the caller does not know keeps its zero, which each
+/// enumeration makes the BLAS default (an ABI 1.0 gemm block: no transposes). `type` names T in
+/// the error ("hcr_gemm_params_t"), `kernel` the kernel.
+template <class T>
+std::optional<T> read_params(const std::string& kernel, const char* type,
+                             const hcr_launch_args_t& a, size_t min_size) {
+  if (a.params_size == 0) return std::nullopt;
+  const std::string expected = std::string("expected an ") + type + " of at least " +
+                               std::to_string(min_size) + " bytes";
+  if (a.params == nullptr || a.params_size < min_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kernel + " parameters: " +
+                                                std::to_string(a.params_size) + " bytes, " +
+                                                expected);
+  size_t declared = 0;
+  std::memcpy(&declared, a.params, sizeof declared);
+  if (declared < min_size || declared > a.params_size)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                kernel + " parameters: struct_size = " + std::to_string(declared) +
+                    " in a block of " + std::to_string(a.params_size) + " bytes, " + expected);
+  T p{};
+  std::memcpy(static_cast<void*>(&p), a.params, std::min(declared, sizeof(T)));
+  return p;
+}
+
+/// An enumeration field of a built-in's parameter block that is 0 or 1 (HCR_NO_TRANS/HCR_TRANS,
+/// HCR_LOWER/HCR_UPPER, ...): whether it is 1; any other value refuses the launch naming it.
+inline bool param_flag(const std::string& kernel, const char* field, int32_t v, const char* zero,
+                       const char* one) {
+  if (v != 0 && v != 1)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kernel + " parameter " + field + " = " +
+                                                std::to_string(v) + ": must be " + zero +
+                                                " (0) or " + one + " (1)");
+  return v == 1;
+}
+
 /// Calls the launch's or copy's done callback exactly once. `joules`: what the operation used
 /// above the device's idle draw, where the plugin knows it for the operation alone (< 0: not).
 inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double seconds = -1,
