@@ -348,10 +348,16 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         ma.bytes = b.bytes();
         hcr_error_t* err = dev.plugin->api->mem_alloc(dev.plugin->handle, &ma);
         if (err != nullptr || ma.memory == nullptr) {
+          // A device that is gone says so here too: it must be retired as lost (its data
+          // reported lost), not counted a memory fault toward quarantine.
+          const ErrorCode code =
+              err != nullptr && dev.plugin->api->error_code(err) == HCR_ERROR_DEVICE_LOST
+                  ? ErrorCode::device_lost
+                  : ErrorCode::out_of_memory;
           std::string msg = err ? take_error(dev.plugin->api, err) : "no allocation returned";
           t->transfer_error = std::make_exception_ptr(
-              Error(ErrorCode::out_of_memory, "allocating " + std::to_string(b.bytes()) +
-                                                  " bytes on '" + node.name + "': " + msg));
+              Error(code, "allocating " + std::to_string(b.bytes()) + " bytes on '" + node.name +
+                              "': " + msg));
           status = Status::failed;
           break;
         }

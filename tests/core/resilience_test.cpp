@@ -147,6 +147,24 @@ TEST(Resilience, ACopyFromALostDeviceIsNotTheReadersFault) {
   EXPECT_EQ(out.to_vector(), std::vector<float>{16.0f});
 }
 
+TEST(Resilience, ADeviceFoundLostByAnAllocationIsLostNotQuarantined) {
+  // The loss is found by mem_alloc: the first thing a write-only task needs on "doomed" after
+  // lost_at is memory there. The plugin's DEVICE_LOST must retire doomed as lost at once (not
+  // count a memory fault toward quarantine, which CI once saw under ThreadSanitizer's timing),
+  // and the task runs on apu.
+  Runtime rt(doomed_and_apu());
+  Kernel fill = fill_with_ones(rt);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past lost_at, nothing ran
+  auto x = rt.vector<float>(16, uninitialized);
+  Error e = test::expect_error([&] { rt.submit(Task(fill).write(x).on(0)).get(); });
+  EXPECT_NE(std::string(e.what()).find("mem_alloc refused"), std::string::npos) << e.what();
+  RuntimeStats s = rt.stats();
+  EXPECT_EQ(s.devices[0].health, DeviceHealth::lost) << s.devices[0].last_fault;
+  EXPECT_EQ(s.devices[1].health, DeviceHealth::active) << s.devices[1].last_fault;
+  rt.submit(Task(fill).write(x)).get();  // placed where it can run: apu
+  EXPECT_EQ(x.to_vector(), std::vector<float>(16, 1.0f));
+}
+
 TEST(Resilience, HungLaunchesTimeOutAndTheirTasksRunElsewhere) {
   // "dev0" never finishes a launch on its own; the runtime's task_timeout gives up on each one,
   // the task runs elsewhere, and after quarantine_failures hangs dev0 is out of scheduling with
