@@ -1,11 +1,13 @@
 // The CUDA backend plugin: one device per visible GPU (or those the `devices` option names), with
 // device memory, pinned host memory, asynchronous 2-D copies, the built-in BLAS kernels on cuBLAS
-// and cuSOLVER, native launcher functions and CUDA C++ source kernels compiled with NVRTC. Without
-// a driver or a GPU it loads and reports no devices, saying why through the host's log.
+// and cuSOLVER, native launcher functions, CUDA C++ source kernels compiled with NVRTC, and each
+// GPU's energy through NVML. Without a driver or a GPU it loads and reports no devices, saying why
+// through the host's log.
 #include "cuda_blas.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_libs.hpp"
+#include "nvml_meter.hpp"
 #include "nvrtc_cache.hpp"
 
 #include <hcr/sdk/backend.hpp>
@@ -133,7 +135,14 @@ class CudaBackend final : public sdk::Backend {
     const long long streams = ctx.options.get_int("streams", 2);
     const long long copy_threads = ctx.options.get_int("copy_threads", 0);
     std::string cache_dir = ctx.options.get("cache_dir", default_cache_dir());
+    // As the cpu backend's powercap: where the meter reads from, or "off" (or empty) for none.
+    std::string nvml = ctx.options.get("nvml", NvmlMeter::kDefaultLibrary);
     ctx.options.check_all_used();
+    if (nvml == "off") nvml.clear();
+    if (!nvml.empty() && nvml.find('/') != std::string::npos && nvml[0] != '/')
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  "option 'nvml' = '" + nvml + "': must be \"off\", a library name the loader "
+                  "searches (" + NvmlMeter::kDefaultLibrary + ") or an absolute path");
     if (streams < 1 || streams > 64)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   "option 'streams' = " + std::to_string(streams) + ": must be 1 to 64");
@@ -192,6 +201,12 @@ class CudaBackend final : public sdk::Backend {
                   std::to_string(g.multiprocessors) + " SMs");
       gpus_.push_back(
           std::make_unique<Gpu>(std::move(g), gpus_.size(), streams_, copy_threads_, host()));
+    }
+    // Opened now, not at the first reading: joules count from the plugin's creation.
+    if (!nvml.empty()) {
+      std::vector<int> metered;
+      for (auto& g : gpus_) metered.push_back(g->ordinal());
+      meter_ = std::make_unique<NvmlMeter>(nvml, metered, host());
     }
   }
 
@@ -514,6 +529,17 @@ class CudaBackend final : public sdk::Backend {
 
   void synchronize(size_t device) override { gpu(device).wait_idle(); }
 
+  // NVML, where the driver's library is there and knows the device (measured: the whole board).
+  bool device_energy(size_t device, hcr_energy_reading_t& r) override {
+    NvmlMeter::Reading m;
+    if (!meter_ || !meter_->read(device, m)) return false;
+    r.source = HCR_ENERGY_MEASURED;
+    r.joules = m.joules;
+    r.watts = m.watts;
+    r.resolution = m.resolution;
+    return true;
+  }
+
   std::optional<double> estimate(const hcr_launch_args_t& a) override {
     auto* k = reinterpret_cast<CudaKernel*>(a.kernel);
     if (k == nullptr || k->magic != kKernelMagic || k->kind != KernelKind::blas ||
@@ -818,6 +844,7 @@ class CudaBackend final : public sdk::Backend {
   uint32_t copy_threads_ = 0;  // 0: automatic
   std::unique_ptr<NvrtcCache> cache_;          // destroyed after the devices
   std::vector<std::unique_ptr<Gpu>> gpus_;
+  std::unique_ptr<NvmlMeter> meter_;  // null: no meter (option nvml off, or no device)
   std::mutex alloc_mutex_;
   std::unordered_set<DeviceMemory*> memory_;  // live device allocations
   std::unordered_set<void*> pinned_;          // live host_alloc blocks

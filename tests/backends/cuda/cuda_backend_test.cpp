@@ -68,6 +68,8 @@ TEST(CudaPlugin, BadOptionsAreRefusedNamingThem) {
            std::tuple{"devices", "0,0", "names device 0 twice"},
            std::tuple{"cache_dir", "relative/dir", "must be an absolute path"},
            std::tuple{"copy_threads", "-1", "option 'copy_threads' = -1"},
+           std::tuple{"nvml", "lib/libnvidia-ml.so.1",
+                      "option 'nvml' = 'lib/libnvidia-ml.so.1': must be \"off\""},
        }) {
     // A mistake in the table is the configuration's: the runtime does not start, and says where.
     Error e = test::expect_error([&] { Runtime rt(cuda_config({{key, value}})); });
@@ -94,7 +96,8 @@ TEST(CudaPlugin, GoodOptionsAreAccepted) {
   Runtime rt(cuda_config({{"streams", "3"},
                           {"devices", "all"},
                           {"cache_dir", dir.path().string()},
-                          {"copy_threads", "2"}}));
+                          {"copy_threads", "2"},
+                          {"nvml", "off"}}));
   const std::optional<PluginRecord> r = record(rt, "cuda");
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, PluginRecord::Status::loaded) << r->reason;

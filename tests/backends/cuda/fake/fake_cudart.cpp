@@ -10,6 +10,8 @@
 // the image must be one NVRTC produced (an ELF cubin or PTX) that names the kernel.
 //
 // The number of devices: HCR_FAKE_CUDA_DEVICES (default 2), 1 GiB each, compute capability 9.0.
+// Device d sits at PCI bus id 0000:<0x17 + 0x20·d>:00.0 (0000:17:00.0, 0000:37:00.0, ...), which
+// the fake NVML (fake_nvml.cpp) lists in another order.
 // Even-numbered devices have stream-ordered memory pools (cudaMallocAsync), odd ones do not, so
 // that both allocation paths of the plugin run.
 #include <cuda_runtime_api.h>
@@ -324,6 +326,16 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxGridSize[0] = 2147483647;
   prop->maxGridSize[1] = 65535;
   prop->maxGridSize[2] = 65535;
+  prop->pciDomainID = 0;
+  prop->pciBusID = 0x17 + 0x20 * device;
+  prop->pciDeviceID = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len, int device) {
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+  if (bus_id == nullptr || len < 13) return fail(cudaErrorInvalidValue);
+  std::snprintf(bus_id, static_cast<size_t>(len), "0000:%02X:00.0", 0x17 + 0x20 * device);
   return cudaSuccess;
 }
 
