@@ -600,6 +600,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   try {
     TempDir tmp;
+    // Made (or refused) now, not when the first chart is written after minutes of runs.
+    if (!set.gantt_dir.empty()) std::filesystem::create_directories(set.gantt_dir);
     std::printf("dag_bench: %zu cases, policies:", cases.size());
     for (const std::string& p : policies) std::printf(" %s", p.c_str());
     std::printf("; %d first and %d warm run(s) each after %d training run(s); seed %llu; %s\n",

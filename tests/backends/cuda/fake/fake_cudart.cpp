@@ -79,8 +79,12 @@ std::set<std::pair<int, int>> g_peers;
 std::set<CUstream_st*> g_streams;
 std::atomic<int> g_sticky{cudaSuccess};
 std::atomic<long> g_live{0};  // streams, events, libraries and cuBLAS handles not yet destroyed
-thread_local int t_device = 0;
-thread_local cudaError_t t_last = cudaSuccess;
+// Static TLS (initial-exec), as a real runtime's would be in a library loaded with the process:
+// this one is loaded with the plugin and unloaded when the runtime ends, and LeakSanitizer's scan
+// at exit read the freed dynamic TLS block of the unloaded library and crashed
+// ("Tracer caught signal 11", FakeCuda/CudaRuntime.TiledGemmMovesItsDataThroughTheDataManager).
+__attribute__((tls_model("initial-exec"))) thread_local int t_device = 0;
+__attribute__((tls_model("initial-exec"))) thread_local cudaError_t t_last = cudaSuccess;
 constexpr uint64_t kDeviceMemory = uint64_t{1} << 30;
 
 int device_count() {
