@@ -114,6 +114,12 @@ constexpr size_t kArchs = 16;
 constexpr size_t kConsumers = 8;
 // peft: tasks a window plan covers at most.
 constexpr size_t kWindowTasks = 2048;
+// How much sooner a plan that spreads the window must be predicted to finish than the best single
+// device before it is followed. A spread plan runs later than predicted (copies and orders it does
+// not model: dag_bench's warm runs of spread plans came 10-25% over their prediction, single-device
+// ones within a few per cent), so a smaller predicted gain is no gain: on slowlink/lu a plan 6%
+// ahead of the host CPU alone ran 20% behind it.
+constexpr double kSpreadGain = 0.10;
 // peft: queued tasks a device looks at for one whose inputs are there already.
 constexpr size_t kReadyWindow = 4;
 // Automatic priorities: a user priority u ranks as u * kLevels + the rank's level, so that any
@@ -674,8 +680,12 @@ class Dmda final : public Policy {
     return s < KernelPairs::kSlots ? costs[s].exec : -1;
   }
 
+  // `prefer`: a device the window plan chose; taken unless the best finishes sooner by more than
+  // kPlanSlack of the time from now to the preferred device's finish.
+  static constexpr double kPlanSlack = 0.25;
   Choice choose_peft(TaskRef t, const KernelPairs& pairs, double now,
-                     bool estimates, const std::bitset<kMaxDevices>* capable) {
+                     bool estimates, const std::bitset<kMaxDevices>* capable,
+                     DeviceId prefer = kAnyDevice) {
     const int prio = t.priority();
     const DeviceId count = ctx_->device_count();
     std::bitset<kMaxDevices> asked;
@@ -693,8 +703,8 @@ class Dmda final : public Policy {
     Lookahead ahead;
     lookahead(t, ahead);
 
-    Choice best;
-    double best_score = INFINITY;
+    Choice best, preferred;
+    double best_score = INFINITY, preferred_score = INFINITY;
     // The energy objectives weigh each device's finish against the task's predicted joules.
     std::array<Option, kMaxDevices> options;
     size_t n_options = 0;
@@ -706,15 +716,23 @@ class Dmda final : public Policy {
       const Hot& dev = hot_[d];
       const double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
       // Copies only delay: a device that cannot win without them is not asked for them.
-      if (by_time && ready + exec + ahead.cost(dev.node) >= best_score) continue;
+      if (by_time && d != prefer && ready + exec + ahead.cost(dev.node) >= best_score) continue;
       const double in = arrival(t, d, ins, n_in, extra, now, /*book=*/false);
       const double finish = std::max(ready, in) + exec;
       const double score = finish + ahead.cost(dev.node);
       if (!by_time) options[n_options++] = {d, finish, score, exec, in - now};
+      if (d == prefer) {
+        preferred_score = score;
+        preferred = {d, exec, in - now};
+      }
       if (score < best_score) {
         best_score = score;
         best = {d, exec, in - now};
       }
+    }
+    if (preferred.device != kAnyDevice &&
+        best_score >= preferred_score - kPlanSlack * (preferred_score - now)) {
+      return preferred;
     }
     if (by_time || best.device == kAnyDevice) return best;
     return by_energy(t, pairs, now, best_score, {options.data(), n_options}, best);
@@ -891,7 +909,21 @@ class Dmda final : public Policy {
     const uint64_t verdict = verdict_.load(std::memory_order_acquire);
     if (!verdict_fresh(verdict)) return {};
     const int d = static_cast<int>(verdict & 0xffff) - 1;  // -1: spread
-    if (d < 0 || static_cast<DeviceId>(d) >= ctx_->device_count() || !capable[d]) return {};
+    if (d < 0) {
+      // Spreading: the device the plan gave this task, unless placing it by its own finish now
+      // does clearly better (the plan's predictions have drifted from what happened).
+      DeviceId p = kAnyDevice;
+      {
+        std::lock_guard<std::mutex> lock(planned_mutex_);
+        if (auto it = planned_.find(t.node()); it != planned_.end()) {
+          p = it->second;
+          planned_.erase(it);
+        }
+      }
+      if (p == kAnyDevice || p >= ctx_->device_count() || !capable[p]) return {};
+      return choose_peft(t, pairs, now, /*estimates=*/true, &capable, p);
+    }
+    if (static_cast<DeviceId>(d) >= ctx_->device_count() || !capable[d]) return {};
     uint64_t can[2];
     words_of(capable, can);
     ArchCosts costs;
@@ -1034,8 +1066,16 @@ class Dmda final : public Policy {
     }
     running.unlock();
     plan_epoch_.store(model_epoch_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    const Plan best = best_plan(in);
+    const Plan best = best_plan(in, kSpreadGain);
     const uint64_t single = best.rule == Plan::Rule::single ? best.single + 1 : 0;
+    {
+      std::lock_guard<std::mutex> lock(planned_mutex_);
+      planned_.clear();
+      if (single == 0)
+        for (size_t i = 0; i < window.size(); ++i)
+          if (fixed[i] < 0 && best.device[i] >= 0)
+            planned_[window[i].node()] = static_cast<DeviceId>(best.device[i]);
+    }
     const uint64_t made = static_cast<uint32_t>(ctx_->submitted());
     verdict_.store((made << 32) |
                        (std::min<uint64_t>(window.size(), 0xffff) << 16) | single,
@@ -1094,6 +1134,14 @@ class Dmda final : public Policy {
   // device it waits for would even start it: queues placed on old predictions (a device that
   // slowed down since) drain to where the work now goes faster.
   TaskRef steal(DeviceId d) {
+    // peft: while the plan keeps the graph on one device, another device steals nothing from it:
+    // each task it took would send its results back over the links the plan chose to spare.
+    if (peft_) {
+      const uint64_t verdict = verdict_.load(std::memory_order_acquire);
+      if (verdict_fresh(verdict) && (verdict & 0xffff) != 0 &&
+          static_cast<DeviceId>((verdict & 0xffff) - 1) != d)
+        return {};
+    }
     std::vector<std::pair<int64_t, DeviceId>> victims;
     for (DeviceId v = 0, n = ctx_->device_count(); v < n; ++v)
       if (v != d && devs_[v]->queue.size() > 0)
@@ -1117,6 +1165,13 @@ class Dmda final : public Policy {
       const double now = ctx_->now();
       double copies = peft_ ? arrival(t, d, now, /*book=*/false) - now : copy_in(t, d);
       double finish_here = (here.known() ? here.seconds : INFINITY) + copies;
+      if (peft_ && here.known() && finish_here < finish_there) {
+        // What each side leaves the task's readers: its results copied to where they run.
+        Lookahead ahead;
+        lookahead(t, ahead);
+        finish_here += ahead.cost(hot_[d].node);
+        finish_there += ahead.cost(hot_[v].node);
+      }
       if (here.known() && finish_here < finish_there && worth_its_energy(t, pairs, d, v, here,
                                                                          there, finish_here,
                                                                          finish_there)) {
@@ -1399,6 +1454,10 @@ class Dmda final : public Policy {
   std::atomic<uint64_t> verdict_{0};
   // (kernel, architecture) pairs measured for the first time so far, and when the plan was made.
   std::atomic<uint64_t> model_epoch_{0}, plan_epoch_{0};
+  // While the plan spreads: the device it gave each task of its window not placed yet, taken by
+  // the task's push (a task placed again, or one of an older plan, decides alone).
+  std::mutex planned_mutex_;
+  std::unordered_map<const void*, DeviceId> planned_;
   std::shared_mutex gate_;  // exclusive: a plan walks the window; shared: a device takes a task
   struct Running {
     TaskRef task;
