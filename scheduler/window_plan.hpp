@@ -68,7 +68,8 @@ struct Plan {
 Plan plan_window(const PlanInput& in, Plan::Rule rule, uint32_t single = 0);
 
 /// The plan the peft policy follows: the shortest of HEFT, PEFT and every single device — a single
-/// device unless spreading is predicted to finish at least `spread_gain` (a fraction) sooner.
+/// device unless spreading is predicted to finish at least `spread_gain` (a fraction) sooner (the
+/// policy asks for 10%, dmda.cpp's kSpreadGain).
 Plan best_plan(const PlanInput& in, double spread_gain = 0.05);
 
 }  // namespace hcr::sched
