@@ -324,6 +324,49 @@ TEST(Peft, AGraphStaysOnOneDeviceWhenSpreadingDoesNotPay) {
   EXPECT_EQ(fork_join_devices("peft").size(), 1u);
 }
 
+// Where the window plan spreads, a task goes where the plan put it, not where its own earliest
+// finish alone would. Two host-memory devices: "a" runs each task in 20 ms; "b" runs l in 60 ms
+// and s in 45 ms. A root r, then a chain l1 -> l2 -> l3 beside a lone s. Placed when ready, s
+// finishes first on a (20 ms behind l1, 40 ms against 45 on b) and delays l2 and l3 behind it:
+// 80 ms. The plan keeps a for the chain and puts s on b: 60 ms.
+int lone_task_device(const std::string& policy) {
+  Options o;
+  device(o, 0, "a", "1000", true);
+  device(o, 1, "b", "1000", true);
+  o.push_back({"device.1.factors.l", "0.333333"});
+  o.push_back({"device.1.factors.s", "0.444444"});
+  o.push_back({"kernel.r.flops", "1e8"});
+  o.push_back({"kernel.l.flops", "1e10"});
+  o.push_back({"kernel.s.flops", "1e10"});
+  o.push_back({"flops_per_byte", "0"});
+  Runtime rt(sim(o, policy));
+  Kernel r = rt.kernel("r").cpu([](TaskContext&) {});
+  Kernel l = rt.kernel("l").cpu([](TaskContext&) {});
+  Kernel s = rt.kernel("s").cpu([](TaskContext&) {});
+  auto v = [&] { return rt.vector<float>(4); };
+  for (int i = 0; i < 6; ++i) {  // warm: each kernel measured on both devices, no graph planned
+    for (const Kernel* k : {&r, &l, &s}) rt.submit(Task(*k).read(v()).write(v()).on(i % 2));
+    rt.wait_all();
+  }
+  auto in = v(), x = v(), z = v(), y1 = v(), y2 = v();
+  Event lone;
+  {
+    auto hold = in.acquire(Access::write);  // r is ready once the whole graph is submitted
+    rt.submit(Task(r).read(in).write(x).write(z));
+    rt.submit(Task(l).read(x).write(y1));
+    lone = rt.submit(Task(s).read(z).write(v()));
+    rt.submit(Task(l).read(y1).write(y2));
+    rt.submit(Task(l).read(y2).write(v()));
+  }
+  rt.wait_all();
+  return lone.device();
+}
+
+TEST(Peft, ASpreadingPlansDevicesAreFollowed) {
+  EXPECT_EQ(lone_task_device("dmdas"), 0) << "the earliest finish puts s on the fast device";
+  EXPECT_EQ(lone_task_device("peft"), 1) << "the plan keeps the fast device for the chain";
+}
+
 // A cold start (empty model) of 10 kernels on a machine whose third architecture is 20x slower:
 // the slow device is explored for a speed ratio, not for each (kernel, architecture) pair.
 TEST(Peft, ColdStartExploresAnArchitectureNotEachKernel) {
