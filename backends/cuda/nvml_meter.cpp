@@ -149,8 +149,11 @@ bool NvmlMeter::read(size_t device, Reading& out) {
     // reloaded, which NVML handles should not survive) restarts from its new value.
     if (total_energy_(g.handle, &mj) == nvml::kSuccess) {
       if (mj > g.last_mj) {
+        // Summed in millijoules, converted once: thousands of small increments added as doubles
+        // drift from the counter's own figure.
         const double added = static_cast<double>(mj - g.last_mj) * 1e-3;
-        g.joules += added;
+        g.counted_mj += mj - g.last_mj;
+        g.joules = static_cast<double>(g.counted_mj) / 1000.0;
         // No power sample: the draw over the interval since the counter last moved, as RAPL's.
         if (!sampled) {
           const double dt = seconds(now - g.change_time);

@@ -68,6 +68,7 @@ class NvmlMeter {
     nvml::Device handle = nullptr;  ///< null: no meter for this device
     bool counter = false;           ///< the total-energy counter works (else power is integrated)
     uint64_t last_mj = 0;           ///< the counter at the previous reading
+    uint64_t counted_mj = 0;        ///< the counter's increments since the start, summed exactly
     double joules = 0;              ///< since the start
     double watts = -1;              ///< the last power sample (W)
     std::chrono::steady_clock::time_point last_time;  ///< of the previous reading
