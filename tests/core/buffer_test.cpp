@@ -190,31 +190,41 @@ TEST(AsyncAccess, TakesItsPlaceInOrderAndIsReleasedFromAnotherThread) {
   EXPECT_EQ(b.to_vector()[0], 1007);  // the later task saw what the access wrote
 }
 
+// The callbacks below hand their access to the test thread through a promise: they may run on a
+// runtime thread.
+template <class T>
+auto handoff(std::promise<AsyncAccess<T>>& p) {
+  return [&p](AsyncAccess<T> a) { p.set_value(std::move(a)); };
+}
+
 TEST(AsyncAccess, ReadersShareAndAccessesOfOneThreadDoNotConflict) {
+  using namespace std::chrono_literals;
   Runtime rt(test::cpu_config(1));
   auto b = rt.vector<int32_t>(4);
   // Two writes from one thread: the blocking acquire would refuse the second (it would wait for
   // itself); an async access holds no thread, so the second simply waits for the first.
-  std::optional<AsyncAccess<int32_t>> first, second;
-  b.acquire_async(Access::write, [&](AsyncAccess<int32_t> a) { first.emplace(std::move(a)); });
-  b.acquire_async(Access::write, [&](AsyncAccess<int32_t> a) { second.emplace(std::move(a)); });
-  ASSERT_TRUE(first.has_value());  // nothing was in its way: granted before acquire_async returned
-  EXPECT_FALSE(second.has_value());
-  first->data()[0] = 11;
-  first->release();
-  ASSERT_TRUE(second.has_value());  // granted by the first's release
-  EXPECT_EQ(second->data()[0], 11);
-  second->data()[1] = 12;
-  second.reset();  // the destructor releases
+  std::promise<AsyncAccess<int32_t>> p1, p2;
+  b.acquire_async(Access::write, handoff(p1));
+  b.acquire_async(Access::write, handoff(p2));
+  std::future<AsyncAccess<int32_t>> f2 = p2.get_future();
+  AsyncAccess<int32_t> first = p1.get_future().get();
+  EXPECT_EQ(f2.wait_for(0s), std::future_status::timeout);  // held by the first
+  first.data()[0] = 11;
+  first.release();
+  {
+    AsyncAccess<int32_t> second = f2.get();  // granted by the first's release
+    EXPECT_EQ(second.data()[0], 11);
+    second.data()[1] = 12;
+  }  // the destructor releases
   std::atomic<int> reads{0};
   Kernel rd = rt.kernel("rd").cpu([&](TaskContext&) { reads.fetch_add(1); });
-  std::optional<AsyncAccess<int32_t>> reader;
-  b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) { reader.emplace(std::move(a)); });
-  ASSERT_TRUE(reader.has_value());
+  std::promise<AsyncAccess<int32_t>> p3;
+  b.acquire_async(Access::read, handoff(p3));
+  AsyncAccess<int32_t> reader = p3.get_future().get();
   rt.submit(Task(rd).read(b)).get();  // a read does not wait for an async read
   EXPECT_EQ(reads.load(), 1);
-  EXPECT_EQ(reader->data()[1], 12);
-  reader->release();
+  EXPECT_EQ(reader.data()[1], 12);
+  reader.release();
   rt.wait_all();
 }
 
@@ -222,34 +232,30 @@ TEST(AsyncAccess, ReleaseWithAnErrorFailsWhatReadsItsData) {
   Runtime rt(test::cpu_config(1));
   auto b = rt.vector<int32_t>(1);
   Kernel rd = rt.kernel("rd").cpu([](TaskContext&) {});
-  std::optional<AsyncAccess<int32_t>> w;
-  b.acquire_async(Access::write, [&](AsyncAccess<int32_t> a) { w.emplace(std::move(a)); });
-  ASSERT_TRUE(w.has_value());
+  std::promise<AsyncAccess<int32_t>> pw;
+  b.acquire_async(Access::write, handoff(pw));
+  AsyncAccess<int32_t> w = pw.get_future().get();
   Event reader = rt.submit(Task(rd).read(b));
-  std::exception_ptr seen;
-  bool called = false;
-  b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) {
-    called = true;
-    EXPECT_FALSE(a.ok());
-    EXPECT_EQ(a.data(), nullptr);
-    seen = a.error();
-    a.release();  // a no-op on a failed access
-  });
-  w->release(std::make_exception_ptr(Error(ErrorCode::communication, "receive from rank 3 failed")));
+  std::promise<AsyncAccess<int32_t>> pr;
+  b.acquire_async(Access::read, handoff(pr));
+  w.release(std::make_exception_ptr(Error(ErrorCode::communication, "receive from rank 3 failed")));
   Error e = test::expect_error([&] { reader.get(); });
   EXPECT_EQ(e.code(), ErrorCode::dependency);
   EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
-  ASSERT_TRUE(called);
-  ASSERT_TRUE(seen);
-  e = test::expect_error([&] { std::rethrow_exception(seen); });
+  AsyncAccess<int32_t> failed = pr.get_future().get();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(failed.data(), nullptr);
+  failed.release();  // a no-op on a failed access
+  ASSERT_TRUE(failed.error());
+  e = test::expect_error([&] { std::rethrow_exception(failed.error()); });
   EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
   // A write after the failure starts anew: it does not read the failed data.
-  std::optional<AsyncAccess<int32_t>> again;
-  b.acquire_async(Access::write, [&](AsyncAccess<int32_t> a) { again.emplace(std::move(a)); });
-  ASSERT_TRUE(again.has_value());
-  EXPECT_TRUE(again->ok());
-  again->data()[0] = 5;
-  again->release();
+  std::promise<AsyncAccess<int32_t>> pa;
+  b.acquire_async(Access::write, handoff(pa));
+  AsyncAccess<int32_t> again = pa.get_future().get();
+  EXPECT_TRUE(again.ok());
+  again.data()[0] = 5;
+  again.release();
   EXPECT_EQ(b.to_vector()[0], 5);
 }
 
@@ -271,15 +277,14 @@ TEST(AsyncAccess, AFailedWriterGivesTheCallbackItsError) {
 
 TEST(AsyncAccess, TheRuntimesEndEndsAnAccessNeverReleased) {
   test::LogCapture log(LogLevel::warn);
+  std::promise<AsyncAccess<int32_t>> granted;
   std::optional<AsyncAccess<int32_t>> held;
   std::promise<std::exception_ptr> queued;
-  Buffer<int32_t> kept;
   {
     Runtime rt(test::cpu_config(1));
     auto b = rt.vector<int32_t>(8);
-    kept = b;
-    b.acquire_async(Access::write, [&](AsyncAccess<int32_t> a) { held.emplace(std::move(a)); });
-    ASSERT_TRUE(held.has_value());
+    b.acquire_async(Access::write, handoff(granted));
+    held.emplace(granted.get_future().get());
     b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) { queued.set_value(a.error()); });
   }  // would wait forever for `held` if the runtime did not end it
   EXPECT_TRUE(log.contains("acquire_async access (write) of a 1x8 i32 buffer is unreleased"));

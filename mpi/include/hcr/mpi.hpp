@@ -224,9 +224,10 @@ class HCR_MPI_API Cluster {
   }
   int owner(const hcr::detail::BufferState* b) const;
 
-  /// Submits `task` (consumed): this rank runs it if it is the executor (the Event is its local
-  /// task's), posts the sends and receives it takes part in, and records the new versions. A
-  /// rank that does not run it gets an empty Event.
+  /// Submits `task` (left as it was: it may be submitted again): this rank runs it if it is the
+  /// executor (the Event is its local task's), posts the sends and receives it takes part in, and
+  /// records the new versions. A rank that does not run it gets an empty Event. Throws Error
+  /// (invalid_argument) for a buffer never distributed or an on_rank outside the ranks.
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
 
