@@ -69,7 +69,9 @@ if [ "$mode" = run ]; then
 fi
 
 # Sanitizer builds: -O1 with debug information and frame pointers (readable reports), no
-# benchmarks or samples. The options each test runs with (UBSan and LSan reports fatal, the
+# benchmarks or samples. The hcr::mpi tests (label mpi, under mpirun) run in the ASan build too:
+# their leak check runs before MPI_Finalize, with Open MPI's libraries suppressed
+# (tests/sanitizers/lsan_openmpi.supp). The options each test runs with (UBSan and LSan reports fatal, the
 # suppressions in tests/sanitizers/) come from the test properties (tests/CMakeLists.txt). A test
 # that hangs fails after 10 minutes rather than running into CI's limit.
 san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g"
