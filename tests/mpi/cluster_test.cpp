@@ -387,6 +387,31 @@ TEST(Cluster, MisuseIsRefusedWithTheValueAtFault) {
   cl.wait_all();
 }
 
+TEST(Cluster, BlockCyclicHelpersAssignOwnersInRegistrationOrder) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  const size_t n = static_cast<size_t>(cl.size());
+  auto a = rt.buffer<float>(12, 16), b = rt.buffer<float>(12, 16), c = rt.buffer<float>(12, 16);
+  Tiles<float> ta = a.partition(4, 4), tb = b.partition(4, 4), tc = c.partition(4, 4);  // 3x4
+  cl.distribute_1d(ta);
+  cl.distribute_1d(tb, /*by_rows=*/true);
+  const int p = cl.size() >= 4 ? 2 : 1, q = cl.size() / p;
+  cl.distribute_2d(tc, p, q);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j = 0; j < 4; ++j) {
+      EXPECT_EQ(cl.owner(ta(i, j)), static_cast<int>((i * 4 + j) % n)) << i << "," << j;
+      EXPECT_EQ(cl.owner(tb(i, j)), static_cast<int>((i + j * 3) % n)) << i << "," << j;
+      EXPECT_EQ(cl.owner(tc(i, j)), static_cast<int>(i % static_cast<size_t>(p)) * q +
+                                        static_cast<int>(j % static_cast<size_t>(q)));
+    }
+  auto d = rt.buffer<float>(4, 4);
+  Tiles<float> td = d.partition(2, 2);
+  Error e = test::expect_error([&] { cl.distribute_2d(td, cl.size(), 2); });
+  EXPECT_NE(std::string(e.what()).find("does not fit the " + std::to_string(cl.size()) + " ranks"),
+            std::string::npos) << e.what();
+  cl.wait_all();
+}
+
 // The ranks of this node split its cores: shares add up to the node's cores (or each keeps the
 // cores the launcher bound it to), cuda gets its share of GPUs, explicit options are kept.
 TEST(Cluster, SplitNodeSharesCoresAndGpus) {
