@@ -6,6 +6,8 @@
 #include "../test_support.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <map>
 #include <random>
 #include <set>
@@ -13,6 +15,32 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
+#endif
+
+// Allocations made by the thread that counts them (Cluster.ARankNotInvolvedSkipsATaskWithout
+// Allocating): every operator new of the program comes here, and goes on to malloc. Not in
+// sanitizer builds, whose runtimes own operator new (libraries would pair theirs with our delete).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HCR_TEST_COUNTS_ALLOCATIONS 0
+#else
+#define HCR_TEST_COUNTS_ALLOCATIONS 1
+#endif
+namespace {
+thread_local bool counting_allocations = false;
+thread_local uint64_t allocations = 0;
+}  // namespace
+#if HCR_TEST_COUNTS_ALLOCATIONS
+void* operator new(size_t n) {
+  if (counting_allocations) ++allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+// (GCC 12 takes a replaced delete's free for a mismatch with the new it replaces.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 #endif
 
 namespace hcr {
@@ -368,6 +396,30 @@ TEST(Cluster, AFailedWriterFailsItsRemoteReader) {
   if (cl.rank() == 0) {
     EXPECT_EQ(test::expect_error([&] { w.get(); }).code(), ErrorCode::invalid_argument);
   }
+}
+
+// A rank that neither runs a task nor sends or receives for it only updates its record: no
+// allocation (the task builder keeps arguments and parameters inline, the lookup allocates
+// nothing).
+TEST(Cluster, ARankNotInvolvedSkipsATaskWithoutAllocating) {
+  if (!HCR_TEST_COUNTS_ALLOCATIONS) GTEST_SKIP() << "sanitizer builds replace operator new";
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  Kernel mix = mix_kernel(rt);
+  auto x = cl.buffer<int64_t>(1, 4, 0);
+  auto y = cl.buffer<int64_t>(1, 4, 0);
+  auto z = cl.buffer<int64_t>(1, 4, 0);
+  constexpr int kTasks = 1000;
+  allocations = 0;
+  if (cl.rank() != 0) counting_allocations = true;  // rank 0 runs them (it allocates tasks)
+  for (int i = 0; i < kTasks; ++i)
+    cl.submit(mpi::Task(mix).read_write(x).read(y).read(z).param(uint64_t{1}).param(uint64_t{0}));
+  counting_allocations = false;
+  if (cl.rank() != 0) {
+    EXPECT_EQ(allocations, 0u);
+    EXPECT_EQ(cl.stats().tasks_skipped, static_cast<uint64_t>(kTasks));
+  }
+  cl.wait_all();
 }
 
 TEST(Cluster, MisuseIsRefusedWithTheValueAtFault) {

@@ -60,7 +60,9 @@ namespace hcr::mpi {
 /// Knobs of the layer; every rank must pass the same values.
 struct Options {
   /// A receive granted locally whose data has not come, or a send not taken by its peer, for
-  /// longer than this fails its access with ErrorCode::communication naming the peer rank.
+  /// longer than this fails its access with ErrorCode::communication naming the peer rank. A
+  /// receive's clock starts when its replica is free to take the data, so the timeout must exceed
+  /// the longest a peer may compute before it sends.
   std::chrono::milliseconds timeout{60000};
   /// Memory for data that arrives before its receive can take it (an early arrival): beyond
   /// it, payloads wait in MPI until memory frees. One message is always let in when none is held.
