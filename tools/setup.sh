@@ -30,6 +30,7 @@ packages=(
   libopenblas-pthread-dev                                # the cpu and sim backends' own BLAS
   liblapacke-dev                                         # linalg_bench: LAPACKE_?potrf baseline
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
+  libopenmpi-dev openmpi-bin                             # hcr::mpi and its tests (mpirun)
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
@@ -68,7 +69,9 @@ if [ "$mode" = run ]; then
 fi
 
 # Sanitizer builds: -O1 with debug information and frame pointers (readable reports), no
-# benchmarks or samples. The options each test runs with (UBSan and LSan reports fatal, the
+# benchmarks or samples. The hcr::mpi tests (label mpi, under mpirun) run in the ASan build too:
+# their leak check runs before MPI_Finalize, with Open MPI's libraries suppressed
+# (tests/sanitizers/lsan_openmpi.supp). The options each test runs with (UBSan and LSan reports fatal, the
 # suppressions in tests/sanitizers/) come from the test properties (tests/CMakeLists.txt). A test
 # that hangs fails after 10 minutes rather than running into CI's limit.
 san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g"
@@ -81,8 +84,9 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 # (policies_test; peft_test: its plan gate and registry of running tasks), the CPU backend on oneTBB (cpu_backend_test) and the simulated backend
 # (sim_backend_test). Left out: the single-threaded ones (plugin loader and ABI, config, cost
 # model, trace, blas shapes), the OpenCL tests and conformance_test, which run PoCL's
-# uninstrumented LLVM-built kernels on threads TSan cannot follow, and the CUDA tests (no toolkit
-# in CI). The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
+# uninstrumented LLVM-built kernels on threads TSan cannot follow, the CUDA tests (no toolkit
+# in CI), and the hcr::mpi tests (label mpi: Open MPI's uninstrumented progress and shared-memory
+# transport threads; the layer's own threading meets TSan through buffer_test's async accesses). The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
 tsan_tests=(dependency_test stress_test runtime_test buffer_test kernel_test data_test
   resilience_test hotplug_test policies_test peft_test cpu_backend_test sim_backend_test)
 

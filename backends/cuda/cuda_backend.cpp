@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -73,10 +74,26 @@ std::string default_cache_dir() {
   return {};
 }
 
-// "0,2" -> {0, 2}; "" or "all" -> {} (every device).
+// "share:K/N" (hcr::mpi::split_node: local rank K of N on a node): K and N; nullopt for any other
+// form. Throws on a malformed share.
+std::optional<std::pair<int, int>> parse_share(const std::string& text) {
+  if (text.rfind("share:", 0) != 0) return std::nullopt;
+  int k = -1, n = -1;
+  char slash = 0;
+  std::istringstream in(text.substr(6));
+  in >> k >> slash >> n;
+  if (!in || slash != '/' || !in.eof() || n < 1 || n > 4096 || k < 0 || k >= n)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                "option 'devices' = '" + text +
+                    "': a share is \"share:K/N\" with 0 <= K < N (local rank K of N)");
+  return std::pair{k, n};
+}
+
+// "0,2" -> {0, 2}; "" or "all" or a share -> {} (every device; a share is applied once the count is
+// known).
 std::vector<int> parse_devices(const std::string& text) {
   std::vector<int> out;
-  if (text.empty() || text == "all") return out;
+  if (text.empty() || text == "all" || parse_share(text)) return out;
   std::stringstream ss(text);
   for (std::string item; std::getline(ss, item, ',');) {
     item.erase(0, item.find_first_not_of(" \t"));
@@ -187,8 +204,15 @@ class CudaBackend final : public sdk::Backend {
       return;
     }
     std::vector<int> ordinals = wanted;
-    if (ordinals.empty())
+    if (const auto share = parse_share(devices)) {
+      // Local rank K of N takes the GPUs whose ordinal is K modulo N; with fewer GPUs than ranks,
+      // ranks share them (GPU K % count).
+      const auto [k, n] = *share;
+      for (int i = k; i < count; i += n) ordinals.push_back(i);
+      if (ordinals.empty()) ordinals.push_back(k % count);
+    } else if (ordinals.empty()) {
       for (int i = 0; i < count; ++i) ordinals.push_back(i);
+    }
     for (int o : ordinals)
       if (o >= count)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,

@@ -135,6 +135,37 @@ void buffer_release(TaskNode* token) noexcept {
   release(token);
 }
 
+void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user) {
+  check_usable(b, "acquire_async");
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
+    throw Error(ErrorCode::invalid_argument,
+                "acquire_async: access mode " + std::to_string(static_cast<int>(mode)) +
+                    " is not read, write or read_write");
+  b->lock.lock();
+  bool partitioned = b->partitioned;
+  b->lock.unlock();
+  if (partitioned)
+    throw Error(ErrorCode::invalid_argument, "acquire_async of a partitioned " + shape_text(*b) +
+                                                 " buffer: unpartition it first");
+  // No thread holds an async access, so none of acquire's self-wait checks apply: nothing blocks.
+  TaskNode* t = make_join(*b->rt, TaskKind::host_access);
+  retain(b);
+  t->args.push_back({b, mode});
+  retain(b);  // the access's own: its memory outlives the task if the runtime's end finishes it
+  t->view = b;
+  t->grant_fn = fn;
+  t->grant_user = user;
+  b->rt->submit(t);  // takes our reference; RuntimeCore::grant_async hands the callback another
+}
+
+void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept {
+  RuntimeCore* rt = token->rt;
+  rt->async_released(token);
+  rt->end_async(token, std::move(error));
+  if (BufferState* b = std::exchange(token->view, nullptr)) release(b);
+  release(token);
+}
+
 TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
   check_usable(b, "partition");
   if (tile_rows == 0 || tile_cols == 0)

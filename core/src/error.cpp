@@ -24,6 +24,7 @@ std::string_view error_code_name(ErrorCode c) noexcept {
     case ErrorCode::dependency: return "dependency failed";
     case ErrorCode::shutdown: return "runtime ended";
     case ErrorCode::no_device: return "no device";
+    case ErrorCode::communication: return "communication";
   }
   return "unknown";
 }

@@ -639,6 +639,7 @@ Runtime::~Runtime() {
   if (!core_) return;
   // Views this thread still holds would keep the wait below from ever ending.
   core_->end_views_of_this_thread();
+  core_->end_async_accesses();  // likewise for acquire_async accesses never released
   core_->shutdown();
 }
 

@@ -276,6 +276,73 @@ void RuntimeCore::end_views_of_this_thread() noexcept {
   }
 }
 
+void RuntimeCore::grant_async(TaskNode* t) noexcept {
+  retain(t);  // the token the callback gets
+  bool open = false;
+  {
+    std::lock_guard<std::mutex> g(async_mutex_);
+    if (!async_closing_) {
+      retain(t);  // the list's
+      async_open_.push_back(t);
+      t->granted.store(1, std::memory_order_release);
+      open = true;
+    }
+  }
+  if (!open) {
+    release(t);
+    // finish() hands the callback this error (the access was never granted).
+    finish(t, std::make_exception_ptr(
+                  Error(ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
+                                                 ": the runtime ended before it was granted")));
+    return;
+  }
+  retain(t);  // ours across the call: the callback may release the token at once
+  try {
+    t->grant_fn(t->grant_user, t->view->host, t, nullptr);
+  } catch (...) {
+    HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
+    end_async(t, std::current_exception());  // nothing if it was released while unwinding
+  }
+  release(t);
+}
+
+void RuntimeCore::end_async(TaskNode* t, std::exception_ptr e) noexcept {
+  if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, std::move(e));
+}
+
+void RuntimeCore::async_released(TaskNode* t) noexcept {
+  bool listed = false;
+  {
+    std::lock_guard<std::mutex> g(async_mutex_);
+    for (size_t i = 0; i < async_open_.size(); ++i)
+      if (async_open_[i] == t) {
+        async_open_[i] = async_open_.back();
+        async_open_.pop_back();
+        listed = true;
+        break;
+      }
+  }
+  if (listed) release(t);
+}
+
+void RuntimeCore::end_async_accesses() noexcept {
+  std::vector<TaskNode*> open;
+  {
+    std::lock_guard<std::mutex> g(async_mutex_);
+    async_closing_ = true;
+    open.swap(async_open_);
+  }
+  for (TaskNode* t : open) {
+    HCR_LOG(error, "the runtime ends while an acquire_async access ("
+                       << access_name(t->args[0].access) << ") of a "
+                       << describe(*t->args[0].buffer)
+                       << " is unreleased: it is ended now, tasks waiting for it run; release "
+                          "async accesses before the runtime ends");
+    end_async(t, nullptr);  // the holder's release later only drops its reference
+    release(t);
+  }
+}
+
 bool RuntimeCore::holds_view() const noexcept {
   if (views_held_.load(std::memory_order_relaxed) == 0) return false;
   const std::thread::id me = std::this_thread::get_id();
@@ -554,6 +621,8 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
     if (!retry_host_copy(t)) finish(t, t->transfer_error);
   } else if (t->kind == TaskKind::join) {
     finish(t, nullptr);
+  } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
+    grant_async(t);
   } else {  // host access: granted until Buffer's HostView releases it
     t->granted.store(1, std::memory_order_release);
     t->granted.notify_all();
@@ -1194,8 +1263,18 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
   t->state.notify_all();
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
-    t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
-    t->granted.notify_all();
+    if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told
+      t->granted.store(2, std::memory_order_relaxed);
+      try {
+        t->grant_fn(t->grant_user, nullptr, nullptr, e);
+      } catch (...) {
+        HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
+      }
+      if (BufferState* b = std::exchange(t->view, nullptr)) release(b);
+    } else {
+      t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
+      t->granted.notify_all();
+    }
   }
   // Done with its buffers: their references go now, not with the node. A buffer's dependency
   // frontier (last_writer, readers) keeps the node while the buffer lives, so references held

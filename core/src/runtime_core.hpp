@@ -179,6 +179,18 @@ class RuntimeCore final : public sched::Context {
   /// Runtime destruction: ends the views this thread still holds, with an error for each, so
   /// that the destructor's wait can end.
   void end_views_of_this_thread() noexcept;
+  // Async host accesses (Buffer::acquire_async). Granted ones not yet released are listed (a
+  // reference each) so that the runtime's end can end them; after that, an access that becomes
+  // grantable fails with ErrorCode::shutdown instead of reaching its callback with data.
+  /// Called by host_task_ready: calls the access's callback with the data (or fails the access).
+  void grant_async(TaskNode* t) noexcept;
+  /// Ends a granted access (granted 1 -> 2) with `e`; nothing when it has ended already.
+  void end_async(TaskNode* t, std::exception_ptr e) noexcept;
+  /// The holder released `t`: it leaves the list of open accesses.
+  void async_released(TaskNode* t) noexcept;
+  /// Runtime destruction: ends every granted access (an error logged for each) and makes later
+  /// grants fail, so that the destructor's wait can end.
+  void end_async_accesses() noexcept;
   /// Throws when waiting for `target` on this thread would never end: it depends on a host view
   /// this thread holds.
   void check_wait(const TaskNode* target) const;
@@ -289,6 +301,9 @@ class RuntimeCore final : public sched::Context {
   std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
+  std::mutex async_mutex_;
+  std::vector<TaskNode*> async_open_;  // granted, not released (references held)
+  bool async_closing_ = false;
   mutable std::mutex views_mutex_;
   std::vector<std::pair<TaskNode*, std::thread::id>> views_;  // borrowed: the HostView holds a ref
   std::atomic<size_t> views_held_{0};  // views_.size(), read without the lock by check_wait

@@ -24,7 +24,7 @@ class RuntimeCore;
 enum class TaskKind : uint8_t {
   kernel,       // runs a kernel on a device
   join,         // runs nowhere: finishes as soon as its dependencies have (partition, barriers)
-  host_access,  // the host holds a buffer (Buffer::acquire) until release
+  host_access,  // the host holds a buffer (Buffer::acquire, acquire_async) until release
 };
 
 struct ArgRec {
@@ -59,6 +59,9 @@ struct TaskNode {
   // host_access granted: the buffer, a reference the view holds until Buffer's HostView releases
   // it (its memory, and the runtime, outlive the task: the runtime's end may finish it first).
   BufferState* view = nullptr;
+  // Buffer::acquire_async (host_access): called once, when granted or when failed before that.
+  void (*grant_fn)(void* user, void* data, TaskNode* token, std::exception_ptr error) = nullptr;
+  void* grant_user = nullptr;
   uint64_t bytes = 0;                                // of the distinct buffers
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;

@@ -1,7 +1,9 @@
 // Buffers: shapes, registered host memory, host access ordering, partitioning into tiles.
 #include "../test_support.hpp"
 
+#include <future>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 namespace hcr {
@@ -159,6 +161,138 @@ TEST(Buffers, UninitializedSkipsTheZeroFillAndZeroedNeverShowsOldData) {
   EXPECT_EQ(b.rows(), 4u);
   EXPECT_EQ(b.cols(), 16u);
   EXPECT_EQ(b.to_vector()[40], 0x5a) << "the memory was filled";
+}
+
+
+// ---- acquire_async ---------------------------------------------------------------------------
+
+TEST(AsyncAccess, TakesItsPlaceInOrderAndIsReleasedFromAnotherThread) {
+  Runtime rt(test::cpu_config(2));
+  auto b = rt.vector<int64_t>(1);
+  Kernel add = rt.kernel("add").cpu([](TaskContext& ctx) {
+    ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0);
+  });
+  for (int i = 1; i <= 100; ++i) rt.submit(Task(add).read_write(b).param(int64_t{i}));
+  std::promise<AsyncAccess<int64_t>> granted;
+  b.acquire_async(Access::read_write, [&](AsyncAccess<int64_t> a) { granted.set_value(std::move(a)); });
+  Event later = rt.submit(Task(add).read_write(b).param(int64_t{1000}));
+  AsyncAccess<int64_t> a = granted.get_future().get();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.rows(), 1u);
+  EXPECT_EQ(a.data()[0], 5050);  // every earlier writer has finished
+  std::this_thread::yield();
+  EXPECT_FALSE(later.ready());  // held by the unreleased access
+  std::thread([&] {
+    a.data()[0] = 7;
+    a.release();
+  }).join();
+  later.get();
+  EXPECT_EQ(b.to_vector()[0], 1007);  // the later task saw what the access wrote
+}
+
+// The callbacks below hand their access to the test thread through a promise: they may run on a
+// runtime thread.
+template <class T>
+auto handoff(std::promise<AsyncAccess<T>>& p) {
+  return [&p](AsyncAccess<T> a) { p.set_value(std::move(a)); };
+}
+
+TEST(AsyncAccess, ReadersShareAndAccessesOfOneThreadDoNotConflict) {
+  using namespace std::chrono_literals;
+  Runtime rt(test::cpu_config(1));
+  auto b = rt.vector<int32_t>(4);
+  // Two writes from one thread: the blocking acquire would refuse the second (it would wait for
+  // itself); an async access holds no thread, so the second simply waits for the first.
+  std::promise<AsyncAccess<int32_t>> p1, p2;
+  b.acquire_async(Access::write, handoff(p1));
+  b.acquire_async(Access::write, handoff(p2));
+  std::future<AsyncAccess<int32_t>> f2 = p2.get_future();
+  AsyncAccess<int32_t> first = p1.get_future().get();
+  EXPECT_EQ(f2.wait_for(0s), std::future_status::timeout);  // held by the first
+  first.data()[0] = 11;
+  first.release();
+  {
+    AsyncAccess<int32_t> second = f2.get();  // granted by the first's release
+    EXPECT_EQ(second.data()[0], 11);
+    second.data()[1] = 12;
+  }  // the destructor releases
+  std::atomic<int> reads{0};
+  Kernel rd = rt.kernel("rd").cpu([&](TaskContext&) { reads.fetch_add(1); });
+  std::promise<AsyncAccess<int32_t>> p3;
+  b.acquire_async(Access::read, handoff(p3));
+  AsyncAccess<int32_t> reader = p3.get_future().get();
+  rt.submit(Task(rd).read(b)).get();  // a read does not wait for an async read
+  EXPECT_EQ(reads.load(), 1);
+  EXPECT_EQ(reader.data()[1], 12);
+  reader.release();
+  rt.wait_all();
+}
+
+TEST(AsyncAccess, ReleaseWithAnErrorFailsWhatReadsItsData) {
+  Runtime rt(test::cpu_config(1));
+  auto b = rt.vector<int32_t>(1);
+  Kernel rd = rt.kernel("rd").cpu([](TaskContext&) {});
+  std::promise<AsyncAccess<int32_t>> pw;
+  b.acquire_async(Access::write, handoff(pw));
+  AsyncAccess<int32_t> w = pw.get_future().get();
+  Event reader = rt.submit(Task(rd).read(b));
+  std::promise<AsyncAccess<int32_t>> pr;
+  b.acquire_async(Access::read, handoff(pr));
+  w.release(std::make_exception_ptr(Error(ErrorCode::communication, "receive from rank 3 failed")));
+  Error e = test::expect_error([&] { reader.get(); });
+  EXPECT_EQ(e.code(), ErrorCode::dependency);
+  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
+  AsyncAccess<int32_t> failed = pr.get_future().get();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(failed.data(), nullptr);
+  failed.release();  // a no-op on a failed access
+  ASSERT_TRUE(failed.error());
+  e = test::expect_error([&] { std::rethrow_exception(failed.error()); });
+  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
+  // A write after the failure starts anew: it does not read the failed data.
+  std::promise<AsyncAccess<int32_t>> pa;
+  b.acquire_async(Access::write, handoff(pa));
+  AsyncAccess<int32_t> again = pa.get_future().get();
+  EXPECT_TRUE(again.ok());
+  again.data()[0] = 5;
+  again.release();
+  EXPECT_EQ(b.to_vector()[0], 5);
+}
+
+TEST(AsyncAccess, AFailedWriterGivesTheCallbackItsError) {
+  Runtime rt(test::cpu_config(1));
+  auto b = rt.vector<int32_t>(1);
+  Kernel bad = rt.kernel("bad").cpu([](TaskContext&) {
+    throw Error(ErrorCode::invalid_argument, "the kernel gave up");
+  });
+  rt.submit(Task(bad).write(b));
+  std::promise<std::exception_ptr> error;
+  b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) { error.set_value(a.error()); });
+  std::exception_ptr e = error.get_future().get();
+  ASSERT_TRUE(e);
+  Error err = test::expect_error([&] { std::rethrow_exception(e); });
+  EXPECT_EQ(err.code(), ErrorCode::dependency);
+  EXPECT_NE(std::string(err.what()).find("the kernel gave up"), std::string::npos) << err.what();
+}
+
+TEST(AsyncAccess, TheRuntimesEndEndsAnAccessNeverReleased) {
+  test::LogCapture log(LogLevel::warn);
+  std::promise<AsyncAccess<int32_t>> granted;
+  std::optional<AsyncAccess<int32_t>> held;
+  std::promise<std::exception_ptr> queued;
+  {
+    Runtime rt(test::cpu_config(1));
+    auto b = rt.vector<int32_t>(8);
+    b.acquire_async(Access::write, handoff(granted));
+    held.emplace(granted.get_future().get());
+    b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) { queued.set_value(a.error()); });
+  }  // would wait forever for `held` if the runtime did not end it
+  EXPECT_TRUE(log.contains("acquire_async access (write) of a 1x8 i32 buffer is unreleased"));
+  std::exception_ptr e = queued.get_future().get();
+  ASSERT_TRUE(e);  // granted only after the end began: failed, not handed data
+  EXPECT_EQ(test::expect_error([&] { std::rethrow_exception(e); }).code(), ErrorCode::shutdown);
+  held->data()[7] = 1;  // its memory outlives the runtime while the access lives
+  held->release();      // only drops the access's references now
 }
 
 }  // namespace

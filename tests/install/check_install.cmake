@@ -2,6 +2,7 @@
 # plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; builds
 # and runs samples/cholesky.cpp against hcr::linalg from the package; then builds a client with
 # nothing but `pkg-config --cflags --libs hcr` and runs it (and reads hcr-linalg's flags).
+# With hcr::mpi installed, builds a C++-only client of it.
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX (the C++ compiler), and SANITIZE
 # (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -160,3 +161,35 @@ foreach(expect "-lhcr_linalg" "-lhcr")
     message(FATAL_ERROR "pkg-config --libs hcr-linalg lacks ${expect}: ${out}")
   endif()
 endforeach()
+
+# hcr::mpi from the package, where hcr was built with MPI: a C++-only project (find_package(hcr)
+# must find MPI's C target for it) builds and links a Cluster program. Not run: that needs mpirun.
+if(EXISTS "${prefix}/include/hcr/mpi.hpp")
+  set(mpi_dir "${WORK_DIR}/mpi-client")
+  file(MAKE_DIRECTORY "${mpi_dir}")
+  file(WRITE "${mpi_dir}/CMakeLists.txt" [=[
+cmake_minimum_required(VERSION 3.25)
+project(mpi_client LANGUAGES CXX)
+find_package(hcr 0.1 REQUIRED)
+add_executable(mpi_client main.cpp)
+target_link_libraries(mpi_client PRIVATE hcr::mpi)
+]=])
+  file(WRITE "${mpi_dir}/main.cpp" [=[
+#include <hcr/mpi.hpp>
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  {
+    hcr::Runtime rt;
+    hcr::mpi::Cluster cl(rt);
+    auto b = cl.buffer<float>(4, 4, 0);
+    cl.wait_all();
+  }
+  MPI_Finalize();
+}
+]=])
+  run(${CMAKE_COMMAND} -S "${mpi_dir}" -B "${mpi_dir}/build" -G "${GENERATOR}"
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${flags}")
+  run(${CMAKE_COMMAND} --build "${mpi_dir}/build")
+  message(STATUS "hcr::mpi: a C++-only client built against the install")
+endif()

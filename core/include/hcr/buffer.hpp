@@ -25,7 +25,11 @@
 
 #include <cstddef>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace hcr {
@@ -46,6 +50,13 @@ struct TileGrid {
 HCR_API BufferShape buffer_shape(const BufferState* b);
 HCR_API HostAccess buffer_acquire(BufferState* b, Access mode);
 HCR_API void buffer_release(TaskNode* token) noexcept;
+/// Buffer::acquire_async's hook (layers such as hcr::mpi call it directly, with a record of their
+/// own as `user`, to avoid the allocation of the callable). `fn` is called once per access: granted
+/// (data, token set, error null) or failed before it was granted (data and token null, error set).
+/// The callee owns the token's reference and ends the access with buffer_release_async.
+using AsyncGrant = void (*)(void* user, void* data, TaskNode* token, std::exception_ptr error);
+HCR_API void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user);
+HCR_API void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept;
 HCR_API TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols);
 HCR_API Ref<TaskNode> buffer_unpartition(BufferState* b);  // the join
 [[noreturn]] HCR_API void null_buffer();
@@ -90,6 +101,52 @@ class HostView {
   detail::Ref<detail::TaskNode> token_;
 };
 
+/// An asynchronous host access (Buffer::acquire_async), handed to its callback. Move-only.
+///
+/// Either granted (ok(): data() is the buffer's host memory, valid until release) or failed
+/// before it was granted (error() is why: an earlier writer failed, or the runtime ended).
+/// release() may be called from any thread, once; the destructor releases what was not released.
+/// Releasing with an error finishes the access failed: later tasks that read what it may have
+/// written fail with ErrorCode::dependency, as successors of a failed writer task do.
+template <class T>
+class AsyncAccess {
+ public:
+  AsyncAccess(AsyncAccess&&) noexcept = default;
+  AsyncAccess& operator=(AsyncAccess&& o) noexcept {
+    if (this != &o) {
+      release();
+      view_ = o.view_;
+      token_ = std::move(o.token_);
+      error_ = std::move(o.error_);
+    }
+    return *this;
+  }
+  ~AsyncAccess() { release(); }
+
+  bool ok() const noexcept { return !error_; }
+  /// Why the access failed before it was granted; null when granted.
+  const std::exception_ptr& error() const noexcept { return error_; }
+  T* data() const noexcept { return view_.data; }
+  size_t rows() const noexcept { return view_.rows; }
+  size_t cols() const noexcept { return view_.cols; }
+  size_t ld() const noexcept { return view_.ld; }
+  const MatrixView<T>& view() const noexcept { return view_; }
+  /// Ends the access (any thread); `failure` non-null fails it with that error. No-op after
+  /// the first call and on a failed access.
+  void release(std::exception_ptr failure = nullptr) noexcept {
+    if (token_) detail::buffer_release_async(token_.detach(), std::move(failure));
+  }
+
+  /// For Buffer::acquire_async's callback adapters.
+  AsyncAccess(MatrixView<T> v, detail::TaskNode* token, std::exception_ptr error) noexcept
+      : view_(v), token_(detail::Ref<detail::TaskNode>::adopt(token)), error_(std::move(error)) {}
+
+ private:
+  MatrixView<T> view_;
+  detail::Ref<detail::TaskNode> token_;
+  std::exception_ptr error_;
+};
+
 /// A grid of tiles (sub-buffers) of a partitioned buffer; tile (i, j) covers rows
 /// [i*tile_rows, ...) and columns [j*tile_cols, ...), edge tiles being smaller.
 template <class T>
@@ -130,6 +187,40 @@ class Buffer {
     auto h = detail::buffer_acquire(state_or_throw(), mode);
     return HostView<T>(MatrixView<T>{static_cast<T*>(h.data), shape_.rows, shape_.cols, shape_.ld},
                        std::move(h.token));
+  }
+  /// The non-blocking acquire (StarPU's starpu_data_acquire_cb): takes its place in the buffer's
+  /// order as acquire() does and returns at once. Once earlier conflicting tasks are done and the
+  /// host copy is current, `callback(AsyncAccess<T>)` is called once, on a runtime thread (or on
+  /// this one, before acquire_async returns, when nothing is in the way): it must not block. Later
+  /// tasks on the buffer wait until the access is released, from any thread. When an earlier
+  /// writer failed, or the runtime ends before the access could be granted, the callback gets a
+  /// failed access (error() says why) instead. An exception thrown by the callback releases the
+  /// access with that error.
+  ///
+  /// Unlike acquire(), no thread holds the access: the checks for a thread waiting on its own
+  /// view do not apply, and Runtime::wait_all() waits for the release. Release every access
+  /// before the runtime ends: its destructor ends accesses still granted, with an error logged,
+  /// and fails those not yet granted with ErrorCode::shutdown.
+  template <class F>
+  void acquire_async(Access mode, F&& callback) const {
+    using Fn = std::decay_t<F>;
+    static_assert(std::is_invocable_v<Fn&, AsyncAccess<T>>, "callback(hcr::AsyncAccess<T>)");
+    auto shape_ = shape();
+    struct Holder {
+      Fn fn;
+      MatrixView<T> view;
+    };
+    auto holder = std::make_unique<Holder>(Holder{std::forward<F>(callback), {}});
+    holder->view = MatrixView<T>{nullptr, shape_.rows, shape_.cols, shape_.ld};
+    detail::AsyncGrant grant = [](void* user, void* data, detail::TaskNode* token,
+                                  std::exception_ptr error) {
+      std::unique_ptr<Holder> h(static_cast<Holder*>(user));
+      MatrixView<T> v = h->view;
+      v.data = static_cast<T*>(data);
+      h->fn(AsyncAccess<T>(v, token, std::move(error)));
+    };
+    detail::buffer_acquire_async(state_or_throw(), mode, grant, holder.get());
+    holder.release();  // the callback owns it now
   }
   /// The elements, row by row, once earlier writers have finished.
   std::vector<T> to_vector() const {

@@ -27,6 +27,7 @@ enum class ErrorCode : int {
   dependency = 102,  ///< a task this one depends on failed
   shutdown = 103,    ///< the runtime has ended
   no_device = 104,   ///< no device can run the task
+  communication = 105,  ///< a message between processes (hcr::mpi ranks) failed or never came
 };
 
 HCR_API std::string_view error_code_name(ErrorCode c) noexcept;

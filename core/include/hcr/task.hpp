@@ -64,6 +64,12 @@ class HCR_API Task {
     detail::task_add_param(node_or_throw("Task::param"), &value, sizeof(T), alignof(T));
     return *this;
   }
+  /// Appends a parameter given as `size` bytes aligned to `align` (for layers that forward the
+  /// parameters of a task they build, such as hcr::mpi); the same as param() of that value.
+  Task& param_bytes(const void* data, size_t size, size_t align) {
+    detail::task_add_param(node_or_throw("Task::param"), data, size, align);
+    return *this;
+  }
   /// Higher runs earlier among ready tasks, where the policy honours priorities.
   Task& priority(int p);
   /// Runs only after `e` has finished (and fails if it failed).

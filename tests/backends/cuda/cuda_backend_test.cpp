@@ -190,6 +190,28 @@ TEST_P(CudaAbi, DevicesOptionSelects) {
       << none->create_error();
 }
 
+// devices = "share:K/N" (hcr::mpi::split_node): local rank K of N takes the GPUs K, K+N, ...; with
+// fewer GPUs than ranks, GPU K % count.
+TEST_P(CudaAbi, DevicesShareSplitsTheGpusBetweenRanks) {
+  const int count = devices();
+  for (int n = 1; n <= 3; ++n)
+    for (int k = 0; k < n; ++k) {
+      std::vector<int> want;
+      for (int i = k; i < count; i += n) want.push_back(i);
+      if (want.empty()) want.push_back(k % count);
+      auto share = make(Options{{"devices", "share:" + std::to_string(k) + "/" + std::to_string(n)}});
+      ASSERT_TRUE(share->ok()) << share->create_error();
+      ASSERT_EQ(share->device_count(), want.size()) << k << "/" << n;
+      for (size_t d = 0; d < want.size(); ++d)
+        EXPECT_STREQ(share->info(d).name, p().info(static_cast<size_t>(want[d])).name);
+    }
+  for (const char* bad : {"share:2/2", "share:1", "share:-1/2", "share:0/2x"}) {
+    auto b = make(Options{{"devices", bad}});
+    EXPECT_FALSE(b->ok()) << bad;
+    EXPECT_NE(b->create_error().find("a share is"), std::string::npos) << b->create_error();
+  }
+}
+
 TEST_P(CudaAbi, HostAllocIsPinned) {
   void* ptr = nullptr;
   CallError e = p().check(p().api()->host_alloc(p().get(), 1 << 20, &ptr));
