@@ -83,7 +83,7 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 # model, trace, blas shapes), the OpenCL tests and conformance_test, which run PoCL's
 # uninstrumented LLVM-built kernels on threads TSan cannot follow, and the CUDA tests (no toolkit
 # in CI). The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
-tsan_tests=(dependency_test stress_test runtime_test buffer_test kernel_test data_test
+tsan_tests=(dependency_test stress_test runtime_test context_test buffer_test kernel_test data_test
   resilience_test hotplug_test policies_test peft_test cpu_backend_test sim_backend_test)
 
 if [ "${HCR_CI_SANITIZERS:-1}" != 0 ]; then

@@ -287,7 +287,7 @@ bool RuntimeCore::holds_view() const noexcept {
 
 void RuntimeCore::submit(TaskNode* t) {
   t->submitted = true;
-  if (timing_ && !t->footprint_valid) compute_footprint(t);
+  if (timing_.load(std::memory_order_relaxed) && !t->footprint_valid) compute_footprint(t);
   // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
   // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
   // open_, which this submit writes below anyway.
@@ -412,10 +412,10 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable.load(std::memory_order_relaxed);
   const uint32_t retired = retired_.load(std::memory_order_seq_cst);
-  // The cheap answer holds unless something narrows the devices: a pin, memory limits, devices
-  // that failed this task, devices out of scheduling.
-  if (runnable && (t->pinned >= 0 || data_.active() || !t->excluded.empty() ||
-                   retired != 0)) {
+  // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
+  // devices that failed this task, devices out of scheduling.
+  if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
+                   !t->excluded.empty() || retired != 0)) {
     runnable = false;
     for (size_t d = 0, n = device_count(); d < n && !runnable; ++d)
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
@@ -434,13 +434,13 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     for (const ArgRec& a : t->uargs)
       if (reads(a.access)) inputs.push_back(Ref<BufferState>::share(a.buffer));
   sched::DeviceId d;
-  if (launch_flags_ != 0) {  // counters on: what the decision costs
+  if (launch_flags_.load(std::memory_order_relaxed) != 0) {  // counters on: the decision's cost
     const int64_t t0 = TraceRecorder::now_ns();
-    d = policy_->push(sched::TaskRef(t));
+    d = pol()->push(sched::TaskRef(t));
     decision_ns_.fetch_add(TraceRecorder::now_ns() - t0, std::memory_order_relaxed);
     decisions_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    d = policy_->push(sched::TaskRef(t));
+    d = pol()->push(sched::TaskRef(t));
   }
   // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
   // this task, or this sees the count and drains again (the task may sit on that device or in a
@@ -448,7 +448,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   if (retired_.load(std::memory_order_seq_cst) != retired) {
     for (size_t x = 0, n = device_count(); x < n; ++x)
       if (!usable(x))
-        for (sched::TaskRef q : policy_->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
+        for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
     if (d != sched::kAnyDevice) {
       if (usable(d)) pump(*dev_[d]);
       return;
@@ -489,7 +489,7 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
     while (d.in_flight.load(std::memory_order_acquire) < d.window &&
            d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
-      sched::TaskRef t = policy_->pop(d.info.id);
+      sched::TaskRef t = pol()->pop(d.info.id);
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
       ++launched;
@@ -589,7 +589,7 @@ bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
 
 void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
   disarm_slot(t);  // the launch never reached the plugin: no answer will come for it
-  policy_->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
+  pol()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
   // A copy another device failed (the source's end of a fetch) is that device's fault: it is
   // charged, and the task is placed again with d still allowed. Bounded, in case that device
   // keeps failing without leaving scheduling.
@@ -660,7 +660,8 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params = t->params.data();
   la.params_size = t->params.size();
   la.host_token = t;
-  la.flags = launch_flags_ | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
+  la.flags =
+      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
   // A token, not the task: once done is called, `t` may finish and its node be reused at once.
   void* const token = t->launch_token;
   la.done = &RuntimeCore::on_launch_done;
@@ -671,7 +672,8 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.global_size[i] = t->global_size[i];
     la.local_size[i] = t->local_size[i];
   }
-  if (timing_ || trace_.on()) t->start = std::chrono::steady_clock::now();
+  if (timing_.load(std::memory_order_relaxed) || trace_.on())
+    t->start = std::chrono::steady_clock::now();
   // From now on the watchdog keeps an eye on this launch, and may end the attempt: the last
   // touch of `t` here comes before (release; the watchdog reads the deadline with acquire).
   if (task_timeout_ > 0)
@@ -874,7 +876,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
   if (!energy_policy_ || samples.empty()) return;
   if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
     const EnergyAccount::Sample& x = samples[0];
-    policy_->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
+    pol()->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
     return;
   }
   // A measured meter's interval closes with the tasks of several kernels: their names by id.
@@ -882,7 +884,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
   for (const EnergyAccount::Sample& x : samples)
     for (auto& [name, k] : kernels_)
       if (k->id == x.kernel) {
-        policy_->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
+        pol()->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
         break;
       }
 }
@@ -896,8 +898,11 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
     seconds = measured = info->device_seconds;
   const bool tracing = trace_.on();
   std::chrono::steady_clock::time_point end;
-  if (timing_ || tracing) end = std::chrono::steady_clock::now();
-  if (seconds < 0 && timing_) seconds = std::chrono::duration<double>(end - t->start).count();
+  const bool timing = timing_.load(std::memory_order_relaxed);
+  if (timing || tracing) end = std::chrono::steady_clock::now();
+  // (A start left unset: timing came on, with the first context, while this launch ran.)
+  if (seconds < 0 && timing && t->start.time_since_epoch().count() != 0)
+    seconds = std::chrono::duration<double>(end - t->start).count();
   if (measured > 0)
     d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
 
@@ -923,7 +928,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
                                                 d.info.name + "': " + msg));
     d.failed.fetch_add(1, std::memory_order_relaxed);
   }
-  const double predicted = timing_ ? policy_->predicted(sched::TaskRef(t)) : -1;
+  const double predicted = timing ? pol()->predicted(sched::TaskRef(t)) : -1;
   if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
   if (tracing) {
     RawEvent ev{};
@@ -946,7 +951,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
     ev.measured = static_cast<float>(measured);
     trace_.add(ev);
   }
-  policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
+  pol()->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   if (!e && energy_.active()) account_energy(t, d, info, seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   // A failure counts against the device before it is given more work (it may be quarantined):
@@ -1055,7 +1060,7 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
                              << why << "; its work goes elsewhere");
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
-  for (sched::TaskRef q : policy_->drain(d.info.id)) ready(q.node());
+  for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
 }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
@@ -1225,7 +1230,7 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
     TaskNode* s = e.task;
     if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
       continue;  // (ready once `t` is done: placing it prefetches)
-    const int64_t d = s->pinned >= 0 ? s->pinned : policy_->expected_device(sched::TaskRef(s));
+    const int64_t d = s->pinned >= 0 ? s->pinned : pol()->expected_device(sched::TaskRef(s));
     if (d < 0 || d >= static_cast<int64_t>(device_count())) continue;
     const uint32_t node = dev_[static_cast<size_t>(d)]->info.memory_node;
     if (node == from) continue;
@@ -1311,7 +1316,24 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     return "no reason known";
   };
   std::string msg = "no device can run kernel '" + k.name + "'";
-  if (t.pinned >= 0) {
+  if (t.context != nullptr) {
+    // Its context's devices are the only ones it may use: name the context and say why each
+    // of them refuses (a context may hold none that runs the kernel).
+    msg = "no device of context '" + t.context->name + "' can run kernel '" + k.name + "'";
+    bool any = false;
+    for (size_t d = 0, n = device_count(); d < n; ++d)
+      if (t.context->has(static_cast<uint32_t>(d))) {
+        msg += (any ? "; " : ": ") + dev_[d]->info.name + ": " +
+               (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
+                                                                     "is pinned to (Task::on)"
+                                                                   : reason(d));
+        any = true;
+      }
+    if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
+      msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
+             std::to_string(t.pinned) + " ('" + dev_[t.pinned]->info.name +
+             "'), which is not in the context";
+  } else if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
           dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
           reason(static_cast<size_t>(t.pinned));
@@ -1387,6 +1409,9 @@ void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
   }
   for (uint32_t x : n->excluded)  // devices that already failed it
     if (x < count) out.reset(x);
+  if (n->context != nullptr)  // its context's devices only
+    for (sched::DeviceId d = 0; d < count; ++d)
+      if (out[d] && !n->context->has(d)) out.reset(d);
 }
 
 void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
@@ -1435,7 +1460,7 @@ double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const n
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
-  if (policy_) policy_->transferred(from, to, bytes, seconds);
+  if (sched::Policy* p = pol()) p->transferred(from, to, bytes, seconds);
 }
 
 void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
@@ -1498,6 +1523,7 @@ RuntimeStats RuntimeCore::stats() const {
       }
     s.devices.push_back(c);
   }
+  context_stats(s);
   {
     std::map<uint32_t, std::string> names;
     {
