@@ -948,6 +948,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
       ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
     ev.predicted = static_cast<float>(predicted);
     ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
+    ev.context = t->context != nullptr ? static_cast<uint16_t>(t->context->index) : 0;
     ev.measured = static_cast<float>(measured);
     trace_.add(ev);
   }
@@ -1557,6 +1558,11 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
     for (auto& [name, k] : kernels_) names[k->id] = name;
   }
+  std::vector<std::string> contexts;  // by index; the default context's name stays empty
+  {
+    std::lock_guard<std::mutex> g(contexts_mutex_);
+    for (const auto& c : contexts_) contexts.push_back(c->index == 0 ? std::string() : c->name);
+  }
   std::vector<TraceEvent> out;
   for (const RawEvent& r : trace_.snapshot()) {
     TraceEvent e;
@@ -1567,6 +1573,7 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
       e.priority = static_cast<int32_t>(r.b);
       e.kernel = names[r.kernel];
       e.footprint = r.footprint;
+      if (r.context != 0 && r.context < contexts.size()) e.context = contexts[r.context];
     } else {
       e.from = r.a;
       e.to = r.b;

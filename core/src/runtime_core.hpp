@@ -297,7 +297,10 @@ class RuntimeCore final : public sched::Context {
   // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
   ContextPolicy* context_policy_ = nullptr;
   std::shared_ptr<ContextState> default_context_;
-  std::vector<std::shared_ptr<ContextState>> contexts_;  // the default one first
+  // The default one first. Appended under add_mutex_ and contexts_mutex_; read under either
+  // (stats and traces take only the latter: remove_device holds add_mutex_ for long).
+  std::vector<std::shared_ptr<ContextState>> contexts_;
+  mutable std::mutex contexts_mutex_;
   // Set at start; switched on for good when a context needs measured device time.
   std::atomic<bool> timing_{false};
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times

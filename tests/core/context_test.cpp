@@ -99,6 +99,26 @@ TEST(Contexts, TasksRunOnlyOnTheirContextsDevices) {
   EXPECT_EQ(s.contexts[0].tasks, 60u);
 }
 
+TEST(Contexts, TraceEventsNameTheirContext) {
+  Runtime rt(sim(2));
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  Context c = rt.context({.name = "traced"});
+  rt.start_trace();
+  rt.submit(Task(work).in(c));
+  rt.submit(Task(work));
+  rt.wait_all();
+  rt.stop_trace();
+  int in_context = 0, plain = 0;
+  for (const TraceEvent& e : rt.trace_events()) {
+    if (e.kind != TraceEvent::Kind::task) continue;
+    if (e.context == "traced") ++in_context;
+    else if (e.context.empty()) ++plain;
+    else ADD_FAILURE() << "context '" << e.context << "'";
+  }
+  EXPECT_EQ(in_context, 1);
+  EXPECT_EQ(plain, 1) << "the default context's tasks carry no name";
+}
+
 TEST(Contexts, ATaskWithNoCapableDeviceInItsContextFailsNamingIt) {
   // Only d1 runs "special"; the context holds d0 and d2.
   Runtime rt(sim(3, "eager", false,

@@ -86,7 +86,10 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     auto composite = std::make_unique<ContextPolicy>(std::move(policy_owner_), *def, *this);
     context_policy_ = composite.get();
     policy_owner_ = std::move(composite);
-    contexts_.push_back(def);
+    {
+      std::lock_guard<std::mutex> l(contexts_mutex_);
+      contexts_.push_back(def);
+    }
     default_context_ = std::move(def);
     launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
     timing_.store(true, std::memory_order_relaxed);
@@ -94,7 +97,10 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   }
   c->index = static_cast<uint32_t>(contexts_.size());
   context_policy_->add(*c, std::move(policy));
-  contexts_.push_back(c);
+  {
+    std::lock_guard<std::mutex> l(contexts_mutex_);
+    contexts_.push_back(c);
+  }
   HCR_LOG(info, "context '" << c->name << "' created: weight " << c->weight << ", priority "
                             << c->priority << ", "
                             << (c->all_devices ? std::string("every device")
@@ -166,7 +172,7 @@ void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_
 }
 
 hcr::Context RuntimeCore::find_context(std::string_view name) const {
-  std::lock_guard<std::mutex> g(add_mutex_);
+  std::lock_guard<std::mutex> g(contexts_mutex_);
   std::string known;
   for (size_t i = 1; i < contexts_.size(); ++i) {  // (the default context has no handle)
     if (contexts_[i]->name == name) return hcr::Context(contexts_[i]);
@@ -178,7 +184,7 @@ hcr::Context RuntimeCore::find_context(std::string_view name) const {
 }
 
 void RuntimeCore::context_stats(RuntimeStats& s) const {
-  std::lock_guard<std::mutex> g(add_mutex_);
+  std::lock_guard<std::mutex> g(contexts_mutex_);
   for (const auto& c : contexts_) {
     ContextStats x;
     x.name = c->name;
