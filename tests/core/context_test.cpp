@@ -99,6 +99,31 @@ TEST(Contexts, TasksRunOnlyOnTheirContextsDevices) {
   EXPECT_EQ(s.contexts[0].tasks, 60u);
 }
 
+TEST(Contexts, AContextMadeWhileTasksRunLosesNoneOfTheDefaultContexts) {
+  // The policy in use goes behind the context policy while it holds queued tasks (which no count
+  // of the new policy includes), and timing comes on while launches run without it.
+  Runtime rt(sim(2));
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  std::vector<Event> before;
+  for (int i = 0; i < 200; ++i) before.push_back(rt.submit(Task(work)));
+  Context c = rt.context({.name = "late", .weight = 2});
+  std::vector<Event> after;
+  for (int i = 0; i < 100; ++i) {
+    after.push_back(rt.submit(Task(work).in(c)));
+    after.push_back(rt.submit(Task(work)));
+  }
+  rt.wait_all();
+  for (Event& e : before) e.get();
+  for (Event& e : after) e.get();
+  RuntimeStats s = rt.stats();
+  EXPECT_EQ(s.completed, 400u);
+  EXPECT_EQ(of(s, "late").tasks, 100u);
+  EXPECT_EQ(of(s, "late").queued, 0u);
+  EXPECT_EQ(of(s, "default").queued, 0u) << "tasks from before the switch are not counted twice";
+  for (const ContextStats& x : s.contexts)
+    for (double sec : x.device_seconds) EXPECT_LT(sec, 1.0) << x.name << ": no bogus durations";
+}
+
 TEST(Contexts, TraceEventsNameTheirContext) {
   Runtime rt(sim(2));
   Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
