@@ -76,7 +76,8 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 
 # The ThreadSanitizer subset: the tests whose work crosses threads. Dependency tracking
 # (dependency_test, and stress_test: 8 submitting threads, scaled by HCR_STRESS_TASKS), the runtime
-# and its host access (runtime_test, buffer_test, kernel_test), the data manager (data_test),
+# and its host access (runtime_test, buffer_test, kernel_test), scheduling contexts (context_test:
+# the context policy's arbitration, resizing while tasks run), the data manager (data_test),
 # faults, timeouts and hot-plug (resilience_test, hotplug_test), the scheduler policies
 # (policies_test; peft_test: its plan gate and registry of running tasks), the CPU backend on oneTBB (cpu_backend_test) and the simulated backend
 # (sim_backend_test). Left out: the single-threaded ones (plugin loader and ABI, config, cost
