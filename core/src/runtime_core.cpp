@@ -457,7 +457,8 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     // Into the device's memory, or home for a device working in host memory (a slot of it would
     // otherwise wait for the copies out of another device's memory).
     if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node);
+      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node,
+                     t->context);
     pump(*dev_[d]);
     return;
   }
@@ -1244,7 +1245,8 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
           break;
         }
     }
-    if (!inputs.empty()) data_.prefetch({inputs.data(), inputs.size()}, s->priority, node);
+    if (!inputs.empty())
+      data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);
   }
 }
 
@@ -1311,9 +1313,14 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     }
     if (!k.can_run(d))
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
-    if (!fits(&t, d))
-      return "its memory limit of " + std::to_string(data_.limit(dev_[d]->info.memory_node)) +
-             " bytes cannot hold the task's " + std::to_string(t.bytes);
+    if (!fits(&t, d)) {
+      const uint64_t limit = data_.limit(dev_[d]->info.memory_node);
+      if (t.bytes <= limit && t.context != nullptr)
+        return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
+               " bytes cannot hold the task's " + std::to_string(t.bytes);
+      return "its memory limit of " + std::to_string(limit) + " bytes cannot hold the task's " +
+             std::to_string(t.bytes);
+    }
     return "no reason known";
   };
   std::string msg = "no device can run kernel '" + k.name + "'";

@@ -161,7 +161,9 @@ class RuntimeCore final : public sched::Context {
   bool fits(const TaskNode* t, size_t d) const noexcept {
     if (!data_.active()) return true;  // every device works in host memory
     const uint32_t node = dev_[d]->info.memory_node;
-    return node == 0 || t->bytes <= data_.limit(node);
+    return node == 0 || (t->bytes <= data_.limit(node) &&
+                         (t->context == nullptr || t->context->memory_quota == 0 ||
+                          t->bytes <= t->context->memory_quota));
   }
 
   TraceRecorder& trace() noexcept { return trace_; }

@@ -290,6 +290,59 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
   EXPECT_EQ(of(s, "a").tasks + of(s, "b").tasks, 2u * kTasks);
 }
 
+TEST(Contexts, AContextOverItsMemoryQuotaEvictsItsOwnDataOnly) {
+  Config cfg;
+  cfg.use_environment = false;
+  cfg.policy = "eager";
+  cfg.model_dir = "off";
+  cfg.backends.push_back({"sim",
+                          true,
+                          {{"device.0.name", "g"},
+                           {"device.0.memory", "1GiB"},
+                           {"device.0.bandwidth", "100GB/s"},
+                           {"kernel.touch.flops", "1e6"},
+                           {"flops_per_byte", "0"},
+                           {"compute", "false"}},
+                          "test"});
+  Runtime rt(cfg);
+  Kernel touch = rt.kernel("touch").cpu([](TaskContext&) {});
+  constexpr uint64_t kMiB = 1 << 20;
+  Context quota = rt.context({.name = "quota", .memory_quota = 3 * kMiB});
+  Context other = rt.context({.name = "other"});
+  std::vector<Buffer<float>> keep;  // alive: a freed buffer gives its replicas up anyway
+  for (int i = 0; i < 4; ++i) {
+    keep.push_back(rt.buffer<float>(512, 512));  // 1 MiB each
+    rt.submit(Task(touch).read(keep.back()).in(other));
+  }
+  rt.wait_all();
+  EXPECT_EQ(of(rt.stats(), "other").memory_bytes[0], 4 * kMiB);
+  std::vector<Event> events;
+  for (int i = 0; i < 12; ++i) {
+    keep.push_back(rt.buffer<float>(512, 512));
+    events.push_back(rt.submit(Task(touch).read(keep.back()).in(quota)));
+  }
+  rt.wait_all();
+  for (Event& e : events) e.get();
+  RuntimeStats s = rt.stats();
+  EXPECT_LE(of(s, "quota").memory_bytes[0], 3 * kMiB) << "12 MiB read, at most 3 MiB kept";
+  EXPECT_GT(of(s, "quota").memory_bytes[0], 0u);
+  EXPECT_EQ(of(s, "other").memory_bytes[0], 4 * kMiB)
+      << "the device had room: another context's data stays";
+  EXPECT_EQ(of(s, "quota").memory_quota, 3 * kMiB);
+  // A task whose buffers alone exceed the quota can never run in it.
+  auto big = rt.buffer<float>(1024, 1024);  // 4 MiB
+  Event e = rt.submit(Task(touch).read(big).in(quota));
+  try {
+    e.get();
+    FAIL() << "a 4 MiB task ran within a 3 MiB quota";
+  } catch (const Error& x) {
+    EXPECT_EQ(x.code(), ErrorCode::no_device);
+    EXPECT_NE(std::string(x.what()).find("context 'quota'"), std::string::npos) << x.what();
+    EXPECT_NE(std::string(x.what()).find("memory_quota of 3145728 bytes"), std::string::npos)
+        << x.what();
+  }
+}
+
 TEST(Contexts, MisuseIsRefusedNamingTheValue) {
   Runtime rt(sim(2));
   auto message = [](auto f) -> std::string {

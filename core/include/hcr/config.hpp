@@ -31,7 +31,7 @@
 /// devices = [0, "sim-gpu"]              # ids or device names (default: every device)
 /// weight = 3                            # share of device time within its priority class
 /// priority = 0                          # priority class: higher is served first
-/// memory_quota = "2GiB"                 # per device (accepted, not enforced yet)
+/// memory_quota = "2GiB"                 # per device: over it, it evicts its own data only
 ///
 /// [[backend]]                           # one table per plugin instance
 /// name = "cpu"                          # the plugin's name
@@ -83,7 +83,7 @@ struct ContextConfig {
   std::vector<std::string> devices;  ///< ids ("0") or device names; empty: every device
   double weight = 1;
   int priority = 0;
-  std::optional<uint64_t> memory_quota;  ///< bytes per device (accepted, not enforced yet)
+  std::optional<uint64_t> memory_quota;  ///< bytes per device (ContextSpec::memory_quota)
   std::string origin;                    ///< "file:line" of the table, for diagnostics
 };
 

@@ -45,8 +45,11 @@ struct ContextSpec {
   std::vector<uint32_t> devices;  ///< device ids (Device::id); empty: every device, joiners too
   double weight = 1;              ///< share of device time among its priority class (> 0)
   int priority = 0;               ///< priority class: a higher class is served first
-  /// Bytes this context's data may hold in each device's memory. Accepted and reported, but not
-  /// enforced yet (see core/src/contexts/README.md).
+  /// Bytes this context's data may hold in each device's own memory (devices working in host
+  /// memory: no limit). Over it, the context evicts its own data only (least recently used
+  /// first); a task whose buffers alone exceed it runs on none of those devices (it fails with
+  /// ErrorCode::no_device naming the context and its quota when no other device is left). Unset: only the device's memory limit applies. Data counts as the context's whose
+  /// task brought it to the device.
   std::optional<uint64_t> memory_quota;
 };
 
@@ -56,6 +59,7 @@ struct ContextStats {
   std::vector<uint32_t> devices;  ///< its devices now
   double weight = 1;
   int priority = 0;
+  uint64_t memory_quota = 0;  ///< bytes per device (0: none)
   uint64_t tasks = 0;   ///< runs that ended with a measured duration (successful launches)
   uint64_t failed = 0;  ///< runs that ended without one (failed or abandoned launches)
   /// Measured device seconds its tasks used, indexed by Device::id.
@@ -64,6 +68,9 @@ struct ContextStats {
   /// Seconds its tasks waited between becoming ready and being handed to a device, summed.
   double wait_seconds = 0;
   uint64_t queued = 0;  ///< tasks placed and not finished now
+  /// Bytes of its data in each device's own memory now, indexed by Device::id (0 for devices
+  /// working in host memory).
+  std::vector<uint64_t> memory_bytes;
 };
 
 /// A handle to a context of a runtime (cheap to copy). Default-constructed: no context.

@@ -22,7 +22,7 @@ struct ContextState {
   std::string name;
   double weight = 1;
   int priority = 0;
-  uint64_t memory_quota = 0;  // 0: none (recorded, not enforced yet)
+  uint64_t memory_quota = 0;  // bytes per device node; 0: none (DataManager enforces it)
   bool all_devices = false;   // spec.devices was empty: devices that join are its too
 
   // Its devices. Written under RuntimeCore's add_mutex_; read anywhere, relaxed: a reader that

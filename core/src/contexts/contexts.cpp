@@ -65,6 +65,8 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   c->name = spec.name;
   c->weight = spec.weight;
   c->priority = spec.priority;
+  if (spec.memory_quota && *spec.memory_quota == 0)
+    throw Error(ErrorCode::invalid_argument, what + ": a memory_quota of 0 bytes");
   c->memory_quota = spec.memory_quota.value_or(0);
   c->all_devices = spec.devices.empty();
   c->bits[0].store(bits[0], std::memory_order_relaxed);
@@ -190,6 +192,7 @@ void RuntimeCore::context_stats(RuntimeStats& s) const {
     x.name = c->name;
     x.weight = c->weight;
     x.priority = c->priority;
+    x.memory_quota = c->memory_quota;
     x.tasks = c->tasks.load(std::memory_order_relaxed);
     x.failed = c->failed.load(std::memory_order_relaxed);
     x.wait_seconds = static_cast<double>(c->wait_ns.load(std::memory_order_relaxed)) * 1e-9;
@@ -199,6 +202,8 @@ void RuntimeCore::context_stats(RuntimeStats& s) const {
       const double sec = static_cast<double>(c->busy_ns[d].load(std::memory_order_relaxed)) * 1e-9;
       x.device_seconds.push_back(sec);
       x.busy_seconds += sec;
+      const uint32_t node = devices_[d].memory_node;
+      x.memory_bytes.push_back(node == 0 ? 0 : data_.context_bytes(node, c->index));
     }
     s.contexts.push_back(std::move(x));
   }
