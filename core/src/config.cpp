@@ -1,5 +1,6 @@
 // TOML configuration (TOML++): every key is checked; errors name the file, line and key.
 #include <hcr/config.hpp>
+#include <hcr/device.hpp>
 #include <hcr/error.hpp>
 #include <hcr/log.hpp>
 #include <hcr/sched.hpp>
@@ -143,10 +144,17 @@ class Parser {
       else if (key == "data") data(table(v, key), c);
       else if (key == "trace") trace(table(v, key), c);
       else if (key == "backend") backends(v, c);
-      else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace or backend)");
+      else if (key == "context") contexts(v, c);
+      else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace, backend or context)");
     });
     for (detail::ConfigProblem& p : detail::duplicate_tables(c.backends))
       problems_.push_back(std::move(p));
+    for (size_t i = 0; i < c.contexts.size(); ++i)  // (sorted into line order by problems_text)
+      for (size_t j = 0; j < i; ++j)
+        if (c.contexts[i].name == c.contexts[j].name)
+          problems_.push_back({c.contexts[i].origin, "context.name: '" + c.contexts[i].name +
+                                                         "' names the context of " +
+                                                         c.contexts[j].origin + " already"});
     if (!problems_.empty())
       throw Error(ErrorCode::config, detail::problems_text(std::move(problems_)));
     return c;
@@ -284,6 +292,68 @@ class Parser {
       } else {
         fail(&v, key, "unknown key (expected file, gantt or counters)");
       }
+    });
+  }
+
+  // [[context]] tables: devices are ids or names, resolved when the runtime starts (the devices
+  // are not known here).
+  void contexts(const toml::node& n, Config& c) const {
+    auto* a = n.as_array();
+    if (a == nullptr || !a->is_array_of_tables())
+      fail(&n, "context", "expected [[context]] tables");
+    for (auto&& e : *a) step([&] {
+      const toml::table& t = *e.as_table();
+      ContextConfig x;
+      x.origin = at(t);
+      bool named = false;
+      const size_t before = problems_.size();
+      for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
+        const std::string key = "context." + std::string(k.str());
+        if (k.str() == "name") {
+          named = true;
+          x.name = string(v, key);
+          if (x.name.empty() || x.name == "default")
+            fail(&v, key, "'" + x.name + "' is not a context name (not empty, not \"default\")");
+        } else if (k.str() == "devices") {
+          auto* d = v.as_array();
+          if (d == nullptr)
+            fail(&v, key, std::string("expected an array of device ids or names, got ") +
+                              type_name(v));
+          for (auto&& el : *d) {
+            if (el.is_integer()) {
+              const int64_t id = *el.value<int64_t>();
+              if (id < 0 || id >= static_cast<int64_t>(kMaxDevices))
+                fail(&el, key, std::to_string(id) + " is not a device id (0 to " +
+                                   std::to_string(kMaxDevices - 1) + ")");
+              x.devices.push_back(std::to_string(id));
+            } else if (el.is_string()) {
+              x.devices.push_back(*el.value<std::string>());
+            } else {
+              fail(&el, key, std::string("expected a device id or name, got ") + type_name(el));
+            }
+          }
+        } else if (k.str() == "weight") {
+          auto w = v.value<double>();
+          if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w > 0) || !(*w <= 1e6))
+            fail(&v, key, "expected a positive number, at most 1e6");
+          x.weight = *w;
+        } else if (k.str() == "priority") {
+          if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+          const int64_t p = *v.value<int64_t>();
+          if (p < -1000000 || p > 1000000) fail(&v, key, std::to_string(p) + " is not -1e6 to 1e6");
+          x.priority = static_cast<int>(p);
+        } else if (k.str() == "memory_quota") {
+          const std::string text = scalar_text(v, key);
+          auto bytes = detail::parse_bytes(text);
+          if (!bytes || *bytes == 0 || !(v.is_integer() || v.is_string()))
+            fail(&v, key, "'" + text + "' is not a size (\"2GiB\", \"512MB\", bytes)");
+          x.memory_quota = *bytes;
+        } else {
+          fail(&v, key, "unknown key (expected name, devices, weight, priority or memory_quota)");
+        }
+      });
+      if (!named) fail(&t, "context.name", "every [[context]] needs a name");
+      if (problems_.size() == before) c.contexts.push_back(std::move(x));
     });
   }
 

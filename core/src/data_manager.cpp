@@ -3,6 +3,8 @@
 // the lock held; mem_alloc and mem_free are, being short and synchronous.
 #include "data_manager.hpp"
 
+#include "contexts/context_state.hpp"
+
 #include "buffer_state.hpp"
 #include "log_internal.hpp"
 #include "runtime_core.hpp"
@@ -201,16 +203,45 @@ void DataManager::free_replica(BufferState& b, uint32_t node) noexcept {
     if (!nodes_[node].abandoned) dev.plugin->api->mem_free(dev.plugin->handle, dev.index, r.mem);
     r.mem = nullptr;
     nodes_[node].used -= b.bytes();
+    owned(nodes_[node], r.owner) -= b.bytes();
     nodes_[node].resident.erase(&b);
   }
   set_valid(b, node, false);
+}
+
+uint64_t& DataManager::owned(NodeState& node, uint32_t context) {
+  if (node.owned.size() <= context) node.owned.resize(context + 1, 0);
+  return node.owned[context];
+}
+
+uint64_t DataManager::context_bytes(uint32_t n, uint32_t context) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (n == 0 || n >= nodes_.size()) return 0;
+  const NodeState& node = nodes_[n];
+  return context < node.owned.size() ? node.owned[context] : 0;
 }
 
 bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
                             std::vector<Copy>& copies) {
   NodeState& node = nodes_[n];
   if (node.used + need <= node.limit) return true;
-  const uint64_t short_by = node.used + need - node.limit;
+  return evict(n, node.used + need - node.limit, t, -1, copies);
+}
+
+// A context over its quota evicts its own data only: the other contexts' (and the default
+// context's) replicas stay, whatever their age.
+bool DataManager::make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t,
+                                     std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
+  const ContextState& c = *t->context;
+  const uint64_t used = owned(node, c.index);
+  if (used + need <= c.memory_quota) return true;
+  return evict(n, used + need - c.memory_quota, t, c.index, copies);
+}
+
+bool DataManager::evict(uint32_t n, uint64_t short_by, const TaskNode* t, int64_t owner,
+                        std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
 
   struct Candidate {
     BufferState* b;
@@ -221,6 +252,7 @@ bool DataManager::make_room(uint32_t n, uint64_t need, const TaskNode* t,
   uint64_t coming_home = 0;  // only copies already on their way home, to be freed
   for (BufferState* b : node.resident) {
     Replica& r = data(*b).replicas[n];
+    if (owner >= 0 && r.owner != owner) continue;
     if (r.evicting) coming_home += b->bytes();
     if (r.pins != 0 || r.fetching || r.evicting || uses(t, b)) continue;
     int cls = !r.valid ? 0 : has_other_valid(*b, n) ? 1 : 2;
@@ -330,7 +362,18 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
                       "' may hold " + std::to_string(node.limit)));
         return Status::failed;
       }
-      if (need > 0 && !make_room(n, need, t, copies)) {
+      const ContextState* ctx = t->context;
+      if (ctx != nullptr && ctx->memory_quota != 0 && t->bytes > ctx->memory_quota) {
+        t->transfer_error = std::make_exception_ptr(Error(
+            ErrorCode::out_of_memory,
+            "the task's buffers take " + std::to_string(t->bytes) + " bytes; context '" +
+                ctx->name + "' may hold " + std::to_string(ctx->memory_quota) + " on '" +
+                node.name + "' (its memory_quota)"));
+        return Status::failed;
+      }
+      if (need > 0 && ((ctx != nullptr && ctx->memory_quota != 0 &&
+                        !make_room_in_quota(n, need, t, copies)) ||
+                       !make_room(n, need, t, copies))) {
         node.waiting_for_memory.push_back(t);
         status = Status::blocked;
       }
@@ -363,6 +406,8 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         }
         r.mem = ma.memory;
         node.used += b.bytes();
+        r.owner = t->context != nullptr ? t->context->index : 0;
+        owned(node, r.owner) += b.bytes();
         node.resident.insert(&b);
       }
     }
@@ -394,7 +439,8 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
   return Status::pending;
 }
 
-void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t n) {
+void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t n,
+                           const ContextState* owner) {
   std::vector<Copy> copies;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -405,6 +451,9 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
       if (r.valid || r.fetching || r.evicting) continue;
       if (n != 0 && r.mem == nullptr) {  // (host memory: the buffer's own)
         if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
+        if (owner != nullptr && owner->memory_quota != 0 &&
+            owned(node, owner->index) + b.bytes() > owner->memory_quota)
+          continue;  // nor beyond its context's quota
         DeviceState& dev = *node.device;
         hcr_mem_alloc_args_t ma{};
         ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
@@ -416,6 +465,8 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
         }
         r.mem = ma.memory;
         node.used += b.bytes();
+        r.owner = owner != nullptr ? owner->index : 0;
+        owned(node, r.owner) += b.bytes();
         node.resident.insert(&b);
       }
       r.last_use = ++clock_;

@@ -29,6 +29,7 @@
 namespace hcr::detail {
 
 struct BufferState;
+struct ContextState;
 struct DeviceState;
 class RuntimeCore;
 
@@ -40,6 +41,7 @@ struct Replica {
   uint32_t pins = 0;            // tasks between acquire and commit, copies reading it
   uint32_t copies_out = 0;      // copies reading it now: a writer must wait for them
   uint64_t last_use = 0;        // LRU clock
+  uint32_t owner = 0;           // device nodes: the context whose task allocated it (0: default)
   struct Waiter {
     TaskNode* task;
     bool reads;   // needs the replica valid when it goes
@@ -107,7 +109,10 @@ class DataManager {
   /// Starts copying a placed task's inputs to `node` if there is free memory (host memory, node 0:
   /// home from the device that holds them); pins nothing. The caller holds the references: by now
   /// the task may have run elsewhere and let its buffers go.
-  void prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t node);
+  void prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t node,
+                const ContextState* owner = nullptr);
+  /// Bytes context `context` (ContextState::index) holds in node `node`'s memory.
+  uint64_t context_bytes(uint32_t node, uint32_t context) const;
   /// The task acquired earlier has ended: its writes become the only valid replicas (on success),
   /// and its pins are released.
   void commit(TaskNode* t, bool success);
@@ -184,6 +189,7 @@ class DataManager {
     // of it any more (no copy, no free, no synchronize) and its data counts as lost.
     bool abandoned = false;
     std::unordered_set<BufferState*> resident;  // buffers with an allocation here
+    std::vector<uint64_t> owned;  // bytes allocated here per owning context (Replica::owner)
     std::deque<TaskNode*> waiting_for_memory;
   };
 
@@ -194,6 +200,14 @@ class DataManager {
   // Frees unpinned replicas on `node` until `need` more bytes fit; starts write-backs of only
   // copies when that is what it takes. True when the room is there now.
   bool make_room(uint32_t node, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
+  // The same within a context's memory quota: only that context's replicas are evicted.
+  bool make_room_in_quota(uint32_t node, uint64_t need, const TaskNode* t,
+                          std::vector<Copy>& copies);
+  // Evicts unpinned replicas on `node` not used by `t` (of context `owner` only, unless it is
+  // negative) until `short_by` bytes are freed or on their way home. True when freed now.
+  bool evict(uint32_t node, uint64_t short_by, const TaskNode* t, int64_t owner,
+             std::vector<Copy>& copies);
+  uint64_t& owned(NodeState& node, uint32_t context);
   void free_replica(BufferState& b, uint32_t node) noexcept;
   // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
   void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies,

@@ -95,7 +95,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
     hot_[d.info.id] = {d.info.memory_node, d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node)};
     usable_bits_[d.info.id / 64].fetch_or(uint64_t{1} << (d.info.id % 64), std::memory_order_release);
     dev_.push_back(std::move(ds));
-    if (policy_) policy_->device_added(d.info.id);  // hot-plug: before anyone can see it
+    if (sched::Policy* pl = pol()) pl->device_added(d.info.id);  // hot-plug: before anyone sees it
     ndev_.store(static_cast<uint32_t>(dev_.size()), std::memory_order_release);
   }
 }
@@ -103,14 +103,18 @@ void RuntimeCore::add_devices(PluginInstance& p) {
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   self_ = self;
   // "auto" (the default): chosen from the devices found at the start.
-  policy_ = sched::make_policy(
-      config_.policy == "auto" ? sched::default_policy(devices_) : std::string_view(config_.policy),
-      config_);
-  policy_->attach(*this);
-  timing_ = policy_->wants_timing();
-  energy_policy_ = policy_->wants_energy();
+  policy_name_ =
+      config_.policy == "auto" ? sched::default_policy(devices_) : std::string_view(config_.policy);
+  policy_owner_ = sched::make_policy(policy_name_, config_);
+  policy_owner_->attach(*this);
+  policy_.store(policy_owner_.get(), std::memory_order_release);
+  const bool timing = policy_owner_->wants_timing();
+  timing_.store(timing, std::memory_order_relaxed);
+  energy_policy_ = policy_owner_->wants_energy();
   // Plugins measure execution (two clock reads per task) only when something uses it.
-  launch_flags_ = (timing_ || config_.counters) ? HCR_LAUNCH_MEASURE : 0u;
+  launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
+                      std::memory_order_relaxed);
+  for (const ContextConfig& c : config_.contexts) make_context(c);
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   task_timeout_ = config_.task_timeout;
   task_timeout_duration_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -118,7 +122,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   max_in_flight_ = config_.max_tasks_in_flight;
   if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
-                                    << policy_->name() << "'");
+                                    << pol()->name() << "'");
 }
 
 RuntimeCore::~RuntimeCore() { shutdown(); }
@@ -177,7 +181,8 @@ void RuntimeCore::shutdown() noexcept {
       }
     }
   }
-  policy_.reset();
+  policy_.store(nullptr, std::memory_order_release);
+  policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
   for (auto& p : plugins_)
@@ -432,6 +437,15 @@ void task_pin(TaskNode* t, uint32_t device) {
   t->pinned = static_cast<int32_t>(device);
 }
 
+void task_set_context(TaskNode* t, ContextState* context) {
+  if (context == nullptr)
+    throw Error(ErrorCode::invalid_argument, "Task::in: an empty Context handle");
+  if (context->rt != t->rt)
+    throw Error(ErrorCode::invalid_argument,
+                "Task::in: context '" + context->name + "' belongs to another runtime");
+  t->context = context;
+}
+
 // An empty Event stands for work that is already done (Event::ready() is true): after() ignores
 // it, so that `Event last; ... Task(k).after(last)` chains need no special first step.
 void task_add_dependency(TaskNode* t, TaskNode* before) {
@@ -552,6 +566,10 @@ Task& Task::block(uint32_t x, uint32_t y, uint32_t z) {
 }
 Task& Task::on(uint32_t device) {
   detail::task_pin(node_or_throw("Task::on"), device);
+  return *this;
+}
+Task& Task::in(const Context& ctx) {
+  detail::task_set_context(node_or_throw("Task::in"), ctx.state());
   return *this;
 }
 TaskNode* Task::release() noexcept { return std::exchange(t_, nullptr); }
@@ -697,6 +715,9 @@ void Runtime::wait_all() {
 }
 
 RuntimeStats Runtime::stats() const { return core_->stats(); }
+
+Context Runtime::context(const ContextSpec& spec) { return core_->make_context(spec); }
+Context Runtime::find_context(std::string_view name) const { return core_->find_context(name); }
 
 void Runtime::start_trace() { core_->start_trace(); }
 void Runtime::stop_trace() { core_->stop_trace(); }

@@ -354,7 +354,7 @@ bool RuntimeCore::holds_view() const noexcept {
 
 void RuntimeCore::submit(TaskNode* t) {
   t->submitted = true;
-  if (timing_ && !t->footprint_valid) compute_footprint(t);
+  if (timing_.load(std::memory_order_relaxed) && !t->footprint_valid) compute_footprint(t);
   // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
   // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
   // open_, which this submit writes below anyway.
@@ -479,10 +479,10 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable.load(std::memory_order_relaxed);
   const uint32_t retired = retired_.load(std::memory_order_seq_cst);
-  // The cheap answer holds unless something narrows the devices: a pin, memory limits, devices
-  // that failed this task, devices out of scheduling.
-  if (runnable && (t->pinned >= 0 || data_.active() || !t->excluded.empty() ||
-                   retired != 0)) {
+  // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
+  // devices that failed this task, devices out of scheduling.
+  if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
+                   !t->excluded.empty() || retired != 0)) {
     runnable = false;
     for (size_t d = 0, n = device_count(); d < n && !runnable; ++d)
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
@@ -501,13 +501,13 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     for (const ArgRec& a : t->uargs)
       if (reads(a.access)) inputs.push_back(Ref<BufferState>::share(a.buffer));
   sched::DeviceId d;
-  if (launch_flags_ != 0) {  // counters on: what the decision costs
+  if (launch_flags_.load(std::memory_order_relaxed) != 0) {  // counters on: the decision's cost
     const int64_t t0 = TraceRecorder::now_ns();
-    d = policy_->push(sched::TaskRef(t));
+    d = pol()->push(sched::TaskRef(t));
     decision_ns_.fetch_add(TraceRecorder::now_ns() - t0, std::memory_order_relaxed);
     decisions_.fetch_add(1, std::memory_order_relaxed);
   } else {
-    d = policy_->push(sched::TaskRef(t));
+    d = pol()->push(sched::TaskRef(t));
   }
   // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
   // this task, or this sees the count and drains again (the task may sit on that device or in a
@@ -515,7 +515,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   if (retired_.load(std::memory_order_seq_cst) != retired) {
     for (size_t x = 0, n = device_count(); x < n; ++x)
       if (!usable(x))
-        for (sched::TaskRef q : policy_->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
+        for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
     if (d != sched::kAnyDevice) {
       if (usable(d)) pump(*dev_[d]);
       return;
@@ -524,7 +524,8 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
     // Into the device's memory, or home for a device working in host memory (a slot of it would
     // otherwise wait for the copies out of another device's memory).
     if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node);
+      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node,
+                     t->context);
     pump(*dev_[d]);
     return;
   }
@@ -556,7 +557,7 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
     while (d.in_flight.load(std::memory_order_acquire) < d.window &&
            d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
-      sched::TaskRef t = policy_->pop(d.info.id);
+      sched::TaskRef t = pol()->pop(d.info.id);
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
       ++launched;
@@ -658,7 +659,7 @@ bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
 
 void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
   disarm_slot(t);  // the launch never reached the plugin: no answer will come for it
-  policy_->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
+  pol()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
   // A copy another device failed (the source's end of a fetch) is that device's fault: it is
   // charged, and the task is placed again with d still allowed. Bounded, in case that device
   // keeps failing without leaving scheduling.
@@ -729,7 +730,8 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params = t->params.data();
   la.params_size = t->params.size();
   la.host_token = t;
-  la.flags = launch_flags_ | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
+  la.flags =
+      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
   // A token, not the task: once done is called, `t` may finish and its node be reused at once.
   void* const token = t->launch_token;
   la.done = &RuntimeCore::on_launch_done;
@@ -740,7 +742,8 @@ void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.global_size[i] = t->global_size[i];
     la.local_size[i] = t->local_size[i];
   }
-  if (timing_ || trace_.on()) t->start = std::chrono::steady_clock::now();
+  if (timing_.load(std::memory_order_relaxed) || trace_.on())
+    t->start = std::chrono::steady_clock::now();
   // From now on the watchdog keeps an eye on this launch, and may end the attempt: the last
   // touch of `t` here comes before (release; the watchdog reads the deadline with acquire).
   if (task_timeout_ > 0)
@@ -943,7 +946,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
   if (!energy_policy_ || samples.empty()) return;
   if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
     const EnergyAccount::Sample& x = samples[0];
-    policy_->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
+    pol()->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
     return;
   }
   // A measured meter's interval closes with the tasks of several kernels: their names by id.
@@ -951,7 +954,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
   for (const EnergyAccount::Sample& x : samples)
     for (auto& [name, k] : kernels_)
       if (k->id == x.kernel) {
-        policy_->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
+        pol()->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
         break;
       }
 }
@@ -965,8 +968,11 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
     seconds = measured = info->device_seconds;
   const bool tracing = trace_.on();
   std::chrono::steady_clock::time_point end;
-  if (timing_ || tracing) end = std::chrono::steady_clock::now();
-  if (seconds < 0 && timing_) seconds = std::chrono::duration<double>(end - t->start).count();
+  const bool timing = timing_.load(std::memory_order_relaxed);
+  if (timing || tracing) end = std::chrono::steady_clock::now();
+  // (A start left unset: timing came on, with the first context, while this launch ran.)
+  if (seconds < 0 && timing && t->start.time_since_epoch().count() != 0)
+    seconds = std::chrono::duration<double>(end - t->start).count();
   if (measured > 0)
     d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
 
@@ -992,7 +998,7 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
                                                 d.info.name + "': " + msg));
     d.failed.fetch_add(1, std::memory_order_relaxed);
   }
-  const double predicted = timing_ ? policy_->predicted(sched::TaskRef(t)) : -1;
+  const double predicted = timing ? pol()->predicted(sched::TaskRef(t)) : -1;
   if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
   if (tracing) {
     RawEvent ev{};
@@ -1012,10 +1018,11 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
       ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
     ev.predicted = static_cast<float>(predicted);
     ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
+    ev.context = t->context != nullptr ? static_cast<uint16_t>(t->context->index) : 0;
     ev.measured = static_cast<float>(measured);
     trace_.add(ev);
   }
-  policy_->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
+  pol()->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
   if (!e && energy_.active()) account_energy(t, d, info, seconds);
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   // A failure counts against the device before it is given more work (it may be quarantined):
@@ -1124,7 +1131,7 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
                              << why << "; its work goes elsewhere");
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
-  for (sched::TaskRef q : policy_->drain(d.info.id)) ready(q.node());
+  for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
 }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
@@ -1304,7 +1311,7 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
     TaskNode* s = e.task;
     if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
       continue;  // (ready once `t` is done: placing it prefetches)
-    const int64_t d = s->pinned >= 0 ? s->pinned : policy_->expected_device(sched::TaskRef(s));
+    const int64_t d = s->pinned >= 0 ? s->pinned : pol()->expected_device(sched::TaskRef(s));
     if (d < 0 || d >= static_cast<int64_t>(device_count())) continue;
     const uint32_t node = dev_[static_cast<size_t>(d)]->info.memory_node;
     if (node == from) continue;
@@ -1317,7 +1324,8 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
           break;
         }
     }
-    if (!inputs.empty()) data_.prefetch({inputs.data(), inputs.size()}, s->priority, node);
+    if (!inputs.empty())
+      data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);
   }
 }
 
@@ -1384,13 +1392,35 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     }
     if (!k.can_run(d))
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
-    if (!fits(&t, d))
-      return "its memory limit of " + std::to_string(data_.limit(dev_[d]->info.memory_node)) +
-             " bytes cannot hold the task's " + std::to_string(t.bytes);
+    if (!fits(&t, d)) {
+      const uint64_t limit = data_.limit(dev_[d]->info.memory_node);
+      if (t.bytes <= limit && t.context != nullptr)
+        return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
+               " bytes cannot hold the task's " + std::to_string(t.bytes);
+      return "its memory limit of " + std::to_string(limit) + " bytes cannot hold the task's " +
+             std::to_string(t.bytes);
+    }
     return "no reason known";
   };
   std::string msg = "no device can run kernel '" + k.name + "'";
-  if (t.pinned >= 0) {
+  if (t.context != nullptr) {
+    // Its context's devices are the only ones it may use: name the context and say why each
+    // of them refuses (a context may hold none that runs the kernel).
+    msg = "no device of context '" + t.context->name + "' can run kernel '" + k.name + "'";
+    bool any = false;
+    for (size_t d = 0, n = device_count(); d < n; ++d)
+      if (t.context->has(static_cast<uint32_t>(d))) {
+        msg += (any ? "; " : ": ") + dev_[d]->info.name + ": " +
+               (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
+                                                                     "is pinned to (Task::on)"
+                                                                   : reason(d));
+        any = true;
+      }
+    if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
+      msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
+             std::to_string(t.pinned) + " ('" + dev_[t.pinned]->info.name +
+             "'), which is not in the context";
+  } else if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
           dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
           reason(static_cast<size_t>(t.pinned));
@@ -1466,6 +1496,9 @@ void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
   }
   for (uint32_t x : n->excluded)  // devices that already failed it
     if (x < count) out.reset(x);
+  if (n->context != nullptr)  // its context's devices only
+    for (sched::DeviceId d = 0; d < count; ++d)
+      if (out[d] && !n->context->has(d)) out.reset(d);
 }
 
 void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
@@ -1514,7 +1547,7 @@ double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const n
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
-  if (policy_) policy_->transferred(from, to, bytes, seconds);
+  if (sched::Policy* p = pol()) p->transferred(from, to, bytes, seconds);
 }
 
 void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
@@ -1577,6 +1610,7 @@ RuntimeStats RuntimeCore::stats() const {
       }
     s.devices.push_back(c);
   }
+  context_stats(s);
   {
     std::map<uint32_t, std::string> names;
     {
@@ -1610,6 +1644,11 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
     for (auto& [name, k] : kernels_) names[k->id] = name;
   }
+  std::vector<std::string> contexts;  // by index; the default context's name stays empty
+  {
+    std::lock_guard<std::mutex> g(contexts_mutex_);
+    for (const auto& c : contexts_) contexts.push_back(c->index == 0 ? std::string() : c->name);
+  }
   std::vector<TraceEvent> out;
   for (const RawEvent& r : trace_.snapshot()) {
     TraceEvent e;
@@ -1620,6 +1659,7 @@ std::vector<TraceEvent> RuntimeCore::trace_events() const {
       e.priority = static_cast<int32_t>(r.b);
       e.kernel = names[r.kernel];
       e.footprint = r.footprint;
+      if (r.context != 0 && r.context < contexts.size()) e.context = contexts[r.context];
     } else {
       e.from = r.a;
       e.to = r.b;

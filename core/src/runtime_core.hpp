@@ -1,6 +1,7 @@
 // The runtime's engine: devices and their drivers, the dependency graph, task completion.
 #pragma once
 
+#include "contexts/context_state.hpp"
 #include "data_manager.hpp"
 #include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
@@ -24,6 +25,8 @@
 #include <vector>
 
 namespace hcr::detail {
+
+class ContextPolicy;
 
 /// One device and its driver state. The driver has no thread: the submitting thread and the
 /// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
@@ -105,8 +108,24 @@ class RuntimeCore final : public sched::Context {
 
   const Config& config() const noexcept { return config_; }
   DataManager& data() noexcept { return data_; }
-  sched::Policy& policy() noexcept { return *policy_; }
+  sched::Policy& policy() noexcept { return *pol(); }
+  const sched::Policy& policy() const noexcept { return *pol(); }
 
+  /// Runtime::context: a new context with its own instance of the policy. The first one puts a
+  /// ContextPolicy in front of the policy in use (which stays the default context's). Throws
+  /// Error(invalid_argument) naming the value at fault.
+  hcr::Context make_context(const ContextSpec& spec);
+  /// A [[context]] table at the start: devices by id or name; Error(config) naming its origin.
+  hcr::Context make_context(const ContextConfig& table);
+  /// Runtime::find_context: the context of that name; Error(invalid_argument) naming the known.
+  hcr::Context find_context(std::string_view name) const;
+  /// RuntimeStats::contexts: the default context and every other, once one exists.
+  void context_stats(RuntimeStats& s) const;
+  /// Context::set_devices: the context's devices become `devices` (empty: all); what it queued
+  /// for a device it loses is placed again.
+  void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
+  /// Hands a task a policy gave back to placement again (ready()).
+  void place(TaskNode* t) noexcept { ready(t); }
   Ref<KernelState> kernel(std::string_view name);
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
   void resolve(KernelState& k);
@@ -142,7 +161,9 @@ class RuntimeCore final : public sched::Context {
   bool fits(const TaskNode* t, size_t d) const noexcept {
     if (!data_.active()) return true;  // every device works in host memory
     const uint32_t node = dev_[d]->info.memory_node;
-    return node == 0 || t->bytes <= data_.limit(node);
+    return node == 0 || (t->bytes <= data_.limit(node) &&
+                         (t->context == nullptr || t->context->memory_quota == 0 ||
+                          t->bytes <= t->context->memory_quota));
   }
 
   TraceRecorder& trace() noexcept { return trace_; }
@@ -280,9 +301,23 @@ class RuntimeCore final : public sched::Context {
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<DeviceState>> dev_;
-  std::unique_ptr<sched::Policy> policy_;
-  bool timing_ = false;
-  uint32_t launch_flags_ = 0;  // HCR_LAUNCH_MEASURE when someone uses execution times
+  // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
+  // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
+  // the old one alive, as its default context's).
+  sched::Policy* pol() const noexcept { return policy_.load(std::memory_order_acquire); }
+  std::atomic<sched::Policy*> policy_{nullptr};
+  std::unique_ptr<sched::Policy> policy_owner_;
+  std::string policy_name_;  // the configured policy, "auto" resolved: each context gets one
+  // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
+  ContextPolicy* context_policy_ = nullptr;
+  std::shared_ptr<ContextState> default_context_;
+  // The default one first. Appended under add_mutex_ and contexts_mutex_; read under either
+  // (stats and traces take only the latter: remove_device holds add_mutex_ for long).
+  std::vector<std::shared_ptr<ContextState>> contexts_;
+  mutable std::mutex contexts_mutex_;
+  // Set at start; switched on for good when a context needs measured device time.
+  std::atomic<bool> timing_{false};
+  std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
   bool energy_policy_ = false;  // the policy learns energy costs

@@ -1,5 +1,6 @@
 // The core's side of the scheduling interface: task views for policies and the policy registry.
 #include "buffer_state.hpp"
+#include "contexts/context_state.hpp"
 #include "kernel_state.hpp"
 #include "runtime_core.hpp"
 #include "task_node.hpp"
@@ -68,7 +69,8 @@ size_t TaskRef::successors(TaskRef* out, bool* data, size_t max) const noexcept 
 
 bool TaskRef::can_run(DeviceId d) const noexcept {
   if (!n_->kernel || (n_->pinned >= 0 && static_cast<DeviceId>(n_->pinned) != d) ||
-      !n_->kernel->can_run(d) || !n_->rt->usable(d) || !n_->rt->fits(n_, d))
+      !n_->kernel->can_run(d) || !n_->rt->usable(d) || !n_->rt->fits(n_, d) ||
+      (n_->context != nullptr && !n_->context->has(d)))
     return false;
   for (uint32_t x : n_->excluded)  // devices that already failed it
     if (x == d) return false;

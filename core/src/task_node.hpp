@@ -17,6 +17,7 @@
 namespace hcr::detail {
 
 struct BufferState;
+struct ContextState;
 struct KernelState;
 struct TaskNode;
 class RuntimeCore;
@@ -50,6 +51,10 @@ struct TaskNode {
   int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
   int32_t user_priority = 0;  // what the application gave (Task::priority)
   int32_t pinned = -1;  // Task::on(): the only device allowed
+  // Task::in(): its context (owned by the runtime, which outlives the task); null: the default.
+  ContextState* context = nullptr;
+  // ContextPolicy: when it was placed (ns, steady clock); 0 while no context policy counts it.
+  int64_t ctx_ready_ns = 0;
   std::atomic<int32_t> device{-1};
   RuntimeCore* rt = nullptr;
   KernelState* kernel = nullptr;  // holds a reference (kernel tasks)

@@ -87,6 +87,7 @@ std::string trace_json(const std::vector<TraceEvent>& events,
       if (e.priority != 0) args["priority"] = e.priority;
       if (e.measured >= 0) args["measured_us"] = e.measured * 1e6;
       if (e.failed) args["failed"] = true;
+      if (!e.context.empty()) args["context"] = e.context;
       ev.push_back({{"name", e.kernel}, {"cat", "task"}, {"ph", "X"}, {"pid", e.device},
                     {"tid", task_lane[i]}, {"ts", ts}, {"dur", dur}, {"args", args}});
     } else if (e.kind == TraceEvent::Kind::power) {  // a counter track on the device's process

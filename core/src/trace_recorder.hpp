@@ -17,6 +17,7 @@ namespace hcr::detail {
 struct RawEvent {
   uint8_t kind;     // TraceEvent::Kind
   bool failed;
+  uint16_t context;  // task: its context's index (0: the default context); in the padding
   uint32_t a;       // task: device; transfer: from node
   uint32_t b;       // transfer: to node; task: its priority (an int32_t)
   uint32_t kernel;  // kernel id

@@ -26,6 +26,13 @@
 /// prefetch = true                       # copy inputs as soon as a task is placed
 /// lookahead = -1                        # queued tasks per device beyond its slots (-1: slots)
 ///
+/// [[context]]                           # a scheduling context created at the start
+/// name = "batch"                        # (context.hpp); tasks join it with Task::in
+/// devices = [0, "sim-gpu"]              # ids or device names (default: every device)
+/// weight = 3                            # share of device time within its priority class
+/// priority = 0                          # priority class: higher is served first
+/// memory_quota = "2GiB"                 # per device: over it, it evicts its own data only
+///
 /// [[backend]]                           # one table per plugin instance
 /// name = "cpu"                          # the plugin's name
 /// memory_limit = "75%"                  # per device: bytes ("4GiB") or a share; read by hcr
@@ -68,6 +75,16 @@ struct BackendConfig {
   /// not declared): idle, and with every slot busy. Read by the runtime, not passed to the plugin.
   double idle_watts = -1;
   double busy_watts = -1;
+};
+
+/// One [[context]] table: a context (hcr::Context) the runtime creates at its start.
+struct ContextConfig {
+  std::string name;
+  std::vector<std::string> devices;  ///< ids ("0") or device names; empty: every device
+  double weight = 1;
+  int priority = 0;
+  std::optional<uint64_t> memory_quota;  ///< bytes per device (ContextSpec::memory_quota)
+  std::string origin;                    ///< "file:line" of the table, for diagnostics
 };
 
 /// The whole configuration. Plain data: build one by hand or with load()/parse(). The Runtime
@@ -116,6 +133,9 @@ struct HCR_API Config {
   /// unfinished (back-pressure: a task costs about a KiB until it finishes); 0: no bound.
   uint64_t max_tasks_in_flight = 1000000;
   std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
+  /// [[context]] tables: contexts created at the start (see context.hpp); tasks reach them through
+  /// Runtime::find_context(name).
+  std::vector<ContextConfig> contexts;
   std::string origin = "<defaults>";      ///< the file it came from
   /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the
   /// runtime ends; HCR_TRACE overrides. [trace] gantt: also write a Gantt chart (SVG) there.

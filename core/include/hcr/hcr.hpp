@@ -5,6 +5,7 @@
 #include <hcr/blas.hpp>
 #include <hcr/buffer.hpp>
 #include <hcr/config.hpp>
+#include <hcr/context.hpp>
 #include <hcr/data.hpp>
 #include <hcr/device.hpp>
 #include <hcr/error.hpp>

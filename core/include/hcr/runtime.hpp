@@ -24,6 +24,7 @@
 
 #include <hcr/buffer.hpp>
 #include <hcr/config.hpp>
+#include <hcr/context.hpp>
 #include <hcr/data.hpp>
 #include <hcr/device.hpp>
 #include <hcr/kernel.hpp>
@@ -110,6 +111,9 @@ struct RuntimeStats {
   std::vector<ModelAccuracy> accuracy;
   /// The devices' energy summed over those with a figure (DeviceCounters::energy_source), joules.
   double energy_joules = 0;
+  /// Per scheduling context, once one exists (else empty): the default context ("default": the
+  /// tasks submitted without one) first, then the others in the order they were made.
+  std::vector<ContextStats> contexts;
 };
 
 class HCR_API Runtime {
@@ -190,6 +194,19 @@ class HCR_API Runtime {
   /// submitted).
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
+  /// A new scheduling context (see context.hpp): tasks join it with Task::in(ctx). The first one
+  /// puts the runtime's policy behind a per-context arbiter (from then on execution times are
+  /// measured, two clock reads per task). Throws Error(invalid_argument) for an empty, duplicate
+  /// or "default" name, a weight that is not positive, or a device id that does not exist.
+  /// \code
+  /// hcr::Context batch = rt.context({.name = "batch", .devices = {0, 1}, .weight = 3});
+  /// rt.submit(hcr::Task(k).write(x).in(batch));
+  /// \endcode
+  Context context(const ContextSpec& spec);
+  /// The context called `name` (made by context() or a [[context]] table); throws
+  /// Error(invalid_argument) naming the contexts there are.
+  Context find_context(std::string_view name) const;
+
   /// Blocks until every task whose submit() returned before this call began has finished (also
   /// tasks the runtime made for those calls: acquire, partition), and every task those tasks'
   /// kernels submit, at any depth. Tasks other threads submit while it waits may or may not have

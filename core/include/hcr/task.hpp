@@ -13,6 +13,7 @@
 #pragma once
 
 #include <hcr/buffer.hpp>
+#include <hcr/context.hpp>
 #include <hcr/detail/handles.hpp>
 #include <hcr/event.hpp>
 #include <hcr/kernel.hpp>
@@ -31,6 +32,7 @@ HCR_API void task_add_param(TaskNode* t, const void* data, size_t size, size_t a
 HCR_API void task_set_priority(TaskNode* t, int priority) noexcept;
 HCR_API void task_add_dependency(TaskNode* t, TaskNode* before);
 HCR_API void task_pin(TaskNode* t, uint32_t device);
+HCR_API void task_set_context(TaskNode* t, ContextState* context);
 }  // namespace detail
 
 /// A task under construction; Runtime::submit() consumes it. Move-only.
@@ -76,6 +78,10 @@ class HCR_API Task {
   Task& after(const Event& e);
   /// Runs only on device `device` (an id from Runtime::devices()), whatever the policy prefers.
   Task& on(uint32_t device);
+  /// Runs in scheduling context `ctx` (Runtime::context): only on its devices (those of Task::on
+  /// among them), sharing device time as the context does. Throws Error(invalid_argument) for an
+  /// empty handle or a context of another runtime. Without it: the default context.
+  Task& in(const Context& ctx);
   /// Work items per dimension for source and binary kernels (OpenCL NDRange, CUDA threads).
   /// Default: one per element of the first buffer the task writes.
   Task& grid(uint64_t x, uint64_t y = 1, uint64_t z = 1);

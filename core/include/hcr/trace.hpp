@@ -39,6 +39,8 @@ struct TraceEvent {
   /// policy that derives them (peft), the application's times 4096 plus its upward rank's level
   int priority = 0;
   bool failed = false;
+  /// task: the scheduling context it ran in (context.hpp); empty for the default context
+  std::string context;
 };
 
 /// How well the policy's predictions matched measurements, for one kernel on one device.
