@@ -686,7 +686,12 @@ class Dmda final : public Policy {
   Choice choose_peft(TaskRef t, const KernelPairs& pairs, double now,
                      bool estimates, const std::bitset<kMaxDevices>* capable,
                      DeviceId prefer = kAnyDevice) {
-    const int prio = t.priority();
+    // A task that neither waited for others nor is waited on (yet) is predicted behind all the
+    // work queued on a device, not only the work it outranks: independent tasks outranking each
+    // other by cost alone would each see the devices emptier than they will be, and a burst of them
+    // sends misfits there (sched_bench's affinity bag: 1.46x HEFT, 0.94x under dmda's FIFO view).
+    const int prio =
+        !t.waited() && t.successors(nullptr, nullptr, 0) == 0 ? INT_MIN : t.priority();
     const DeviceId count = ctx_->device_count();
     std::bitset<kMaxDevices> asked;
     if (capable == nullptr) {

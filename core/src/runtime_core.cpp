@@ -50,6 +50,7 @@ void add_edge(TaskNode* pred, TaskNode* succ, bool data) {
   if (!pred->finished) {
     pred->successors.push_back({succ, data});
     succ->pending.fetch_add(1, std::memory_order_relaxed);
+    succ->waited = true;  // (the submitting thread's, read once the task is ready)
     pred->lock.unlock();
     return;
   }

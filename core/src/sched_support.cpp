@@ -57,6 +57,8 @@ uint64_t TaskRef::output_bytes() const noexcept {
   }
   return bytes;
 }
+bool TaskRef::waited() const noexcept { return n_->waited; }
+
 size_t TaskRef::successors(TaskRef* out, bool* data, size_t max) const noexcept {
   std::lock_guard<detail::SpinLock> g(n_->lock);
   const size_t n = n_->successors.size();

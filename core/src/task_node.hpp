@@ -47,6 +47,7 @@ struct TaskNode {
   std::atomic<uint32_t> granted{0};  // host_access: 1 the host may touch the data, 2 released
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
+  bool waited = false;  // it was submitted behind an unfinished task it depends on (add_edge)
   uint8_t epoch = 0;  // the parity of the wait_all epoch it was submitted in (RuntimeCore::submit)
   int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
   int32_t user_priority = 0;  // what the application gave (Task::priority)

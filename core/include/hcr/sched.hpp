@@ -83,6 +83,8 @@ class HCR_API TaskRef {
   TaskArg arg(size_t i) const noexcept;
   /// Bytes of the buffers the task writes (write or read_write).
   uint64_t output_bytes() const noexcept;
+  /// Whether the task waited for others: it was submitted behind unfinished tasks it depends on.
+  bool waited() const noexcept;
   /// The tasks submitted so far that wait for this one: up to `max` into `out` (with `data[i]`
   /// true when out[i] reads what this task writes); returns how many there are in all.
   size_t successors(TaskRef* out, bool* data, size_t max) const noexcept;
