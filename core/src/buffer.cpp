@@ -75,6 +75,22 @@ void check_usable(BufferState* b, const char* what) {
                                                  " no longer exists: the buffer was unpartitioned");
 }
 
+// What acquire and acquire_async both refuse: a dead buffer, a mode that is no host access, a
+// partitioned buffer (its tiles are what tasks use).
+void check_host_access(BufferState* b, Access mode, const char* what) {
+  check_usable(b, what);
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": access mode " + std::to_string(static_cast<int>(mode)) +
+                    " is not read, write or read_write");
+  b->lock.lock();
+  bool partitioned = b->partitioned;
+  b->lock.unlock();
+  if (partitioned)
+    throw Error(ErrorCode::invalid_argument, std::string(what) + " of a partitioned " +
+                                                 shape_text(*b) + " buffer: unpartition it first");
+}
+
 // Submits a task that runs nowhere, with the given buffer accesses.
 TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
   auto* t = new TaskNode;
@@ -85,17 +101,7 @@ TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
 }  // namespace
 
 HostAccess buffer_acquire(BufferState* b, Access mode) {
-  check_usable(b, "acquire");
-  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
-    throw Error(ErrorCode::invalid_argument,
-                "acquire: access mode " + std::to_string(static_cast<int>(mode)) +
-                    " is not read, write or read_write");
-  b->lock.lock();
-  bool partitioned = b->partitioned;
-  b->lock.unlock();
-  if (partitioned)
-    throw Error(ErrorCode::invalid_argument,
-                "acquire of a partitioned " + shape_text(*b) + " buffer: unpartition it first");
+  check_host_access(b, mode, "acquire");
   // A second view of the same data from the thread that holds the first would wait for itself,
   // and so would a kernel waiting for data its own task uses.
   b->rt->check_view_conflict(*b, mode);
@@ -136,17 +142,7 @@ void buffer_release(TaskNode* token) noexcept {
 }
 
 void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user) {
-  check_usable(b, "acquire_async");
-  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
-    throw Error(ErrorCode::invalid_argument,
-                "acquire_async: access mode " + std::to_string(static_cast<int>(mode)) +
-                    " is not read, write or read_write");
-  b->lock.lock();
-  bool partitioned = b->partitioned;
-  b->lock.unlock();
-  if (partitioned)
-    throw Error(ErrorCode::invalid_argument, "acquire_async of a partitioned " + shape_text(*b) +
-                                                 " buffer: unpartition it first");
+  check_host_access(b, mode, "acquire_async");
   // No thread holds an async access, so none of acquire's self-wait checks apply: nothing blocks.
   TaskNode* t = make_join(*b->rt, TaskKind::host_access);
   retain(b);
