@@ -10,8 +10,8 @@
 //   (scheduler, data manager, plugin) and waited for; its buffers stay on the GPU after the
 //   warm-up, as in a pipeline, so no transfer is timed.
 // - BM_TiledGpuCpu/<n>: hcr::blas::gemm in f32 tiles (HCR_CUDA_BENCH_TILE, default 2048) from
-//   host matrices to the product home, on the GPU alone, the CPU alone and both under dmda,
-//   interleaved after warm-up; read both_over_best (>= 1: the pair is never slower than the better
+//   host matrices to the product home, on the GPU alone, the CPU alone and both under dmda
+//   (HCR_CUDA_BENCH_POLICY names another), interleaved after warm-up; read both_over_best (>= 1: the pair is never slower than the better
 //   device alone). n from HCR_CUDA_BENCH_TILED_N (default 8192).
 // - BM_Copy/<MiB>/<dir>/<host>: the plugin's copy (launch to done) against cudaMemcpy from pinned
 //   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
@@ -21,6 +21,8 @@
 //   the plugin's potrf_f64 (launch to done, its status word read back), from the same symmetric
 //   positive definite matrix, restored before each call and not timed. Read hcr_over_cusolver and
 //   the GFLOP/s counters (n^3/3 flops). The baseline a tiled Cholesky is measured against.
+//   cusolver_upper_GFLOPs: the same direct call asked for the upper triangle (column-major), the
+//   form a row-major lower tile maps to without a transpose.
 //
 // BM_Gemm, BM_Copy and BM_Potrf drive the plugin through its C table (dlopen of libhcr-cuda.so from
 // the build tree, or from $HCR_CUDA_BENCH_PLUGIN_DIR), as the runtime does: the backend alone.
@@ -367,9 +369,11 @@ void BM_Potrf(benchmark::State& state) {
     cudaMemcpyAsync(a, pristine, bytes, cudaMemcpyDeviceToDevice, stream);
     cudaStreamSynchronize(stream);
   };
-  auto direct = [&] {
-    cusolverStatus_t s =
-        cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, work, lwork, info);
+  int lwork_upper = 0;
+  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, ni, a, ni, &lwork_upper);
+  lwork = std::max(lwork, lwork_upper);
+  auto direct = [&](cublasFillMode_t uplo = CUBLAS_FILL_MODE_LOWER) {
+    cusolverStatus_t s = cusolverDnDpotrf(solver, uplo, ni, a, ni, work, lwork, info);
     int status = -1;
     cudaMemcpyAsync(&status, info, sizeof(int), cudaMemcpyDeviceToHost, stream);
     cudaStreamSynchronize(stream);  // as the plugin reports: once the status is on the host
@@ -452,12 +456,17 @@ void BM_Potrf(benchmark::State& state) {
     state.SkipWithError(("warm-up failed: " + failure).c_str());
     return;
   }
-  double t_direct = 0, t_hcr = 0;
+  double t_direct = 0, t_hcr = 0, t_upper = 0;
   for (auto _ : state) {
     restore_direct();
     auto t0 = Clock::now();
     bool ok = direct();
     const double d = seconds_since(t0);
+    // The same factorization asked for in cuSOLVER's other triangle (not in the iteration time).
+    restore_direct();
+    t0 = Clock::now();
+    ok = direct(CUBLAS_FILL_MODE_UPPER) && ok;
+    t_upper += seconds_since(t0);
     ok = restore_hcr() && ok;
     t0 = Clock::now();
     ok = through_hcr() && ok;
@@ -475,6 +484,7 @@ void BM_Potrf(benchmark::State& state) {
     state.counters["cusolver_GFLOPs"] = flops / t_direct * 1e-9;
     state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
     state.counters["hcr_over_cusolver"] = t_direct / t_hcr;
+    state.counters["cusolver_upper_GFLOPs"] = flops / t_upper * 1e-9;
   }
   state.SetLabel("f64 n=" + std::to_string(n));
 
@@ -614,7 +624,8 @@ hcr::Config tiled_config(bool gpu, bool cpu, const std::string& model_dir) {
   c.use_environment = false;
   const char* dir = std::getenv("HCR_CUDA_BENCH_PLUGIN_DIR");
   c.plugin_paths = {dir && *dir ? dir : HCR_BENCH_PLUGIN_DIR};
-  c.policy = "dmda";
+  const char* policy = std::getenv("HCR_CUDA_BENCH_POLICY");
+  c.policy = policy && *policy ? policy : "dmda";
   c.model_dir = model_dir;
   if (gpu) c.backends.push_back({"cuda", true, {}, "cuda_bench"});
   if (cpu) c.backends.push_back({"cpu", true, {}, "cuda_bench"});
@@ -708,7 +719,7 @@ void BM_TiledGpuCpu(benchmark::State& state) {
     for (size_t d = 0; d < st.devices.size() && d < devices.size(); ++d)
       placed += " " + devices[d].name + ":" + std::to_string(st.devices[d].tasks);
     state.SetLabel("f32 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
-                   ", dmda tasks" + placed);
+                   ", " + std::string(shapes[2].rt->policy()) + " tasks" + placed);
   }
   for (Shape& s : shapes) {  // buffers before their runtime
     s.a.reset();

@@ -7,16 +7,18 @@
 //                                     triangle of C is the upper one of C^T);
 //   trsm   B = op(A)^-1 B (left)  ->  B^T = B^T op(A^T)^-1 (right): flip side and uplo, keep trans
 //                                     and diag, swap m and n;
-//   potrf  A = L L^T (lower)      ->  the column-major upper factorization A^T = U^T U, U = L^T.
-// getrf_nopiv is the exception: factoring A^T gives A = U^T L^T, whose unit diagonal sits on the
-// wrong factor. So the tile is transposed into scratch memory (cublas<t>geam), factored there, and
-// transposed back — two n x n copies, small beside the n^3 of the factorization.
+// The factorizations are the exceptions: the tile is transposed into scratch memory (cublas<t>geam),
+// factored there in its own triangle, and transposed back — two n x n copies, small beside the n^3
+// of the factorization. getrf_nopiv must: factoring A^T gives A = U^T L^T, whose unit diagonal sits
+// on the wrong factor. potrf could factor A^T in the other triangle, but cuSOLVER is much slower at
+// that form (see enqueue_potrf).
 #include "cuda_blas.hpp"
 
 #include "cuda_libs.hpp"
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 #include <cstring>
 
 namespace hcr::cuda {
@@ -127,31 +129,65 @@ void enqueue_trsm(cublasHandle_t h, const BlasCall& t) {
 // Bytes rounded up to the 256 that cuBLAS and cuSOLVER like their operands aligned to.
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// dst (n x n, leading dimension ldd) = src^T (leading dimension lds), column-major, on the lane's
+// stream. geam's second operand is src again with beta 0: whether or not cuBLAS reads it, it holds
+// nothing but the tile (scratch memory could hold NaN from an earlier operation, and 0 * NaN is
+// NaN), and dst overlaps neither operand.
+template <class T>
+void transpose(cublasHandle_t h, int n, const T* src, int lds, T* dst, int ldd) {
+  const CublasLib& lib = cublas();
+  const T one = 1, zero = 0;
+  if constexpr (sizeof(T) == 4)
+    HCR_CUBLAS_CHECK(
+        lib.sgeam(h, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, src, lds, &zero, src, lds, dst, ldd));
+  else
+    HCR_CUBLAS_CHECK(
+        lib.dgeam(h, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, src, lds, &zero, src, lds, dst, ldd));
+}
+
+// The tile, transposed, at the head of the lane's scratch memory, followed by `work_elems`
+// elements of library workspace.
+template <class T>
+std::pair<T*, T*> transposed_scratch(Lane& l, int n, int work_elems) {
+  const size_t tile = aligned(static_cast<size_t>(n) * n * sizeof(T));
+  char* scratch = static_cast<char*>(
+      l.scratch(tile + aligned(static_cast<size_t>(std::max(work_elems, 1)) * sizeof(T))));
+  return {reinterpret_cast<T*>(scratch), reinterpret_cast<T*>(scratch + tile)};
+}
+
+// potrf works on the tile's column-major transpose W = A (two geam copies, as getrf_nopiv): the
+// row-major lower factor is then cuSOLVER's lower factorization, the form it is fastest at. Its
+// upper form, on the tile as it lies (no copy), was 2.0x (n 1024) to 2.65x (n 4096) slower on an
+// H200 (CUDA 13, f64; bench/cuda_bench BM_Potrf's cusolver_upper_GFLOPs), and the plugin's potrf
+// went from 0.44x/0.36x of a direct cuSOLVER call to 0.62x/0.78x with the copies. W's other
+// triangle is copied back unchanged.
 template <class T>
 void enqueue_potrf(Lane& l, const BlasCall& f, int* info) {
   const CusolverLib& lib = cusolver();
+  cublasHandle_t bh = l.blas();
   cusolverDnHandle_t h = l.solver();
-  const cublasFillMode_t uplo = fill(!f.upper);  // row-major lower = column-major upper
+  const int n = f.n;
+  const cublasFillMode_t uplo = fill(f.upper);  // the tile's own triangle: W is not transposed
   T* A = static_cast<T*>(f.ptr[0]);
-  int lwork = 0;
+  int lwork = 0;  // asked for the dense tile it will factor (the query reads no element)
   if constexpr (sizeof(T) == 4)
-    HCR_CUSOLVER_CHECK(lib.spotrf_buffer_size(h, uplo, f.n, A, f.ld[0], &lwork));
+    HCR_CUSOLVER_CHECK(lib.spotrf_buffer_size(h, uplo, n, A, n, &lwork));
   else
-    HCR_CUSOLVER_CHECK(lib.dpotrf_buffer_size(h, uplo, f.n, A, f.ld[0], &lwork));
-  T* work =
-      static_cast<T*>(l.scratch(aligned(static_cast<size_t>(std::max(lwork, 1)) * sizeof(T))));
+    HCR_CUSOLVER_CHECK(lib.dpotrf_buffer_size(h, uplo, n, A, n, &lwork));
+  auto [W, work] = transposed_scratch<T>(l, n, lwork);
   int* dev_info = l.device_info();
+  transpose(bh, n, A, f.ld[0], W, n);
   if constexpr (sizeof(T) == 4)
-    HCR_CUSOLVER_CHECK(lib.spotrf(h, uplo, f.n, A, f.ld[0], work, lwork, dev_info));
+    HCR_CUSOLVER_CHECK(lib.spotrf(h, uplo, n, W, n, work, lwork, dev_info));
   else
-    HCR_CUSOLVER_CHECK(lib.dpotrf(h, uplo, f.n, A, f.ld[0], work, lwork, dev_info));
+    HCR_CUSOLVER_CHECK(lib.dpotrf(h, uplo, n, W, n, work, lwork, dev_info));
+  transpose(bh, n, W, n, A, f.ld[0]);
   HCR_CUDA_CHECK(
       cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
 }
 
 template <class T>
 void enqueue_getrf_nopiv(Lane& l, const BlasCall& f, int* info) {
-  const CublasLib& blas = cublas();
   const CusolverLib& lib = cusolver();
   cublasHandle_t bh = l.blas();
   cusolverDnHandle_t h = l.solver();
@@ -162,31 +198,15 @@ void enqueue_getrf_nopiv(Lane& l, const BlasCall& f, int* info) {
     HCR_CUSOLVER_CHECK(lib.sgetrf_buffer_size(h, n, n, A, n, &lwork));
   else
     HCR_CUSOLVER_CHECK(lib.dgetrf_buffer_size(h, n, n, A, n, &lwork));
-  // Scratch: the tile, transposed (dense, leading dimension n), then cuSOLVER's workspace.
-  const size_t tile = aligned(static_cast<size_t>(n) * n * sizeof(T));
-  char* scratch = static_cast<char*>(
-      l.scratch(tile + aligned(static_cast<size_t>(std::max(lwork, 1)) * sizeof(T))));
-  T* W = reinterpret_cast<T*>(scratch);
-  T* work = reinterpret_cast<T*>(scratch + tile);
+  auto [W, work] = transposed_scratch<T>(l, n, lwork);
   int* dev_info = l.device_info();
-  const T one = 1, zero = 0;
-  // W = (A^T)^T, the tile in column-major. geam's second operand is the same matrix with beta 0:
-  // whether or not cuBLAS reads it, it holds nothing but the tile (scratch memory could hold NaN
-  // from an earlier operation, and 0 * NaN is NaN), and C overlaps neither operand.
-  if constexpr (sizeof(T) == 4) {
-    HCR_CUBLAS_CHECK(blas.sgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, A, f.ld[0], &zero, A,
-                                f.ld[0], W, n));
-    // devIpiv = NULL: no pivoting (cuSOLVER's documented form), A = L U.
+  transpose(bh, n, A, f.ld[0], W, n);  // W = (A^T)^T, the tile in column-major
+  // devIpiv = NULL: no pivoting (cuSOLVER's documented form), A = L U.
+  if constexpr (sizeof(T) == 4)
     HCR_CUSOLVER_CHECK(lib.sgetrf(h, n, n, W, n, work, nullptr, dev_info));
-    HCR_CUBLAS_CHECK(blas.sgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, W, n, &zero, W, n, A,
-                                f.ld[0]));
-  } else {
-    HCR_CUBLAS_CHECK(blas.dgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, A, f.ld[0], &zero, A,
-                                f.ld[0], W, n));
+  else
     HCR_CUSOLVER_CHECK(lib.dgetrf(h, n, n, W, n, work, nullptr, dev_info));
-    HCR_CUBLAS_CHECK(blas.dgeam(bh, CUBLAS_OP_T, CUBLAS_OP_T, n, n, &one, W, n, &zero, W, n, A,
-                                f.ld[0]));
-  }
+  transpose(bh, n, W, n, A, f.ld[0]);
   HCR_CUDA_CHECK(
       cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
 }

@@ -8,6 +8,7 @@
 #include "test_kernels.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -48,6 +49,40 @@ inline bool require_gpu() {
       if (require_gpu()) FAIL() << "HCR_CUDA_TESTS_REQUIRE_GPU=1 but no GPU: " << why_;  \
       GTEST_SKIP() << "no CUDA GPU: " << why_;                                           \
     }                                                                                    \
+  } while (0)
+
+/// The fake libraries' folder (fake cuBLAS, cuSOLVER and NVML under the real sonames).
+inline fs::path fake_lib_dir() { return fs::path(HCR_TEST_FAKE_NVML).parent_path(); }
+
+/// Where the process already holds a real library under the soname of one of the fakes — a
+/// CudaGpu test ran before in the same process, on a machine with a GPU — the fake plugin's dlopen
+/// by name would get that library (a loaded soname wins), hand it fake device pointers and crash.
+/// Returns the real library's path, or "" when none is loaded. ctest runs each test in its own
+/// process; this guards running the whole binary at once on a GPU machine.
+inline std::string real_cuda_library_loaded() {
+  const fs::path dir = fake_lib_dir();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("libhcr_", 0) == 0 || name.find(".so") == std::string::npos) continue;
+    void* h = dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (h == nullptr) continue;
+    std::string path;
+    struct link_map* map = nullptr;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr)
+      path = map->l_name;
+    dlclose(h);
+    if (fs::path(path).parent_path() != dir) return path.empty() ? name : path;
+  }
+  return {};
+}
+
+#define HCR_NEED_ONLY_FAKE_CUDA_LIBS()                                                       \
+  do {                                                                                       \
+    if (const std::string real_ = real_cuda_library_loaded(); !real_.empty())                \
+      GTEST_SKIP() << "this process already holds the real " << real_                        \
+                   << " (a GPU test ran before): run the Fake* tests in a process of their " \
+                      "own (--gtest_filter='Fake*'), as ctest does";                         \
   } while (0)
 
 inline Config cuda_config(Options options = {}) {
@@ -343,6 +378,7 @@ class PluginFixture : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
     if (!fake()) HCR_NEED_GPU();
+    else HCR_NEED_ONLY_FAKE_CUDA_LIBS();
     p_ = make(Options{{"cache_dir", cache_.path().string()}});
     ASSERT_TRUE(p_->ok()) << p_->create_error();
     ASSERT_GT(p_->device_count(), 0u) << p_->log_text();
@@ -376,6 +412,7 @@ class RuntimeFixture : public ::testing::TestWithParam<Target> {
  protected:
   void SetUp() override {
     if (!fake()) HCR_NEED_GPU();
+    else HCR_NEED_ONLY_FAKE_CUDA_LIBS();
     Config c = cuda_config({{"cache_dir", cache_.path().string()}});
     if (fake()) c.plugin_paths = {HCR_TEST_FAKE_CUDA_DIR};  // found before the real one
     rt_ = std::make_unique<Runtime>(c);

@@ -51,6 +51,7 @@ int noop(void*, const hcr_exec_context_t*, char*, size_t) { return 0; }
 class FakeCudaNvml : public ::testing::Test {
  protected:
   void SetUp() override {
+    HCR_NEED_ONLY_FAKE_CUDA_LIBS();
     lib_ = dlopen(HCR_TEST_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(lib_, nullptr) << dlerror();
     reset_ = sym<void (*)()>("hcr_fake_nvml_reset");
