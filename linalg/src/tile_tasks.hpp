@@ -8,15 +8,27 @@
 
 namespace hcr::linalg::detail {
 
+/// Where the tile tasks go: one Runtime. hcr::mpi's ClusterSink (mpi/src/linalg.cpp) sends them
+/// to a Cluster instead, whose Task has the same builder: a sink names its task type and offers
+/// kernel(name) and submit(task).
+struct RuntimeSink {
+  using TaskType = Task;
+  RuntimeSink(Runtime& r) : rt(r) {}  // NOLINT(google-explicit-constructor): TileTasks<T> t(rt)
+  Kernel kernel(const std::string& name) { return rt.kernel(name); }
+  void submit(TaskType& t) { rt.submit(t); }
+  Runtime& rt;
+};
+
 /// Submits one tile task per call, with the built-in kernel's parameter block. Kernels are looked
 /// up by name once per algorithm call.
-template <class T>
+template <class T, class Sink = RuntimeSink>
 class TileTasks {
  public:
-  explicit TileTasks(Runtime& rt) : rt_(rt) {}
+  using TaskType = typename Sink::TaskType;
+  explicit TileTasks(Sink sink) : sink_(sink) {}
 
   const Kernel& kernel(Kernel& k, const char* op) {
-    if (!k.valid()) k = rt_.kernel(kernel_name<T>(op));
+    if (!k.valid()) k = sink_.kernel(kernel_name<T>(op));
     return k;
   }
   const Kernel& gemm_kernel() { return kernel(gemm_, "gemm"); }
@@ -31,12 +43,11 @@ class TileTasks {
             const Buffer<T>& c, int priority = 0) {
     const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta,
                               static_cast<int32_t>(ta), static_cast<int32_t>(tb)};
-    rt_.submit(Task(gemm_kernel())
-                   .read(a)
-                   .read(b)
-                   .arg(c, beta == 0 ? Access::write : Access::read_write)
-                   .param(p)
-                   .priority(priority));
+    TaskType t(gemm_kernel());
+    t.read(a).read(b);
+    if (beta == 0) t.write(c);
+    else t.read_write(c);
+    sink_.submit(t.param(p).priority(priority));
   }
   /// The `uplo` triangle of C = alpha op(A) op(A)^T + beta C. Read-write even with beta == 0:
   /// the other triangle must come back as it was.
@@ -44,7 +55,8 @@ class TileTasks {
             const Buffer<T>& c, int priority = 0) {
     const hcr_syrk_params_t p{HCR_SYRK_PARAMS_STRUCT_SIZE, alpha, beta,
                               static_cast<int32_t>(uplo), static_cast<int32_t>(trans)};
-    rt_.submit(Task(syrk_kernel()).read(a).read_write(c).param(p).priority(priority));
+    TaskType t(syrk_kernel());
+    sink_.submit(t.read(a).read_write(c).param(p).priority(priority));
   }
   /// B = alpha op(A)^-1 B (left) or alpha B op(A)^-1 (right).
   void trsm(Side side, Uplo uplo, Op trans, Diag diag, double alpha, const Buffer<T>& a,
@@ -52,25 +64,28 @@ class TileTasks {
     const hcr_trsm_params_t p{HCR_TRSM_PARAMS_STRUCT_SIZE, alpha,
                               static_cast<int32_t>(side), static_cast<int32_t>(uplo),
                               static_cast<int32_t>(trans), static_cast<int32_t>(diag)};
-    rt_.submit(Task(trsm_kernel()).read(a).read_write(b).param(p).priority(priority));
+    TaskType t(trsm_kernel());
+    sink_.submit(t.read(a).read_write(b).param(p).priority(priority));
   }
   void potrf(Uplo uplo, const Buffer<T>& a, int priority) {
     const hcr_potrf_params_t p{HCR_POTRF_PARAMS_STRUCT_SIZE, static_cast<int32_t>(uplo)};
-    rt_.submit(Task(potrf_kernel()).read_write(a).param(p).priority(priority));
+    TaskType t(potrf_kernel());
+    sink_.submit(t.read_write(a).param(p).priority(priority));
   }
   void getrf(const Buffer<T>& a, int priority) {
-    rt_.submit(Task(getrf_kernel()).read_write(a).priority(priority));
+    TaskType t(getrf_kernel());
+    sink_.submit(t.read_write(a).priority(priority));
   }
 
  private:
-  Runtime& rt_;
+  Sink sink_;
   Kernel gemm_, syrk_, trsm_, potrf_, getrf_;
 };
 
 /// C = alpha op(A) op(B) + beta C over tiles: each C tile's k steps form a chain (beta on the
 /// first step, 1 after), the C tiles are independent.
-template <class T>
-void gemm_tiles(TileTasks<T>& t, Op ta, Op tb, double alpha, const Tiles<T>& a,
+template <class T, class S>
+void gemm_tiles(TileTasks<T, S>& t, Op ta, Op tb, double alpha, const Tiles<T>& a,
                 const Tiles<T>& b, double beta, const Tiles<T>& c) {
   const bool na = ta == Op::no_trans, nb = tb == Op::no_trans;
   const size_t kt = na ? a.cols() : a.rows();
@@ -83,8 +98,8 @@ void gemm_tiles(TileTasks<T>& t, Op ta, Op tb, double alpha, const Tiles<T>& a,
 
 /// The `uplo` triangle of C = alpha op(A) op(A)^T + beta C over tiles: syrk on the diagonal
 /// tiles, gemm on the others of that triangle; tiles of the other triangle are not touched.
-template <class T>
-void syrk_tiles(TileTasks<T>& t, Uplo uplo, Op trans, double alpha, const Tiles<T>& a,
+template <class T, class S>
+void syrk_tiles(TileTasks<T, S>& t, Uplo uplo, Op trans, double alpha, const Tiles<T>& a,
                 double beta, const Tiles<T>& c) {
   const bool nt = trans == Op::no_trans;
   const size_t n = c.rows(), kt = nt ? a.cols() : a.rows();
@@ -108,8 +123,8 @@ void syrk_tiles(TileTasks<T>& t, Uplo uplo, Op trans, double alpha, const Tiles<
 /// Chameleon's pztrsm): block substitution, a trsm per tile of the block row (column) of B being
 /// solved, then gemm updates of the rows (columns) still to solve. B is scaled by alpha at the
 /// first step only: the trsm's alpha there, the updates' beta for every other tile.
-template <class T>
-void trsm_tiles(TileTasks<T>& t, Side side, Uplo uplo, Op trans, Diag diag, double alpha,
+template <class T, class S>
+void trsm_tiles(TileTasks<T, S>& t, Side side, Uplo uplo, Op trans, Diag diag, double alpha,
                 const Tiles<T>& a, const Tiles<T>& b) {
   const bool nt = trans == Op::no_trans;
   // op(A)'s tile (i, j): A's, or A's tile (j, i) transposed.
@@ -150,8 +165,8 @@ inline int critical_path_priority(size_t grid, size_t k, size_t m, size_t n) {
 }
 
 /// Right-looking tiled Cholesky, as StarPU's cholesky_implicit submits it.
-template <class T>
-void potrf_tiles(TileTasks<T>& t, Uplo uplo, const Tiles<T>& a) {
+template <class T, class S>
+void potrf_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a) {
   const size_t n = a.rows();
   const bool lower = uplo == Uplo::lower;
   for (size_t k = 0; k < n; ++k) {
@@ -186,16 +201,16 @@ void potrf_tiles(TileTasks<T>& t, Uplo uplo, const Tiles<T>& a) {
 
 /// A X = B from the Cholesky factor in A: L Y = B then L^T X = Y (lower), U^T Y = B then U X = Y
 /// (upper).
-template <class T>
-void potrs_tiles(TileTasks<T>& t, Uplo uplo, const Tiles<T>& a, const Tiles<T>& b) {
+template <class T, class S>
+void potrs_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a, const Tiles<T>& b) {
   const bool lower = uplo == Uplo::lower;
   trsm_tiles(t, Side::left, uplo, lower ? Op::no_trans : Op::trans, Diag::non_unit, 1.0, a, b);
   trsm_tiles(t, Side::left, uplo, lower ? Op::trans : Op::no_trans, Diag::non_unit, 1.0, a, b);
 }
 
 /// Right-looking tiled LU without pivoting, with the priorities of potrf_tiles.
-template <class T>
-void getrf_tiles(TileTasks<T>& t, const Tiles<T>& a) {
+template <class T, class S>
+void getrf_tiles(TileTasks<T, S>& t, const Tiles<T>& a) {
   const size_t n = a.rows();
   for (size_t k = 0; k < n; ++k) {
     t.getrf(a(k, k), critical_path_priority(n, k, 0, 0));

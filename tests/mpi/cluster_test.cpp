@@ -1,7 +1,9 @@
 // hcr::mpi under mpirun (-np 2 and 4): every rank runs these tests in the same order, each over
 // its own Runtime (cpu backend, one thread). A failure on any rank fails its process, and mpirun
 // returns non-zero.
+#include <hcr/linalg.hpp>
 #include <hcr/mpi.hpp>
+#include <hcr/mpi_linalg.hpp>
 
 #include "../test_support.hpp"
 
@@ -297,6 +299,107 @@ TEST(Cluster, TiledGemmMovesTheMinimumBytes) {
       for (size_t k = 0; k < kN; ++k) s2 += va[i * kN + k] * vb[k * kN + j];
       EXPECT_EQ(vc[i * kN + j], s2) << i << ", " << j;
     }
+}
+
+// hcr::mpi's tiled Cholesky, solve and transposed gemm over 2-D block-cyclic tiles (edge tiles
+// smaller) give what hcr::linalg gives on one runtime: the same tile kernels in the same order per
+// tile. Each rank checks the tiles it owns.
+TEST(Cluster, DistributedCholeskySolveAndGemmMatchOneRuntime) {
+  constexpr size_t kN = 37, kTile = 8, kR = 3;
+  const auto spd = [](size_t i, size_t j) {
+    return i == j ? static_cast<double>(kN) + 1.0 : 1.0 / static_cast<double>(1 + i + j);
+  };
+  const auto fill = [&](Buffer<double>& a, Buffer<double>& b, Buffer<double>& g) {
+    auto va = a.acquire(Access::write), vb = b.acquire(Access::write), vg = g.acquire(Access::write);
+    for (size_t i = 0; i < kN; ++i) {
+      for (size_t j = 0; j < kN; ++j) va(i, j) = spd(i, j);
+      for (size_t j = 0; j < kR; ++j) vb(i, j) = static_cast<double>((i * 3 + j * 5) % 7) - 3;
+      for (size_t j = 0; j < kN; ++j) vg(i, j) = static_cast<double>((i + 2 * j) % 5) - 2;
+    }
+  };
+  // The reference: one runtime, hcr::linalg. C = G^T A_factor (whole matrices).
+  Runtime ref_rt(test::cpu_config(1));
+  auto ra = ref_rt.buffer<double>(kN, kN), rb = ref_rt.buffer<double>(kN, kR),
+       rg = ref_rt.buffer<double>(kN, kN), rc = ref_rt.buffer<double>(kN, kN);
+  fill(ra, rb, rg);
+  linalg::potrf<double>(ref_rt, linalg::Uplo::lower, ra, kTile).get();
+  linalg::potrs<double>(ref_rt, linalg::Uplo::lower, ra, rb, kTile).get();
+  linalg::gemm<double>(ref_rt, linalg::Op::trans, linalg::Op::no_trans, 0.5, rg, ra, 0.0, rc,
+                       kTile).get();
+  const std::vector<double> want_a = ra.to_vector(), want_b = rb.to_vector(),
+                            want_c = rc.to_vector();
+
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  const int n = cl.size(), p = n >= 4 ? 2 : 1, q = n / p;
+  auto a = rt.buffer<double>(kN, kN), b = rt.buffer<double>(kN, kR), g = rt.buffer<double>(kN, kN),
+       c = rt.buffer<double>(kN, kN);
+  fill(a, b, g);
+  Tiles<double> ta = a.partition(kTile, kTile), tb = b.partition(kTile, kR),
+                tg = g.partition(kTile, kTile), tc = c.partition(kTile, kTile);
+  for (Tiles<double>* t : {&ta, &tb, &tg, &tc}) cl.distribute_2d(*t, p, q);
+  mpi::potrf(cl, mpi::Uplo::lower, ta);
+  mpi::potrs(cl, mpi::Uplo::lower, ta, tb);
+  mpi::gemm(cl, mpi::Op::trans, mpi::Op::no_trans, 0.5, tg, ta, 0.0, tc);
+  cl.wait_all();
+  const mpi::Stats s = cl.stats();
+  uint64_t exchanged = 0;
+  for (const mpi::PeerStats& peer : s.peers) exchanged += peer.bytes_received;
+  if (n > 1) {
+    EXPECT_GT(exchanged, 0u) << "the ranks computed alone";
+  }
+  for (auto* m : {&a, &b, &g, &c}) m->unpartition().get();
+  const auto own = [&](size_t i, size_t j) {
+    return static_cast<int>((i / kTile) % static_cast<size_t>(p)) * q +
+           static_cast<int>((j / kTile) % static_cast<size_t>(q));
+  };
+  const std::vector<double> got_a = a.to_vector(), got_b = b.to_vector(), got_c = c.to_vector();
+  size_t checked = 0;
+  for (size_t i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kN; ++j) {
+      if (own(i, j) != cl.rank()) continue;
+      ++checked;
+      if (j <= i) {
+        EXPECT_NEAR(got_a[i * kN + j], want_a[i * kN + j], 1e-12) << "L " << i << ", " << j;
+      }
+      EXPECT_NEAR(got_c[i * kN + j], want_c[i * kN + j], 1e-12) << "C " << i << ", " << j;
+    }
+  for (size_t i = 0; i < kN; ++i)
+    for (size_t j = 0; j < kR; ++j)
+      if (static_cast<int>((i / kTile) % static_cast<size_t>(p)) * q == cl.rank()) {  // 1 column
+        EXPECT_NEAR(got_b[i * kR + j], want_b[i * kR + j], 1e-12) << "X " << i << ", " << j;
+      }
+  EXPECT_GT(checked, 0u);
+}
+
+// A mistake in the tile grids is refused on every rank, naming the tiles, before any task exists.
+TEST(Cluster, DistributedLinalgRefusesMisfitTilesOnEveryRank) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  auto a = rt.buffer<double>(16, 24), b = rt.buffer<double>(16, 16);
+  Tiles<double> ta = a.partition(8, 8), tb = b.partition(8, 8);
+  cl.distribute_1d(ta);
+  cl.distribute_1d(tb);
+  try {
+    mpi::potrf(cl, mpi::Uplo::lower, ta);
+    ADD_FAILURE() << "a 2x3 tile grid was factored";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("hcr::mpi::potrf: A is 2x3 tiles"), std::string::npos)
+        << e.what();
+  }
+  try {  // C = A B: 2x3 tiles times 2x2
+    mpi::gemm(cl, mpi::Op::no_trans, mpi::Op::no_trans, 1.0, ta, tb, 0.0, tb);
+    ADD_FAILURE() << "non-conforming grids were multiplied";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("op(A) 2x3 tiles, op(B) 2x2 tiles"), std::string::npos)
+        << e.what();
+  }
+  const mpi::Stats s = cl.stats();
+  EXPECT_EQ(s.tasks_run + s.tasks_skipped, 0u);
+  cl.wait_all();
+  a.unpartition().get();
+  b.unpartition().get();
 }
 
 // Data that arrives before its receive can take it waits in a temporary; under a 1-byte cap only
