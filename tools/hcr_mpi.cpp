@@ -1,12 +1,13 @@
 // hcr-mpi: hcr's main jobs across the ranks of an MPI job, over hcr::mpi.
 //
 //   mpirun -np 4 hcr-mpi run --op potrf --size 4096 --tile 512 [--dtype f64] [--grid 2x2]
-//                            [--repeat 3] [--config FILE] [--no-check]
+//                            [--repeat 3] [--config FILE] [--mapping cyclic|throughput] [--no-check]
 //
 // Every rank runs a Runtime over its share of the node (hcr::mpi::split_node), registers the
 // matrices' tiles 2-D block-cyclic over a p x q grid of ranks (--grid; default the squarest
 // p <= q), and submits the same tiled job (gemm: C = A B; potrf: the Cholesky factor of a random
-// SPD matrix). Each repetition starts from the same data and is timed between barriers. Rank 0
+// SPD matrix). --mapping throughput: the tiles go to ranks in proportion to their measured
+// throughput instead (hcr::mpi::measure_throughput, then distribute_weighted). Each repetition starts from the same data and is timed between barriers. Rank 0
 // prints the job, the best and mean times, then per rank: tasks run, device busy time, and the
 // bytes it sent to each other rank; then the check of the last repetition on the gathered result
 // (gemm: Freivalds; potrf: ||A - L L^T|| / ||A|| against 30 n eps). Exit status 0 when every rank
@@ -38,7 +39,7 @@ using hcr::cli::fill_spd;
 using hcr::cli::freivalds;
 
 struct Options {
-  std::string op = "gemm", dtype = "f64", config;
+  std::string op = "gemm", dtype = "f64", config, mapping = "cyclic";
   size_t n = 2048, tile = 512;
   int p = 0, q = 0;
   unsigned repeat = 1;
@@ -48,7 +49,7 @@ struct Options {
 [[noreturn]] void usage_error(const std::string& what) {
   throw std::invalid_argument(what + " (usage: hcr-mpi run --op gemm|potrf --size N --tile T "
                                      "[--dtype f32|f64] [--grid PxQ] [--repeat R] [--config FILE] "
-                                     "[--no-check])");
+                                     "[--mapping cyclic|throughput] [--no-check])");
 }
 
 size_t number(const std::string& flag, const std::string& v) {
@@ -75,6 +76,7 @@ Options parse(int argc, char** argv) {
     if (a == "--op") o.op = value();
     else if (a == "--dtype") o.dtype = value();
     else if (a == "--config") o.config = value();
+    else if (a == "--mapping") o.mapping = value();
     else if (a == "--size") o.n = number(a, value());
     else if (a == "--tile") o.tile = number(a, value());
     else if (a == "--repeat") o.repeat = static_cast<unsigned>(number(a, value()));
@@ -90,6 +92,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.op != "gemm" && o.op != "potrf") usage_error("--op '" + o.op + "' is not gemm or potrf");
+  if (o.mapping != "cyclic" && o.mapping != "throughput")
+    usage_error("--mapping '" + o.mapping + "' is not cyclic or throughput");
   if (o.dtype != "f32" && o.dtype != "f64") usage_error("--dtype '" + o.dtype + "' is not f32 or f64");
   return o;
 }
@@ -104,21 +108,21 @@ MPI_Datatype mpi_type() {
 // Rank 0 gets the whole matrix: each rank contributes the elements of the tiles it owns (zeros
 // elsewhere), summed.
 template <class T>
-std::vector<T> gather(const hcr::Buffer<T>& m, size_t tile, int p, int q, int rank) {
-  const size_t n = m.rows();
+std::vector<T> gather(const hcr::Buffer<T>& m, const std::vector<int>& owners, size_t tile,
+                      int rank) {
+  const size_t n = m.rows(), grid = (n + tile - 1) / tile;
   std::vector<T> mine = m.to_vector(), all(rank == 0 ? n * n : 0);
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < n; ++j)
-      if (static_cast<int>((i / tile) % static_cast<size_t>(p)) * q +
-              static_cast<int>((j / tile) % static_cast<size_t>(q)) != rank)
-        mine[i * n + j] = 0;
+      if (owners[(i / tile) * grid + j / tile] != rank) mine[i * n + j] = 0;
   MPI_Reduce(mine.data(), all.data(), static_cast<int>(n * n), mpi_type<T>(), MPI_SUM, 0,
              MPI_COMM_WORLD);
   return all;
 }
 
 template <class T>
-int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl) {
+int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
+        const std::vector<double>& weights) {
   const int rank = cl.rank(), size = cl.size();
   const size_t n = o.n, tile = o.tile;
   std::vector<T> a0(n * n), b0;
@@ -133,19 +137,29 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl) {
        c = rt.buffer<T>(n, n, hcr::uninitialized);
   hcr::Tiles<T> ta = a.partition(tile, tile), tb = b.partition(tile, tile),
                 tc = c.partition(tile, tile);
-  cl.distribute_2d(ta, o.p, o.q);
+  auto place = [&](const hcr::Tiles<T>& t) {
+    if (weights.empty()) cl.distribute_2d(t, o.p, o.q);
+    else cl.distribute_weighted(t, weights);
+  };
+  place(ta);
   if (o.op == "gemm") {
-    cl.distribute_2d(tb, o.p, o.q);
-    cl.distribute_2d(tc, o.p, o.q);
+    place(tb);
+    place(tc);
   }
   const size_t grid = (n + tile - 1) / tile;
   const uint64_t tasks = o.op == "gemm" ? grid * grid * grid
                                         : grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
   if (rank == 0)
-    std::printf("job: %s%s n=%zu tile=%zu over %d ranks (%dx%d block-cyclic): %llu tasks, %u "
-                "repetition(s)\n",
-                sizeof(T) == 4 ? "s" : "d", o.op.c_str(), n, tile, size, o.p, o.q,
+  {
+    std::string mapping = std::to_string(o.p) + "x" + std::to_string(o.q) + " block-cyclic";
+    if (!weights.empty()) {
+      mapping = "by measured throughput, tile gemms/s:";
+      for (double w : weights) mapping += " " + std::to_string(static_cast<long long>(std::lround(w)));
+    }
+    std::printf("job: %s%s n=%zu tile=%zu over %d ranks (%s): %llu tasks, %u repetition(s)\n",
+                sizeof(T) == 4 ? "s" : "d", o.op.c_str(), n, tile, size, mapping.c_str(),
                 static_cast<unsigned long long>(tasks), o.repeat);
+  }
   // Each tile's start value, written by a task of the cluster (on the tile's owner, from that
   // rank's copy of the matrix): the write is a new version, so copies of the last repetition's
   // tiles cached on other ranks are not used again.
@@ -274,10 +288,17 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl) {
   }
 
   if (!o.check) return 0;
+  auto owners = [&, grid](const hcr::Tiles<T>& t) {  // read before the tiles are joined
+    std::vector<int> v(grid * grid);
+    for (size_t i = 0; i < grid; ++i)
+      for (size_t j = 0; j < grid; ++j) v[i * grid + j] = cl.owner(t(i, j));
+    return v;
+  };
+  const std::vector<int> owners_a = owners(ta), owners_c = o.op == "gemm" ? owners(tc) : owners_a;
   for (auto* m : {&a, &b, &c}) m->unpartition().get();
   int ok = 1;
   if (o.op == "gemm") {
-    const std::vector<T> got = gather(c, tile, o.p, o.q, rank);
+    const std::vector<T> got = gather(c, owners_c, tile, rank);
     if (rank == 0) {
       const double err = freivalds(a0.data(), b0.data(), got.data(), n, n, n, n, n, n);
       ok = err <= 1.0;
@@ -285,7 +306,7 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl) {
                   "bound -> %s\n", err, ok ? "OK" : "WRONG");
     }
   } else {
-    const std::vector<T> got = gather(a, tile, o.p, o.q, rank);
+    const std::vector<T> got = gather(a, owners_a, tile, rank);
     if (rank == 0) {
       const double residual = cholesky_residual(a0.data(), got.data(), n, 4);
       const double bound = 30.0 * static_cast<double>(n) * std::numeric_limits<T>::epsilon();
@@ -326,9 +347,12 @@ int main(int argc, char** argv) {
     hcr::mpi::NodeShare share;
     config = hcr::mpi::split_node(std::move(config), MPI_COMM_WORLD, &share);
     hcr::Runtime rt(config);
+    std::vector<double> weights;
+    if (o.mapping == "throughput")
+      weights = hcr::mpi::measure_throughput(rt, MPI_COMM_WORLD, o.tile, 0, o.dtype == "f64");
     {
       hcr::mpi::Cluster cl(rt);
-      rc = o.dtype == "f32" ? job<float>(o, rt, cl) : job<double>(o, rt, cl);
+      rc = o.dtype == "f32" ? job<float>(o, rt, cl, weights) : job<double>(o, rt, cl, weights);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hcr-mpi: rank %d of %d: %s\n", rank, size, e.what());

@@ -402,6 +402,67 @@ TEST(Cluster, DistributedLinalgRefusesMisfitTilesOnEveryRank) {
   b.unpartition().get();
 }
 
+// Tiles mapped by weight: shares in proportion to the weights (to within one tile), each rank's
+// tiles spread over the grid, the same owners on every rank; measure_throughput gives every rank
+// the same vector; bad weights are refused naming the rank.
+TEST(Cluster, TilesAreMappedInProportionToThroughput) {
+  Runtime rt(test::cpu_config(1));
+  const std::vector<double> measured = mpi::measure_throughput(rt, MPI_COMM_WORLD, 32, 8);
+  mpi::Cluster cl(rt);
+  const int n = cl.size();
+  ASSERT_EQ(measured.size(), static_cast<size_t>(n));
+  for (double w : measured) EXPECT_GT(w, 0) << "a rank measured no throughput";
+  std::vector<double> everyone(measured.size() * static_cast<size_t>(n));
+  MPI_Allgather(measured.data(), n, MPI_DOUBLE, everyone.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < n; ++i)
+      EXPECT_EQ(everyone[static_cast<size_t>(r * n + i)], measured[static_cast<size_t>(i)])
+          << "rank " << r << " saw another throughput for rank " << i;
+
+  std::vector<double> weights(static_cast<size_t>(n), 1.0);
+  weights[0] = 3.0;  // rank 0 three times the others
+  auto m = rt.buffer<double>(40, 40);
+  Tiles<double> t = m.partition(4, 4);  // 100 tiles
+  cl.distribute_weighted(t, weights);
+  std::vector<int> count(static_cast<size_t>(n));
+  std::vector<std::set<size_t>> rows(static_cast<size_t>(n));
+  for (size_t i = 0; i < 10; ++i)
+    for (size_t j = 0; j < 10; ++j) {
+      const int o = cl.owner(t(i, j));
+      ++count[static_cast<size_t>(o)];
+      rows[static_cast<size_t>(o)].insert(i);
+    }
+  const double total = 3.0 + (n - 1);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NEAR(count[static_cast<size_t>(r)], 100 * weights[static_cast<size_t>(r)] / total, 1.0)
+        << "rank " << r;
+    EXPECT_GE(rows[static_cast<size_t>(r)].size(), 5u) << "rank " << r << "'s tiles bunch up";
+  }
+  std::vector<int> all(static_cast<size_t>(n) * 100), mine;
+  for (size_t i = 0; i < 10; ++i)
+    for (size_t j = 0; j < 10; ++j) mine.push_back(cl.owner(t(i, j)));
+  MPI_Allgather(mine.data(), 100, MPI_INT, all.data(), 100, MPI_INT, MPI_COMM_WORLD);
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(std::equal(mine.begin(), mine.end(), all.begin() + r * 100)) << "rank " << r;
+
+  auto bad = rt.buffer<double>(4, 4);
+  Tiles<double> tb = bad.partition(4, 4);
+  std::vector<double> negative(static_cast<size_t>(n), 1.0);
+  if (!negative.empty()) negative.back() = -1;
+  for (const auto& [w, text] : {std::pair{std::vector<double>(static_cast<size_t>(n) + 1, 1.0),
+                                          std::string("weights for")},
+                                std::pair{negative, "the weight of rank " + std::to_string(n - 1)},
+                                std::pair{std::vector<double>(static_cast<size_t>(n), 0.0),
+                                          std::string("every weight is 0")}}) {
+    Error e = test::expect_error([&] { cl.distribute_weighted(tb, w); });
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+  cl.wait_all();
+  m.unpartition().get();
+  bad.unpartition().get();
+}
+
 // Data that arrives before its receive can take it waits in a temporary; under a 1-byte cap only
 // one such temporary exists at a time, and everything still arrives.
 TEST(Cluster, EarlyArrivalsUnderATinyMemoryCap) {

@@ -219,6 +219,17 @@ class HCR_MPI_API Cluster {
         distribute(tiles(i, j), static_cast<int>(i % static_cast<size_t>(p)) * q +
                                     static_cast<int>(j % static_cast<size_t>(q)));
   }
+  /// Registers the tiles row by row in proportion to `weights` (one per rank, finite, >= 0, not
+  /// all 0; e.g. measure_throughput's): each tile goes to the rank furthest behind its share of
+  /// the tiles registered so far (smooth weighted round robin), so a rank's tiles are spread over
+  /// the grid and a rank of weight 2 owns twice the tiles of a rank of weight 1, to within one.
+  /// Throws Error(invalid_argument) naming the weight at fault.
+  template <class T>
+  void distribute_weighted(const Tiles<T>& tiles, const std::vector<double>& weights) {
+    std::vector<double> credit = check_weights(weights);
+    for (size_t i = 0; i < tiles.rows(); ++i)
+      for (size_t j = 0; j < tiles.cols(); ++j) distribute(tiles(i, j), next_weighted(weights, credit));
+  }
   /// The owner rank of a registered buffer; throws Error if it was never distributed.
   template <class T>
   int owner(const Buffer<T>& b) const {
@@ -245,6 +256,8 @@ class HCR_MPI_API Cluster {
  private:
   int owner_1d(size_t i, size_t j, size_t rows, size_t cols, bool by_rows) const noexcept;
   void check_grid(int p, int q) const;
+  std::vector<double> check_weights(const std::vector<double>& weights) const;
+  static int next_weighted(const std::vector<double>& weights, std::vector<double>& credit);
   std::unique_ptr<detail::ClusterImpl> impl_;
 };
 
@@ -265,5 +278,16 @@ struct NodeShare {
 /// (invalid_argument): options cannot be given to plugins not named. Call it before constructing
 /// the Runtime.
 HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD, NodeShare* share = nullptr);
+
+/// Each rank's throughput, measured, for Cluster::distribute_weighted (collective over `comm`,
+/// like split_node: call it before the Cluster exists, since it makes MPI calls of its own). Every
+/// rank times `probes` independent `gemm_<t>` tasks of `tile` x `tile` (t: f64 or f32 by
+/// `double_precision`) on its Runtime — all its devices, placed by its policy, after one untimed
+/// task per device — and the ranks exchange tasks per second: the same vector, indexed by rank, on
+/// every rank. `probes` 0: four per device slot, at least 8. A rank whose runtime has no device
+/// reports 0.
+HCR_MPI_API std::vector<double> measure_throughput(Runtime& rt, MPI_Comm comm = MPI_COMM_WORLD,
+                                                   size_t tile = 256, int probes = 0,
+                                                   bool double_precision = true);
 
 }  // namespace hcr::mpi
