@@ -3,7 +3,8 @@
 //   mpirun -np 4 hcr-mpi run --op potrf --size 4096 --tile 512 [--dtype f64] [--grid 2x2]
 //                            [--repeat 3] [--config FILE] [--mapping cyclic|throughput] [--no-check]
 //
-// Every rank runs a Runtime over its share of the node (hcr::mpi::split_node), registers the
+// Every rank runs a Runtime over its share of the node (hcr::mpi::split_node), starting from the
+// cost models of every rank's host (hcr::mpi::share_models), registers the
 // matrices' tiles 2-D block-cyclic over a p x q grid of ranks (--grid; default the squarest
 // p <= q), and submits the same tiled job (gemm: C = A B; potrf: the Cholesky factor of a random
 // SPD matrix). --mapping throughput: the tiles go to ranks in proportion to their measured
@@ -346,6 +347,7 @@ int main(int argc, char** argv) {
     config.counters = true;  // device busy time per rank, whatever the policy
     hcr::mpi::NodeShare share;
     config = hcr::mpi::split_node(std::move(config), MPI_COMM_WORLD, &share);
+    hcr::mpi::share_models(config, MPI_COMM_WORLD);  // start warm from the other hosts' models
     hcr::Runtime rt(config);
     std::vector<double> weights;
     if (o.mapping == "throughput")

@@ -4,6 +4,7 @@
 #include <hcr/linalg.hpp>
 #include <hcr/mpi.hpp>
 #include <hcr/mpi_linalg.hpp>
+#include <hcr/sched.hpp>
 
 #include "../test_support.hpp"
 
@@ -461,6 +462,47 @@ TEST(Cluster, TilesAreMappedInProportionToThroughput) {
   cl.wait_all();
   m.unpartition().get();
   bad.unpartition().get();
+}
+
+// Cost models shared between ranks (each rank here has a model directory of its own, as ranks on
+// different hosts have): what rank 0 learned, the others start from; a file a rank has is not
+// replaced.
+TEST(Cluster, RanksStartWarmFromModelsLearnedElsewhere) {
+  test::TempDir base;  // each rank's own
+  Config c = test::cpu_config(1, "dmda");
+  c.model_dir = base.path().string();
+  const std::string dir = sched::model_directory(c);
+  const int rank = world_rank();
+  if (rank == 0) {  // rank 0 learns gemm_f64 on its CPU; the runtime saves the model as it ends
+    Runtime rt(c);
+    Kernel gemm = rt.kernel("gemm_f64");
+    auto a = rt.buffer<double>(48, 48), b = rt.buffer<double>(48, 48);
+    const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_NO_TRANS, HCR_NO_TRANS};
+    for (int i = 0; i < 12; ++i) {
+      auto out = rt.buffer<double>(48, 48);
+      rt.submit(Task(gemm).read(a).read(b).write(out).param(p));
+    }
+    rt.wait_all();
+  }
+  auto cells = [&] {
+    std::vector<std::string> warnings;
+    size_t n = 0;
+    for (const sched::ModelRow& r : sched::read_models(dir, warnings))
+      if (r.kernel == "gemm_f64" && r.samples > 0) ++n;
+    return n;
+  };
+  const size_t before = cells();
+  const size_t adopted = mpi::share_models(c, MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_GT(before, 0u) << "rank 0 learned nothing";
+    EXPECT_EQ(adopted, 0u);
+  } else {
+    EXPECT_EQ(before, 0u);
+    EXPECT_EQ(adopted, 1u);
+    EXPECT_GT(cells(), 0u) << "rank " << rank << " did not start from rank 0's model";
+  }
+  // Every rank has the file now: a second exchange adopts nothing (and replaces nothing).
+  EXPECT_EQ(mpi::share_models(c, MPI_COMM_WORLD), 0u) << "a second exchange adopted again";
 }
 
 // Data that arrives before its receive can take it waits in a temporary; under a 1-byte cap only

@@ -279,6 +279,15 @@ struct NodeShare {
 /// the Runtime.
 HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD, NodeShare* share = nullptr);
 
+/// Shares the ranks' learned cost models (collective over `comm`; call it before the Runtimes
+/// exist, as they load their models when they start). Every rank sends the model files of its
+/// host's model directory (sched::model_directory(config): one file per device architecture),
+/// and adopts each file its own directory lacks, so a rank starts warm from what an identical
+/// architecture measured on another host; a file the rank has is never replaced. With the
+/// model directory "off", a rank sends and adopts nothing. Returns the files adopted. An
+/// unusable directory is skipped with a warning.
+HCR_MPI_API size_t share_models(const Config& config, MPI_Comm comm = MPI_COMM_WORLD);
+
 /// Each rank's throughput, measured, for Cluster::distribute_weighted (collective over `comm`,
 /// like split_node: call it before the Cluster exists, since it makes MPI calls of its own). Every
 /// rank times `probes` independent `gemm_<t>` tasks of `tile` x `tile` (t: f64 or f32 by
