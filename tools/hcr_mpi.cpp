@@ -1,14 +1,17 @@
 // hcr-mpi: hcr's main jobs across the ranks of an MPI job, over hcr::mpi.
 //
 //   mpirun -np 4 hcr-mpi run --op potrf --size 4096 --tile 512 [--dtype f64] [--grid 2x2]
-//                            [--repeat 3] [--config FILE] [--mapping cyclic|throughput] [--no-check]
+//                            [--repeat 3] [--config FILE] [--mapping cyclic|throughput]
+//                            [--trace FILE] [--no-check]
 //
 // Every rank runs a Runtime over its share of the node (hcr::mpi::split_node), starting from the
 // cost models of every rank's host (hcr::mpi::share_models), registers the
 // matrices' tiles 2-D block-cyclic over a p x q grid of ranks (--grid; default the squarest
 // p <= q), and submits the same tiled job (gemm: C = A B; potrf: the Cholesky factor of a random
 // SPD matrix). --mapping throughput: the tiles go to ranks in proportion to their measured
-// throughput instead (hcr::mpi::measure_throughput, then distribute_weighted). Each repetition starts from the same data and is timed between barriers. Rank 0
+// throughput instead (hcr::mpi::measure_throughput, then distribute_weighted). --trace FILE: one
+// Chrome/Perfetto trace of every rank's devices and links, a track group per rank ("rank R: ..."),
+// on one time line (zero when the ranks passed a barrier after starting). Each repetition starts from the same data and is timed between barriers. Rank 0
 // prints the job, the best and mean times, then per rank: tasks run, device busy time, and the
 // bytes it sent to each other rank; then the check of the last repetition on the gathered result
 // (gemm: Freivalds; potrf: ||A - L L^T|| / ||A|| against 30 n eps). Exit status 0 when every rank
@@ -18,8 +21,15 @@
 #include <hcr/mpi_linalg.hpp>
 
 #include "matrix_check.hpp"
+#include "safe_file.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <mpi.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -40,7 +50,7 @@ using hcr::cli::fill_spd;
 using hcr::cli::freivalds;
 
 struct Options {
-  std::string op = "gemm", dtype = "f64", config, mapping = "cyclic";
+  std::string op = "gemm", dtype = "f64", config, mapping = "cyclic", trace;
   size_t n = 2048, tile = 512;
   int p = 0, q = 0;
   unsigned repeat = 1;
@@ -50,7 +60,7 @@ struct Options {
 [[noreturn]] void usage_error(const std::string& what) {
   throw std::invalid_argument(what + " (usage: hcr-mpi run --op gemm|potrf --size N --tile T "
                                      "[--dtype f32|f64] [--grid PxQ] [--repeat R] [--config FILE] "
-                                     "[--mapping cyclic|throughput] [--no-check])");
+                                     "[--mapping cyclic|throughput] [--trace FILE] [--no-check])");
 }
 
 size_t number(const std::string& flag, const std::string& v) {
@@ -78,6 +88,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--dtype") o.dtype = value();
     else if (a == "--config") o.config = value();
     else if (a == "--mapping") o.mapping = value();
+    else if (a == "--trace") o.trace = value();
     else if (a == "--size") o.n = number(a, value());
     else if (a == "--tile") o.tile = number(a, value());
     else if (a == "--repeat") o.repeat = static_cast<unsigned>(number(a, value()));
@@ -119,6 +130,70 @@ std::vector<T> gather(const hcr::Buffer<T>& m, const std::vector<int>& owners, s
   MPI_Reduce(mine.data(), all.data(), static_cast<int>(n * n), mpi_type<T>(), MPI_SUM, 0,
              MPI_COMM_WORLD);
   return all;
+}
+
+// Rank 0 writes one trace of every rank's: each rank's own (Runtime::write_trace, into a
+// temporary beside `path`) gathered, its tracks moved to a group per rank (pid + rank * 10^6,
+// names prefixed "rank R: ") and its times shifted to the common zero (`zero`: the seconds since
+// this rank's runtime started at the barrier every rank passed).
+void merge_traces(const hcr::Runtime& rt, const std::string& path, double zero, int rank, int size) {
+  const std::string mine_path = path + ".rank" + std::to_string(rank) + ".tmp";
+  std::string mine;
+  try {
+    rt.write_trace(mine_path);
+    mine = hcr::files::read_file(mine_path, size_t{1} << 30);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hcr-mpi: rank %d: its trace is left out: %s\n", rank, e.what());
+    mine.clear();
+  }
+  std::remove(mine_path.c_str());
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(size)), offsets(static_cast<size_t>(size));
+  MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<double> zeros(static_cast<size_t>(size));
+  MPI_Gather(&zero, 1, MPI_DOUBLE, zeros.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  size_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    offsets[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += static_cast<size_t>(sizes[static_cast<size_t>(r)]);
+  }
+  std::string all(rank == 0 ? total : 0, '\0');
+  MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
+  if (rank != 0) return;
+  using nlohmann::json;
+  json merged = {{"traceEvents", json::array()},
+                 {"displayTimeUnit", "ms"},
+                 {"otherData", {{"producer", "hcr-mpi"}, {"ranks", size}, {"devices", json::array()}}}};
+  for (int r = 0; r < size; ++r) {
+    if (sizes[static_cast<size_t>(r)] == 0) continue;
+    json t = json::parse(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
+                                    static_cast<size_t>(sizes[static_cast<size_t>(r)])),
+                         nullptr, false);
+    if (t.is_discarded() || !t.contains("traceEvents")) {
+      std::fprintf(stderr, "hcr-mpi: rank %d's trace could not be read: left out\n", r);
+      continue;
+    }
+    const double shift = zeros[static_cast<size_t>(r)] * 1e6;
+    if (t.contains("otherData") && t["otherData"].contains("devices"))
+      for (json d : t["otherData"]["devices"]) {  // as `hcr trace summary` reads them
+        d["id"] = d.value("id", int64_t{0}) + int64_t{r} * 1000000;
+        d["name"] = "rank " + std::to_string(r) + ": " + d.value("name", "");
+        merged["otherData"]["devices"].push_back(std::move(d));
+      }
+    for (json& e : t["traceEvents"]) {
+      if (e.contains("pid")) e["pid"] = e["pid"].get<int64_t>() + int64_t{r} * 1000000;
+      if (e.contains("ts")) e["ts"] = e["ts"].get<double>() - shift;
+      if (e.value("name", "") == "process_name" && e.contains("args"))
+        e["args"]["name"] = "rank " + std::to_string(r) + ": " + e["args"].value("name", "");
+      if (e.value("name", "") == "process_sort_index" && e.contains("args"))
+        e["args"]["sort_index"] = e["args"].value("sort_index", 0) + r * 1000;
+      merged["traceEvents"].push_back(std::move(e));
+    }
+  }
+  hcr::files::write_file(path, merged.dump());
+  std::printf("trace: %s (every rank, a track group each; open in https://ui.perfetto.dev)\n",
+              path.c_str());
 }
 
 template <class T>
@@ -180,6 +255,10 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
                       .param(&from[i * tile * n + j * tile])
                       .param(n));
   };
+  // The traces' common zero: the instant every rank leaves this barrier.
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double zero = rt.stats().wall_seconds;
+  if (!o.trace.empty()) rt.start_trace();
   double best = std::numeric_limits<double>::infinity(), total = 0;
   for (unsigned r = 0; r < o.repeat; ++r) {
     load(ta, a0);
@@ -196,6 +275,10 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
     const double s = now() - t0;
     best = std::min(best, s);
     total += s;
+  }
+  if (!o.trace.empty()) {
+    rt.stop_trace();
+    merge_traces(rt, o.trace, zero, rank, size);
   }
   const double flops = o.op == "gemm" ? 2.0 * n * n * n : static_cast<double>(n) * n * n / 3.0;
   if (rank == 0)
@@ -361,6 +444,11 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // LeakSanitizer looks while Open MPI is whole (as tests/mpi/cluster_test.cpp's main does):
+  // after MPI_Finalize its unloaded components' allocations would show as unnamed leaks.
+  __lsan_do_leak_check();
+#endif
   MPI_Finalize();
   return rc;
 }
