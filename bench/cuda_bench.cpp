@@ -21,6 +21,9 @@
 //   the plugin's potrf_f64 (launch to done, its status word read back), from the same symmetric
 //   positive definite matrix, restored before each call and not timed. Read hcr_over_cusolver and
 //   the GFLOP/s counters (n^3/3 flops). The baseline a tiled Cholesky is measured against.
+// - BM_CholeskyHost/<n>: tiled Cholesky f64 through hcr::linalg on the GPU and the CPU (peft,
+//   tiles HCR_CUDA_BENCH_CHOL_TILE, default 4096) against one cusolverDnDpotrf with its copies,
+//   the matrix starting and ending in host memory on both sides (hcr_over_cusolver).
 //   cusolver_upper_GFLOPs: the same direct call asked for the upper triangle (column-major), the
 //   form a row-major lower tile maps to without a transpose.
 //
@@ -30,6 +33,7 @@
 // HCR_CUDA_BENCH_POTRF_N="1024,4096". Without a GPU every
 // benchmark reports an error and the program exits 0.
 #include <hcr/hcr.hpp>
+#include <hcr/linalg.hpp>
 #include <hcr/plugin.h>
 
 #include <benchmark/benchmark.h>
@@ -730,6 +734,132 @@ void BM_TiledGpuCpu(benchmark::State& state) {
   std::filesystem::remove_all(model_dir);
 }
 
+// ---- tiled Cholesky from host memory -------------------------------------------------------------
+
+// BM_CholeskyHost/<n>: the Cholesky factor of an n x n f64 SPD matrix that starts and ends in host
+// memory, like for like. Direct: cudaMemcpy from pinned memory to the GPU, one
+// cusolverDnDpotrf (lower), the factor copied back. hcr: hcr::linalg::potrf in tiles
+// (HCR_CUDA_BENCH_CHOL_TILE, default 4096) on the GPU and the CPU under peft (or
+// HCR_CUDA_BENCH_POLICY), then a read of the factor on the host. The matrix is restored before
+// each timed run, not timed. Read hcr_over_cusolver (>= 1: hcr at least as fast) and the
+// GFLOP/s counters (n^3/3 flops). n from HCR_CUDA_BENCH_CHOL_N (default 16384).
+void BM_CholeskyHost(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const size_t n = static_cast<size_t>(state.range(0));
+  const size_t tile = static_cast<size_t>(sizes("HCR_CUDA_BENCH_CHOL_TILE", {4096}).front());
+  const size_t bytes = n * n * sizeof(double);
+  std::vector<double> spd(n * n, 0.5);  // n I + 0.5 everywhere: SPD
+  for (size_t i = 0; i < n; ++i) spd[i * n + i] += static_cast<double>(n);
+
+  // Direct side.
+  double *host = nullptr, *a = nullptr, *work = nullptr;
+  int* info = nullptr;
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaMallocHost(&host, bytes));
+  CHECK_CUDA(cudaMalloc(&a, bytes));
+  CHECK_CUDA(cudaMalloc(&info, sizeof(int)));
+  cudaStream_t stream = nullptr;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cusolverDnHandle_t solver = nullptr;
+  if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
+    state.SkipWithError("cusolverDnCreate failed");
+    return;
+  }
+  cusolverDnSetStream(solver, stream);
+  const int ni = static_cast<int>(n);
+  int lwork = 0;
+  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, &lwork);
+  CHECK_CUDA(cudaMalloc(&work, std::max<size_t>(lwork, 1) * sizeof(double)));
+  auto direct = [&] {
+    cudaMemcpyAsync(a, host, bytes, cudaMemcpyHostToDevice, stream);
+    cusolverStatus_t s =
+        cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, work, lwork, info);
+    int status = -1;
+    cudaMemcpyAsync(&status, info, sizeof(int), cudaMemcpyDeviceToHost, stream);
+    cudaMemcpyAsync(host, a, bytes, cudaMemcpyDeviceToHost, stream);
+    cudaStreamSynchronize(stream);
+    return s == CUSOLVER_STATUS_SUCCESS && status == 0;
+  };
+
+  // hcr side.
+  char dir_template[] = "/tmp/hcr-cuda-bench-XXXXXX";
+  const char* model_dir = mkdtemp(dir_template);
+  std::string failure;
+  double t_direct = 0, t_hcr = 0;
+  std::string placed;
+  if (model_dir == nullptr) {
+    failure = "mkdtemp failed";
+  } else {
+    try {
+      hcr::Config c = tiled_config(true, true, model_dir);
+      const char* policy = std::getenv("HCR_CUDA_BENCH_POLICY");
+      c.policy = policy && *policy ? policy : "peft";
+      hcr::Runtime rt(c);
+      {
+        auto m = rt.buffer<double>(n, n);
+        auto restore = [&] {
+          std::memcpy(host, spd.data(), bytes);
+          auto v = m.acquire(hcr::Access::write);
+          std::memcpy(v.data(), spd.data(), bytes);
+        };
+        auto through_hcr = [&] {
+          hcr::linalg::potrf<double>(rt, hcr::linalg::Uplo::lower, m, tile).get();
+          auto v = m.acquire(hcr::Access::read);  // the factor home
+        };
+        for (int i = 0; i < 2; ++i) {  // warm-up: calibration, cuBLAS/cuSOLVER's first calls
+          restore();
+          if (!direct()) throw std::runtime_error("direct potrf failed");
+          through_hcr();
+        }
+        for (auto _ : state) {
+          restore();
+          auto t0 = Clock::now();
+          if (!direct()) throw std::runtime_error("direct potrf failed");
+          const double d = seconds_since(t0);
+          t0 = Clock::now();
+          through_hcr();
+          const double h = seconds_since(t0);
+          t_direct += d;
+          t_hcr += h;
+          state.SetIterationTime(d + h);
+        }
+        // hcr's factor against cuSOLVER's (the last iteration's, both from the same matrix).
+        auto v = m.acquire(hcr::Access::read);
+        double worst = 0;
+        for (size_t i = 0; i < n; ++i)
+          for (size_t j = 0; j <= i; ++j)
+            worst = std::max(worst, std::abs(v(i, j) - host[j * n + i]) /
+                                        std::max(1.0, std::abs(host[j * n + i])));
+        if (!(worst < 1e-9)) failure = "the factors differ by " + std::to_string(worst);
+      }
+      const hcr::RuntimeStats st = rt.stats();
+      const std::vector<hcr::Device> devices = rt.devices();
+      for (size_t d = 0; d < st.devices.size() && d < devices.size(); ++d)
+        placed += " " + devices[d].name + ":" + std::to_string(st.devices[d].tasks);
+      placed = std::string(rt.policy()) + " tasks" + placed;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    std::filesystem::remove_all(model_dir);
+  }
+  if (!failure.empty()) {
+    state.SkipWithError(("Cholesky: " + failure).c_str());
+  } else if (t_direct > 0 && t_hcr > 0) {
+    const double flops = static_cast<double>(n) * n * n / 3 * static_cast<double>(state.iterations());
+    state.counters["cusolver_GFLOPs"] = flops / t_direct * 1e-9;
+    state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
+    state.counters["hcr_over_cusolver"] = t_direct / t_hcr;
+    state.SetLabel("f64 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
+                   " from host, " + placed);
+  }
+  cusolverDnDestroy(solver);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(host);
+  cudaFree(a);
+  cudaFree(work);
+  cudaFree(info);
+}
+
 // ---- host <-> device bandwidth -------------------------------------------------------------------
 
 void BM_Copy(benchmark::State& state) {
@@ -848,6 +978,12 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond)
       ->Iterations(10);
+  benchmark::RegisterBenchmark("BM_CholeskyHost", BM_CholeskyHost)
+      ->Args({sizes("HCR_CUDA_BENCH_CHOL_N", {16384}).front()})
+      ->ArgNames({"n"})
+      ->Iterations(3)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("BM_Copy", BM_Copy)
       ->ArgsProduct({sizes("HCR_CUDA_BENCH_COPY_MIB", {256}), {0, 1}, {0, 1}})
       ->ArgNames({"MiB", "d2h", "pageable"})

@@ -5,17 +5,18 @@
 //                            [--trace FILE] [--no-check]
 //
 // Every rank runs a Runtime over its share of the node (hcr::mpi::split_node), starting from the
-// cost models of every rank's host (hcr::mpi::share_models), registers the
-// matrices' tiles 2-D block-cyclic over a p x q grid of ranks (--grid; default the squarest
-// p <= q), and submits the same tiled job (gemm: C = A B; potrf: the Cholesky factor of a random
-// SPD matrix). --mapping throughput: the tiles go to ranks in proportion to their measured
-// throughput instead (hcr::mpi::measure_throughput, then distribute_weighted). --trace FILE: one
-// Chrome/Perfetto trace of every rank's devices and links, a track group per rank ("rank R: ..."),
-// on one time line (zero when the ranks passed a barrier after starting). Each repetition starts from the same data and is timed between barriers. Rank 0
-// prints the job, the best and mean times, then per rank: tasks run, device busy time, and the
-// bytes it sent to each other rank; then the check of the last repetition on the gathered result
-// (gemm: Freivalds; potrf: ||A - L L^T|| / ||A|| against 30 n eps). Exit status 0 when every rank
-// ran and the check passed, 3 when the check failed, 1 on an error (named by the rank that had it).
+// cost models of every rank's host (hcr::mpi::share_models), registers the matrices' tiles 2-D
+// block-cyclic over a p x q grid of ranks (--grid; default the squarest p <= q), and submits the
+// same tiled job (gemm: C = A B; potrf: the Cholesky factor of a random SPD matrix).
+// --mapping throughput: the tiles go to ranks in proportion to their measured throughput instead
+// (hcr::mpi::measure_throughput, then distribute_weighted). --trace FILE: one Chrome/Perfetto
+// trace of every rank's devices and links, a track group per rank ("rank R: ..."), on one time
+// line (zero when the ranks passed a barrier after starting). Each repetition starts from the
+// same data and is timed between barriers. Rank 0 prints the job, the best and mean times, then
+// per rank: tasks run, device busy time, and the bytes it sent to each other rank; then the check
+// of the last repetition on the gathered result (gemm: Freivalds; potrf: ||A - L L^T|| / ||A||
+// against 30 n eps). Exit status 0 when every rank ran and the check passed, 3 when the check
+// failed, 1 on an error (named by the rank that had it).
 #include <hcr/hcr.hpp>
 #include <hcr/mpi.hpp>
 #include <hcr/mpi_linalg.hpp>
@@ -71,7 +72,8 @@ size_t number(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     pos = 0;
   }
-  if (pos != v.size() || v.empty() || x == 0) usage_error(flag + " '" + v + "': a positive integer is needed");
+  if (pos != v.size() || v.empty() || x == 0)
+    usage_error(flag + " '" + v + "': a positive integer is needed");
   return static_cast<size_t>(x);
 }
 
@@ -106,7 +108,8 @@ Options parse(int argc, char** argv) {
   if (o.op != "gemm" && o.op != "potrf") usage_error("--op '" + o.op + "' is not gemm or potrf");
   if (o.mapping != "cyclic" && o.mapping != "throughput")
     usage_error("--mapping '" + o.mapping + "' is not cyclic or throughput");
-  if (o.dtype != "f32" && o.dtype != "f64") usage_error("--dtype '" + o.dtype + "' is not f32 or f64");
+  if (o.dtype != "f32" && o.dtype != "f64")
+    usage_error("--dtype '" + o.dtype + "' is not f32 or f64");
   return o;
 }
 
@@ -136,7 +139,8 @@ std::vector<T> gather(const hcr::Buffer<T>& m, const std::vector<int>& owners, s
 // temporary beside `path`) gathered, its tracks moved to a group per rank (pid + rank * 10^6,
 // names prefixed "rank R: ") and its times shifted to the common zero (`zero`: the seconds since
 // this rank's runtime started at the barrier every rank passed).
-void merge_traces(const hcr::Runtime& rt, const std::string& path, double zero, int rank, int size) {
+void merge_traces(const hcr::Runtime& rt, const std::string& path, double zero, int rank,
+                  int size) {
   const std::string mine_path = path + ".rank" + std::to_string(rank) + ".tmp";
   std::string mine;
   try {
@@ -164,7 +168,8 @@ void merge_traces(const hcr::Runtime& rt, const std::string& path, double zero, 
   using nlohmann::json;
   json merged = {{"traceEvents", json::array()},
                  {"displayTimeUnit", "ms"},
-                 {"otherData", {{"producer", "hcr-mpi"}, {"ranks", size}, {"devices", json::array()}}}};
+                 {"otherData",
+                  {{"producer", "hcr-mpi"}, {"ranks", size}, {"devices", json::array()}}}};
   for (int r = 0; r < size; ++r) {
     if (sizes[static_cast<size_t>(r)] == 0) continue;
     json t = json::parse(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
@@ -223,14 +228,16 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
     place(tc);
   }
   const size_t grid = (n + tile - 1) / tile;
-  const uint64_t tasks = o.op == "gemm" ? grid * grid * grid
-                                        : grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
+  const uint64_t tasks =
+      o.op == "gemm" ? grid * grid * grid
+                     : grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
   if (rank == 0)
   {
     std::string mapping = std::to_string(o.p) + "x" + std::to_string(o.q) + " block-cyclic";
     if (!weights.empty()) {
       mapping = "by measured throughput, tile gemms/s:";
-      for (double w : weights) mapping += " " + std::to_string(static_cast<long long>(std::lround(w)));
+      for (double w : weights)
+        mapping += " " + std::to_string(static_cast<long long>(std::lround(w)));
     }
     std::printf("job: %s%s n=%zu tile=%zu over %d ranks (%s): %llu tasks, %u repetition(s)\n",
                 sizeof(T) == 4 ? "s" : "d", o.op.c_str(), n, tile, size, mapping.c_str(),
@@ -296,8 +303,8 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
   MPI_Gather(row.data(), static_cast<int>(row.size()), MPI_DOUBLE, rows.data(),
              static_cast<int>(row.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("\nper rank (all repetitions): tasks run, device busy seconds, MiB sent to rank 0..%d\n",
-                size - 1);
+    std::printf("\nper rank (all repetitions): tasks run, device busy seconds, MiB sent to rank "
+                "0..%d\n", size - 1);
     double all_bytes = 0;
     for (int r = 0; r < size; ++r) {
       const double* x = &rows[static_cast<size_t>(r) * row.size()];

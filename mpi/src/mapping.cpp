@@ -68,7 +68,8 @@ std::vector<double> measure_throughput(Runtime& rt, MPI_Comm comm, size_t tile, 
         rt.submit(hcr::Task(gemm).read(a).read(b).write(c[d]).param(p).on(devices[d].id));
       rt.wait_all();
       const auto t0 = std::chrono::steady_clock::now();
-      for (size_t i = 0; i < n; ++i) rt.submit(hcr::Task(gemm).read(a).read(b).write(c[i]).param(p));
+      for (size_t i = 0; i < n; ++i)
+        rt.submit(hcr::Task(gemm).read(a).read(b).write(c[i]).param(p));
       rt.wait_all();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       return s > 0 ? static_cast<double>(n) / s : 0.0;

@@ -11,8 +11,8 @@
 /// distribute_1d, distribute_2d); grids and tiles must conform as the single-runtime calls require
 /// (hcr::linalg::gemm...). Every rank makes the same calls in the same order; a call returns once
 /// its tasks are submitted. The shapes are checked on every rank before anything is submitted: a
-/// mistake throws Error(invalid_argument) naming the call, the tiles and their shapes, on every rank
-/// alike. Priorities are those of hcr::linalg (StarPU's cholesky_implicit ones for potrf).
+/// mistake throws Error(invalid_argument) naming the call, the tiles and their shapes, on every
+/// rank alike. Priorities are those of hcr::linalg (StarPU's cholesky_implicit ones for potrf).
 #pragma once
 
 #include <hcr/linalg.hpp>
