@@ -177,14 +177,21 @@ TEST(Runtime, SubmitWaitsWhileMaxTasksInFlightAreUnfinished) {
   Config c = test::cpu_config(1);
   c.max_tasks_in_flight = 64;
   Runtime rt(c);
-  std::atomic<bool> open{false};
+  std::atomic<bool> open{false}, holding{false};
   std::atomic<int> ran{0};
-  Kernel gate = rt.kernel("gate").cpu([&](TaskContext&) { open.wait(false); });
+  Kernel gate = rt.kernel("gate").cpu([&](TaskContext&) {
+    holding = true;
+    holding.notify_all();
+    open.wait(false);
+  });
   Kernel count = rt.kernel("count").cpu([&](TaskContext&) { ran.fetch_add(1); });
   std::atomic<int> returned{0};
   std::thread submitter([&] {
     rt.submit(Task(gate));
     returned = 1;
+    // The gate holds the worker before the others come: none of them can finish ahead of it
+    // (a worker that took a later task first would let the bound count one completion).
+    holding.wait(false);
     for (int i = 1; i < 3 * 64; ++i) {
       rt.submit(Task(count));
       returned = i + 1;
