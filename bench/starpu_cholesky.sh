@@ -66,7 +66,9 @@ hcr_ms() {  # tile
   sed -n 's/^time: best \([0-9.]*\) s.*/\1/p' "$work/out" | awk '{ printf "%.1f\n", $1 * 1000 }'
 }
 starpu_ms() {  # nblocks
-  STARPU_SCHED=dmda STARPU_NCUDA=0 STARPU_NOPENCL=0 STARPU_SILENT=1 \
+  # One BLAS thread per StarPU worker (a worker per core): OpenBLAS's own threads on top of them
+  # would oversubscribe the cores and slow StarPU 2-2.5x here.
+  OPENBLAS_NUM_THREADS=1 STARPU_SCHED=dmda STARPU_NCUDA=0 STARPU_NOPENCL=0 STARPU_SILENT=1 \
     "$starpu" -size "$size" -nblocks "$1" > "$work/out" 2>&1 || { cat "$work/out" >&2; return 1; }
   # "# size  ms  GFlops" then "<size>  <ms>  <GFlops>"
   awk -v n="$size" '$1 == n { print $2; exit }' "$work/out"

@@ -192,6 +192,7 @@ class CostModel {
   };
   Pair* find_or_add(const std::string& kernel, const std::string& arch);
   static void refit(Pair& p);
+  static void fresh_fits(Pair& p);  // refit when samples came since (caller holds p.lock)
 
   mutable std::mutex mutex_;  // guards the map (pairs are added rarely)
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Pair>> pairs_;
@@ -203,6 +204,8 @@ class CostModel {
     std::map<uint64_t, Cell> cells;
     PowerLaw fit;
     PowerLaw energy_fit;  // joules over sizes
+    // Samples came since the fits were made: they are made again when next read (fresh_fits).
+    bool fits_stale = false;
     std::atomic<uint32_t> total{0};
     std::atomic<uint32_t> exploring{0};  // calibration tasks in flight (policies' bookkeeping)
   };

@@ -146,6 +146,23 @@ TEST(CostModel, CorruptAndForeignFilesAreIgnoredNamingThem) {
 // The text entry points the fuzzers drive (tests/fuzz): what load_file and save() use.
 constexpr const char* kModelHead = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
 
+// The regression over sizes is made again lazily (when a prediction needs it), never left stale:
+// samples recorded after a prediction for an unseen size move the next one.
+TEST(CostModel, TheRegressionFollowsSamplesRecordedAfterItWasUsed) {
+  CostModel m;
+  for (int i = 0; i < 4; ++i) {
+    m.record("gemm", "gpu", 1, 1e4, 1e-3);
+    m.record("gemm", "gpu", 2, 4e4, 4e-3);
+  }
+  const Prediction before = m.predict("gemm", "gpu", 3, 1.6e5);
+  ASSERT_EQ(before.source, Prediction::Source::regression);
+  EXPECT_NEAR(before.seconds, 16e-3, 1e-4) << "linear in the size";
+  for (int i = 0; i < 16; ++i) m.record("gemm", "gpu", 2, 4e4, 16e-3);  // size 2 now 4x slower
+  const Prediction after = m.predict("gemm", "gpu", 3, 1.6e5);
+  ASSERT_EQ(after.source, Prediction::Source::regression);
+  EXPECT_GT(after.seconds, 2 * before.seconds) << "the fit did not see the new samples";
+}
+
 TEST(CostModel, TextRoundTrip) {
   CostModel a;
   for (int i = 0; i < 20; ++i) {
