@@ -9,7 +9,9 @@
 // heavy:light ratio (target 3:1, within 5%). Then light stops submitting: once its last task is
 // done, the program samples heavy's share of all the devices' time over the next 10 ms windows
 // (target: >= 95% within the first one). Medians over the windows. Device time is what the
-// runtime measures per task, so a window's figure is quantised by one task per device.
+// runtime measures per task, so a window's figure is quantised by one task per device. Last, a
+// latency context (priority class 1, one task every 2 ms) measures its tasks' wait (submit to
+// completion, less the task's duration), median and p99, alone and beside the saturating "heavy".
 #include <hcr/hcr.hpp>
 
 #include <algorithm>
@@ -42,12 +44,13 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   double seconds = 3, task_us = 500;
-  int devices = 2;
+  int devices = 2, lookahead = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (a == "--task-us") task_us = std::atof(argv[i + 1]);
     else if (a == "--devices") devices = std::atoi(argv[i + 1]);
+    else if (a == "--lookahead") lookahead = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "context_bench: unknown option %s\n", a.c_str());
       return 2;
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   c.use_environment = false;
   c.policy = "eager";
   c.model_dir = "off";
+  c.lookahead = lookahead;  // [data] lookahead: tasks handed to a device beyond those it runs
   std::vector<std::pair<std::string, std::string>> o;
   for (int d = 0; d < devices; ++d) {
     const std::string p = "device." + std::to_string(d) + ".";
@@ -136,5 +140,35 @@ int main(int argc, char** argv) {
   stop_heavy = true;
   th.join();
   rt.wait_all();
+
+  // A latency context (priority class 1) with one task every 2 ms: its wait (completion less the
+  // task's own duration, from submit), alone and then beside a saturating batch context.
+  hcr::Context live = rt.context({.name = "live", .weight = 1, .priority = 1});
+  auto live_waits = [&](int n) {
+    std::vector<double> waits;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      rt.submit(hcr::Task(work).in(live)).get();
+      waits.push_back(std::chrono::duration<double>(Clock::now() - t0).count() - task_us * 1e-6);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::sort(waits.begin(), waits.end());
+    return waits;
+  };
+  auto pct = [](const std::vector<double>& v, double q) {
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
+  const std::vector<double> alone = live_waits(300);
+  stop_heavy = false;
+  std::thread batch(feeder, heavy, std::ref(stop_heavy));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::vector<double> loaded = live_waits(300);
+  stop_heavy = true;
+  batch.join();
+  rt.wait_all();
+  std::printf("latency context (priority 1), 300 tasks each: wait median / p99 alone %.0f / %.0f "
+              "us, beside a saturating batch %.0f / %.0f us: p99 ratio %.2f\n",
+              pct(alone, 0.5) * 1e6, pct(alone, 0.99) * 1e6, pct(loaded, 0.5) * 1e6,
+              pct(loaded, 0.99) * 1e6, pct(loaded, 0.99) / pct(alone, 0.99));
   return 0;
 }
