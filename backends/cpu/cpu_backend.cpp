@@ -223,10 +223,22 @@ class CpuBackend final : public sdk::Backend {
   // for its blocks, the launching worker runs only those, never another launch in the middle.
   bool parallel_tasks_ = false;
   std::optional<cpu::RaplMeter> rapl_;  // option powercap ("off": none)
+  // The blocks are handed over too (to the workers that steal them, and their results back): the
+  // same sync point, released before and acquired in each block, released after each block and
+  // acquired once they are all done.
   host_blas::Split split_{[](size_t n, const std::function<void(size_t)>& body) {
+    HCR_CPU_HANDOVER_RELEASE();
     tbb::this_task_arena::isolate([&] {
-      tbb::parallel_for(size_t{0}, n, [&](size_t i) { body(i); }, tbb::simple_partitioner());
+      tbb::parallel_for(
+          size_t{0}, n,
+          [&](size_t i) {
+            HCR_CPU_HANDOVER_ACQUIRE();
+            body(i);
+            HCR_CPU_HANDOVER_RELEASE();
+          },
+          tbb::simple_partitioner());
     });
+    HCR_CPU_HANDOVER_ACQUIRE();
   }};
   std::string model_;
   std::unique_ptr<tbb::global_control> parallelism_;
