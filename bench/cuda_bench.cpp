@@ -340,6 +340,71 @@ void BM_Gemm(benchmark::State& state) {
 
 // ---- potrf -------------------------------------------------------------------------------------
 
+// One n x n f64 tile on GPU 0 and what cusolverDnDpotrf needs for it, in either triangle: the
+// direct side of BM_Potrf and BM_CholeskyHost. error() is empty once it is set up.
+class DirectPotrf {
+ public:
+  explicit DirectPotrf(size_t n) : n_(n) {
+    cuda(cudaSetDevice(0), "cudaSetDevice");
+    cuda(cudaMalloc(&a_, bytes()), "cudaMalloc");
+    cuda(cudaMalloc(&info_, sizeof(int)), "cudaMalloc");
+    cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    if (!error_.empty()) return;
+    if (cusolverDnCreate(&solver_) != CUSOLVER_STATUS_SUCCESS) {
+      error_ = "cusolverDnCreate failed";
+      return;
+    }
+    cusolverDnSetStream(solver_, stream_);
+    const int ni = static_cast<int>(n);
+    int lower = 0, upper = 0;
+    cusolverDnDpotrf_bufferSize(solver_, CUBLAS_FILL_MODE_LOWER, ni, a_, ni, &lower);
+    cusolverDnDpotrf_bufferSize(solver_, CUBLAS_FILL_MODE_UPPER, ni, a_, ni, &upper);
+    lwork_ = std::max({lower, upper, 1});
+    cuda(cudaMalloc(&work_, static_cast<size_t>(lwork_) * sizeof(double)), "cudaMalloc");
+  }
+  ~DirectPotrf() {
+    if (solver_ != nullptr) cusolverDnDestroy(solver_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    cudaFree(a_);
+    cudaFree(work_);
+    cudaFree(info_);
+  }
+  DirectPotrf(const DirectPotrf&) = delete;
+  DirectPotrf& operator=(const DirectPotrf&) = delete;
+
+  const std::string& error() const noexcept { return error_; }
+  double* tile() const noexcept { return a_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  size_t bytes() const noexcept { return n_ * n_ * sizeof(double); }
+
+  /// Factors the tile in `uplo` and reads the status word back (as the plugin reports: once the
+  /// status is on the host); with `from` / `to`, copies the matrix in from and the factor out to
+  /// that host memory on the same stream. True when cuSOLVER succeeded and the matrix was SPD.
+  bool factor(cublasFillMode_t uplo = CUBLAS_FILL_MODE_LOWER, const double* from = nullptr,
+              double* to = nullptr) {
+    if (from != nullptr) cudaMemcpyAsync(a_, from, bytes(), cudaMemcpyHostToDevice, stream_);
+    const int ni = static_cast<int>(n_);
+    const cusolverStatus_t s = cusolverDnDpotrf(solver_, uplo, ni, a_, ni, work_, lwork_, info_);
+    int status = -1;
+    cudaMemcpyAsync(&status, info_, sizeof(int), cudaMemcpyDeviceToHost, stream_);
+    if (to != nullptr) cudaMemcpyAsync(to, a_, bytes(), cudaMemcpyDeviceToHost, stream_);
+    cudaStreamSynchronize(stream_);
+    return s == CUSOLVER_STATUS_SUCCESS && status == 0;
+  }
+
+ private:
+  void cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess && error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
+  }
+  size_t n_;
+  double *a_ = nullptr, *work_ = nullptr;
+  int* info_ = nullptr;
+  int lwork_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cusolverDnHandle_t solver_ = nullptr;
+  std::string error_;
+};
+
 void BM_Potrf(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const size_t n = static_cast<size_t>(state.range(0));
@@ -349,39 +414,18 @@ void BM_Potrf(benchmark::State& state) {
   std::vector<double> spd(n * n, 0.5);
   for (size_t i = 0; i < n; ++i) spd[i * n + i] += static_cast<double>(n);
 
-  // Direct side: a pristine copy and the working tile, cuSOLVER's workspace and devInfo.
-  double *pristine = nullptr, *a = nullptr, *work = nullptr;
-  int* info = nullptr;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaMalloc(&pristine, bytes));
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&info, sizeof(int)));
-  CHECK_CUDA(cudaMemcpy(pristine, spd.data(), bytes, cudaMemcpyHostToDevice));
-  cudaStream_t stream = nullptr;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cusolverDnHandle_t solver = nullptr;
-  if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
-    state.SkipWithError("cusolverDnCreate failed");
+  // Direct side: a pristine copy and the working tile.
+  DirectPotrf direct(n);
+  if (!direct.error().empty()) {
+    state.SkipWithError(direct.error().c_str());
     return;
   }
-  cusolverDnSetStream(solver, stream);
-  const int ni = static_cast<int>(n);
-  int lwork = 0;
-  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, &lwork);
-  CHECK_CUDA(cudaMalloc(&work, std::max<size_t>(lwork, 1) * sizeof(double)));
+  double* pristine = nullptr;
+  CHECK_CUDA(cudaMalloc(&pristine, bytes));
+  CHECK_CUDA(cudaMemcpy(pristine, spd.data(), bytes, cudaMemcpyHostToDevice));
   auto restore_direct = [&] {
-    cudaMemcpyAsync(a, pristine, bytes, cudaMemcpyDeviceToDevice, stream);
-    cudaStreamSynchronize(stream);
-  };
-  int lwork_upper = 0;
-  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_UPPER, ni, a, ni, &lwork_upper);
-  lwork = std::max(lwork, lwork_upper);
-  auto direct = [&](cublasFillMode_t uplo = CUBLAS_FILL_MODE_LOWER) {
-    cusolverStatus_t s = cusolverDnDpotrf(solver, uplo, ni, a, ni, work, lwork, info);
-    int status = -1;
-    cudaMemcpyAsync(&status, info, sizeof(int), cudaMemcpyDeviceToHost, stream);
-    cudaStreamSynchronize(stream);  // as the plugin reports: once the status is on the host
-    return s == CUSOLVER_STATUS_SUCCESS && status == 0;
+    cudaMemcpyAsync(direct.tile(), pristine, bytes, cudaMemcpyDeviceToDevice, direct.stream());
+    cudaStreamSynchronize(direct.stream());
   };
 
   // hcr side: the plugin's memory, the pristine matrix copied in once and restored on the device.
@@ -456,7 +500,7 @@ void BM_Potrf(benchmark::State& state) {
 
   // Warm-up: cuSOLVER's first call of each shape, and the plugin's handle and scratch memory.
   restore_direct();
-  if (!direct() || !restore_hcr() || !through_hcr()) {
+  if (!direct.factor() || !restore_hcr() || !through_hcr()) {
     state.SkipWithError(("warm-up failed: " + failure).c_str());
     return;
   }
@@ -464,12 +508,12 @@ void BM_Potrf(benchmark::State& state) {
   for (auto _ : state) {
     restore_direct();
     auto t0 = Clock::now();
-    bool ok = direct();
+    bool ok = direct.factor();
     const double d = seconds_since(t0);
     // The same factorization asked for in cuSOLVER's other triangle (not in the iteration time).
     restore_direct();
     t0 = Clock::now();
-    ok = direct(CUBLAS_FILL_MODE_UPPER) && ok;
+    ok = direct.factor(CUBLAS_FILL_MODE_UPPER) && ok;
     t_upper += seconds_since(t0);
     ok = restore_hcr() && ok;
     t0 = Clock::now();
@@ -495,12 +539,7 @@ void BM_Potrf(benchmark::State& state) {
   pl.api->kernel_release(pl.p, kg.kernel);
   pl.api->mem_free(pl.p, 0, mp);
   pl.api->mem_free(pl.p, 0, ma);
-  cusolverDnDestroy(solver);
-  cudaStreamDestroy(stream);
   cudaFree(pristine);
-  cudaFree(a);
-  cudaFree(work);
-  cudaFree(info);
 }
 
 // ---- gemm through the runtime -----------------------------------------------------------------
@@ -751,35 +790,15 @@ void BM_CholeskyHost(benchmark::State& state) {
   std::vector<double> spd(n * n, 0.5);  // n I + 0.5 everywhere: SPD
   for (size_t i = 0; i < n; ++i) spd[i * n + i] += static_cast<double>(n);
 
-  // Direct side.
-  double *host = nullptr, *a = nullptr, *work = nullptr;
-  int* info = nullptr;
-  CHECK_CUDA(cudaSetDevice(0));
-  CHECK_CUDA(cudaMallocHost(&host, bytes));
-  CHECK_CUDA(cudaMalloc(&a, bytes));
-  CHECK_CUDA(cudaMalloc(&info, sizeof(int)));
-  cudaStream_t stream = nullptr;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cusolverDnHandle_t solver = nullptr;
-  if (cusolverDnCreate(&solver) != CUSOLVER_STATUS_SUCCESS) {
-    state.SkipWithError("cusolverDnCreate failed");
+  // Direct side: the matrix in pinned host memory, copied in and the factor out by each run.
+  DirectPotrf potrf(n);
+  if (!potrf.error().empty()) {
+    state.SkipWithError(potrf.error().c_str());
     return;
   }
-  cusolverDnSetStream(solver, stream);
-  const int ni = static_cast<int>(n);
-  int lwork = 0;
-  cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, &lwork);
-  CHECK_CUDA(cudaMalloc(&work, std::max<size_t>(lwork, 1) * sizeof(double)));
-  auto direct = [&] {
-    cudaMemcpyAsync(a, host, bytes, cudaMemcpyHostToDevice, stream);
-    cusolverStatus_t s =
-        cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ni, a, ni, work, lwork, info);
-    int status = -1;
-    cudaMemcpyAsync(&status, info, sizeof(int), cudaMemcpyDeviceToHost, stream);
-    cudaMemcpyAsync(host, a, bytes, cudaMemcpyDeviceToHost, stream);
-    cudaStreamSynchronize(stream);
-    return s == CUSOLVER_STATUS_SUCCESS && status == 0;
-  };
+  double* host = nullptr;
+  CHECK_CUDA(cudaMallocHost(&host, bytes));
+  auto direct = [&] { return potrf.factor(CUBLAS_FILL_MODE_LOWER, host, host); };
 
   // hcr side.
   char dir_template[] = "/tmp/hcr-cuda-bench-XXXXXX";
@@ -852,12 +871,7 @@ void BM_CholeskyHost(benchmark::State& state) {
     state.SetLabel("f64 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
                    " from host, " + placed);
   }
-  cusolverDnDestroy(solver);
-  cudaStreamDestroy(stream);
   cudaFreeHost(host);
-  cudaFree(a);
-  cudaFree(work);
-  cudaFree(info);
 }
 
 // ---- host <-> device bandwidth -------------------------------------------------------------------

@@ -38,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -316,66 +317,48 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
       std::printf("\n");
     }
     std::printf("  exchanged in all: %.2f MiB per repetition", all_bytes / o.repeat / (1 << 20));
+    // The least any owner-computes placement moves, by replaying the job's tasks: each runs on
+    // the owner of the tile it writes, and a tile version crosses once to each rank that reads
+    // it and lacks it.
+    std::map<const hcr::detail::BufferState*, std::vector<int>> holders;  // of each tile's version
+    double least = 0;
+    auto read = [&](const hcr::Buffer<T>& x, int executor) {
+      std::vector<int>& h = holders[x.state()];
+      if (h.empty()) h.push_back(cl.owner(x));  // the loaded version, home
+      if (std::find(h.begin(), h.end(), executor) == h.end()) {
+        h.push_back(executor);
+        least += static_cast<double>(x.bytes());
+      }
+    };
+    auto write = [&](const hcr::Buffer<T>& x) {  // read-write, on its owner
+      const int e = cl.owner(x);
+      read(x, e);
+      holders[x.state()] = {e};
+      return e;
+    };
     if (o.op == "gemm") {
-      // The least any placement that keeps C's tiles on their owners moves: each tile of A (B)
-      // once to every other rank owning a C tile of its row (column).
-      double least = 0;
       for (size_t i = 0; i < grid; ++i)
-        for (size_t k = 0; k < grid; ++k) {
-          std::vector<int> row;
-          for (size_t j = 0; j < grid; ++j) row.push_back(cl.owner(tc(i, j)));
-          std::sort(row.begin(), row.end());
-          row.erase(std::unique(row.begin(), row.end()), row.end());
-          least += static_cast<double>(row.size() - std::count(row.begin(), row.end(),
-                                                                cl.owner(ta(i, k)))) *
-                   static_cast<double>(ta(i, k).bytes());
-        }
-      for (size_t k = 0; k < grid; ++k)
-        for (size_t j = 0; j < grid; ++j) {
-          std::vector<int> col;
-          for (size_t i = 0; i < grid; ++i) col.push_back(cl.owner(tc(i, j)));
-          std::sort(col.begin(), col.end());
-          col.erase(std::unique(col.begin(), col.end()), col.end());
-          least += static_cast<double>(col.size() - std::count(col.begin(), col.end(),
-                                                                cl.owner(tb(k, j)))) *
-                   static_cast<double>(tb(k, j).bytes());
-        }
-      std::printf(" (the least possible: %.2f MiB)", least / (1 << 20));
+        for (size_t j = 0; j < grid; ++j)
+          for (size_t k = 0; k < grid; ++k) {
+            const int e = write(tc(i, j));
+            read(ta(i, k), e);
+            read(tb(k, j), e);
+          }
     } else {
-      // Cholesky, replayed: each task runs on the owner of the tile it writes, and a tile
-      // version crosses to each rank that reads it and lacks it, once.
-      std::vector<std::vector<int>> holders(grid * grid);
-      double least = 0;
-      auto tile_of = [&](size_t i, size_t j) { return ta(i, j); };
-      auto read = [&](size_t i, size_t j, int executor) {
-        std::vector<int>& h = holders[i * grid + j];
-        if (h.empty()) h.push_back(cl.owner(tile_of(i, j)));  // the loaded version, home
-        if (std::find(h.begin(), h.end(), executor) == h.end()) {
-          h.push_back(executor);
-          least += static_cast<double>(tile_of(i, j).bytes());
-        }
-      };
-      auto write = [&](size_t i, size_t j) {  // read-write, on its owner
-        const int e = cl.owner(tile_of(i, j));
-        read(i, j, e);
-        holders[i * grid + j] = {e};
-        return e;
-      };
       for (size_t k = 0; k < grid; ++k) {
-        write(k, k);
-        for (size_t m = k + 1; m < grid; ++m) read(k, k, write(m, k));
+        write(ta(k, k));
+        for (size_t m = k + 1; m < grid; ++m) read(ta(k, k), write(ta(m, k)));
         for (size_t j = k + 1; j < grid; ++j) {
-          read(j, k, write(j, j));
+          read(ta(j, k), write(ta(j, j)));
           for (size_t m = j + 1; m < grid; ++m) {
-            const int e = write(m, j);
-            read(m, k, e);
-            read(j, k, e);
+            const int e = write(ta(m, j));
+            read(ta(m, k), e);
+            read(ta(j, k), e);
           }
         }
       }
-      std::printf(" (the least possible: %.2f MiB)", least / (1 << 20));
     }
-    std::printf("\n");
+    std::printf(" (the least possible: %.2f MiB)\n", least / (1 << 20));
   }
 
   if (!o.check) return 0;
