@@ -188,7 +188,15 @@ std::vector<int> all_devices(const Problem& p) {
 double speed_factor(const Machine& m, const Graph& g, int kernel, size_t device) {
   const SimDevice& d = m.devices[device];
   const double affinity = d.affinity.empty() ? 1.0 : d.affinity[size_t(kernel) % d.affinity.size()];
-  return affinity / g.kernels[size_t(kernel)].cost[device];
+  // Devices of one architecture are alike (the runtime keys what it learns by architecture): the
+  // heterogeneity factor drawn for the first of them is theirs.
+  size_t first = device;
+  for (size_t e = 0; e < device; ++e)
+    if (m.devices[e].arch == d.arch) {
+      first = e;
+      break;
+    }
+  return affinity / g.kernels[size_t(kernel)].cost[first];
 }
 
 Link mean_link(const Machine& m) {
