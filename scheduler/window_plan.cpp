@@ -21,9 +21,11 @@ class Sim {
   explicit Sim(const PlanInput& in) : in_(in) {
     const size_t nd = in.devices.size();
     slot_free_.resize(nd);
-    for (size_t d = 0; d < nd; ++d)
-      slot_free_[d].assign(std::max<uint32_t>(1, std::min<uint32_t>(in.devices[d].slots, 64)),
-                           std::max(0.0, in.devices[d].ready));
+    for (size_t d = 0; d < nd; ++d) {
+      slot_free_[d].resize(std::max<uint32_t>(1, std::min<uint32_t>(in.devices[d].slots, 64)));
+      if (const double ready = in.devices[d].ready; ready > 0)
+        for (auto& busy : slot_free_[d]) busy.push_back({0.0, ready});
+    }
     link_in_ = in.link_in;
     link_out_ = in.link_out;
     buffers_.resize(in.buffers.size());
@@ -108,12 +110,34 @@ class Sim {
     return ready;
   }
 
-  // The earliest a slot of device d is free.
-  double slot(uint32_t d) const {
-    return *std::min_element(slot_free_[d].begin(), slot_free_[d].end());
+  // The earliest start, at `earliest` or later, of `seconds` of work on a slot of device d: in
+  // the first gap between the work planned there that is long enough (insertion-based, as HEFT
+  // and PEFT are: a device runs whichever of its tasks is ready, so a short task fills the time
+  // one planned earlier waits for its inputs). `slot`: which one.
+  double fit(uint32_t d, double earliest, double seconds, size_t* slot = nullptr) const {
+    double best = INFINITY;
+    for (size_t s = 0; s < slot_free_[d].size(); ++s) {
+      double at = earliest;
+      for (const Busy& b : slot_free_[d][s]) {
+        if (b.end <= at) continue;
+        if (b.start >= at + seconds) break;
+        at = b.end;
+      }
+      if (at < best) {
+        best = at;
+        if (slot != nullptr) *slot = s;
+      }
+    }
+    return best;
   }
-  void take_slot(uint32_t d, double until) {
-    *std::min_element(slot_free_[d].begin(), slot_free_[d].end()) = until;
+  void take_slot(uint32_t d, double start, double seconds) {
+    size_t s = 0;
+    fit(d, start, seconds, &s);
+    std::vector<Busy>& busy = slot_free_[d][s];
+    const Busy b{start, start + seconds};
+    busy.insert(std::upper_bound(busy.begin(), busy.end(), b,
+                                 [](const Busy& x, const Busy& y) { return x.start < y.start; }),
+                b);
   }
   void wrote(const PlanTask& t, uint32_t node, double at) {
     for (const PlanTask::Use& use : t.uses)
@@ -121,8 +145,11 @@ class Sim {
   }
 
  private:
+  struct Busy {
+    double start, end;
+  };
   const PlanInput& in_;
-  std::vector<std::vector<double>> slot_free_;
+  std::vector<std::vector<std::vector<Busy>>> slot_free_;  // per device, per slot, by start
   std::vector<double> link_in_, link_out_;
   std::vector<std::vector<Replica>> buffers_;
 };
@@ -247,7 +274,7 @@ Plan plan_window(const PlanInput& in, Plan::Rule rule, uint32_t single) {
       const double e = t.exec[d];
       if (e < 0) return;
       const double start =
-          std::max({sim.slot(d), sim.data_ready(t, in.devices[d].node, false), after[i]});
+          sim.fit(d, std::max(sim.data_ready(t, in.devices[d].node, false), after[i]), e);
       const double f = start + e;
       const double score = f + (rule == Plan::Rule::peft ? oct[i][d] : 0.0);
       if (score < best_score) {
@@ -266,9 +293,9 @@ Plan plan_window(const PlanInput& in, Plan::Rule rule, uint32_t single) {
     if (best >= 0) {
       const uint32_t d = static_cast<uint32_t>(best);
       const uint32_t node = in.devices[d].node;
-      const double start = std::max({sim.slot(d), sim.data_ready(t, node, true), after[i]});
+      const double start = sim.fit(d, std::max(sim.data_ready(t, node, true), after[i]), t.exec[d]);
       best_finish = start + t.exec[d];
-      sim.take_slot(d, best_finish);
+      sim.take_slot(d, start, t.exec[d]);
       sim.wrote(t, node, best_finish);
       plan.device[i] = best;
     }

@@ -1,7 +1,7 @@
 // A plan for the submitted window of a task graph, computed online from the learned costs: the
 // tasks ready or waiting for others, their data and where it is, list-scheduled three ways — HEFT
 // (upward-rank order, earliest finish), PEFT (earliest finish plus the optimistic cost table of
-// what a placement leaves the tasks after it), and every task on one device — with each copy
+// what a placement leaves the tasks after it), and every task on one device, each insertion-based — with each copy
 // planned from where its data is over the links it crosses, each link direction one copy at a
 // time. The peft policy follows the plan with the shortest predicted makespan, and keeps to one
 // device unless spreading is predicted to pay: on communication-heavy graphs a greedy rule

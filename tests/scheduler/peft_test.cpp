@@ -167,6 +167,42 @@ TEST(WindowPlan, OneDeviceWhenSpreadingDoesNotPay) {
   EXPECT_NE(spread.device[1], spread.device[2]);
 }
 
+// Insertion (as HEFT and PEFT are defined, and as a device runs whichever of its tasks is ready): a
+// short task ranked late fills the time a device waits for an earlier task's inputs. Two devices
+// in host memory (no copies). A (2 s on device 0) -> B (2 s on device 1) holds device 1 from 2 s
+// to 4 s; C (1 s on device 1, ranked after B) fits before B there, so its reader D starts on
+// device 0 at 2 s and everything ends at 4 s. Appending C behind B would end at 6 s.
+TEST(WindowPlan, ALateTaskFillsAGapBeforeAnEarlierOne) {
+  LinkModel links;
+  links.resize(1);
+  sched::PlanInput in;
+  in.links = &links;
+  in.devices = {{0, 1, 0.0}, {0, 1, 0.0}};
+  in.link_in = in.link_out = {0};
+  for (int b = 0; b < 5; ++b) {
+    sched::PlanBuffer buf;
+    buf.bytes = 1;
+    in.buffers.push_back(buf);
+  }
+  auto task = [&](std::vector<double> exec, std::vector<sched::PlanTask::Use> uses,
+                  std::vector<uint32_t> successors) {
+    sched::PlanTask t;
+    t.exec = std::move(exec);
+    t.uses = std::move(uses);
+    t.successors = std::move(successors);
+    in.tasks.push_back(std::move(t));
+  };
+  task({2, 100}, {{0, true, false}, {1, false, true}}, {1});  // A
+  task({100, 2}, {{1, true, false}, {2, false, true}}, {});   // B
+  task({10, 1}, {{0, true, false}, {3, false, true}}, {3});   // C
+  task({1, 1}, {{3, true, false}, {4, false, true}}, {});     // D
+  const sched::Plan heft = sched::plan_window(in, sched::Plan::Rule::heft);
+  EXPECT_EQ(heft.device[0], 0);
+  EXPECT_EQ(heft.device[1], 1);
+  EXPECT_EQ(heft.device[2], 1) << "C fills device 1's wait for A";
+  EXPECT_DOUBLE_EQ(heft.makespan, 4.0) << "C before B, D after A on device 0";
+}
+
 // ---- peft on simulated machines ---------------------------------------------------------------
 
 using Options = std::vector<std::pair<std::string, std::string>>;
