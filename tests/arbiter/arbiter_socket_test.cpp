@@ -47,6 +47,8 @@ TEST(ArbiterSocket, TwoRuntimesShareTheDevicesLendAndReclaim) {
       << "a holds " << a.stats().arbiter.held;
   EXPECT_EQ(a.stats().arbiter.borrowed, 2u);
   EXPECT_EQ(b.stats().arbiter.held, 0u);
+  for (const DeviceCounters& d : b.stats().devices)
+    EXPECT_EQ(d.health, DeviceHealth::withheld) << "lent to a";
   // b has work: a gives them back (after its running tasks there), b runs on them.
   const uint64_t released_before = a.stats().arbiter.released;
   std::thread fb([&] { feed(b, kb, 0, 400); });
