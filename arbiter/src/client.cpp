@@ -53,11 +53,13 @@ bool Client::start() {
     fd_ = -1;
     return false;
   }
-  bool ok = send(format(msg::Hello{kProtocolVersion, options_.weight}));
-  for (uint32_t i = 0; i < count_ && ok; ++i) ok = send(format(msg::Device{devices[i]}));
-  ok = ok && send(format(msg::Joined{}));
-  // The first grant: until it comes the runtime runs as without an arbiter.
+  bool sent = send(format(msg::Hello{kProtocolVersion, options_.weight}));
+  for (uint32_t i = 0; i < count_ && sent; ++i) sent = send(format(msg::Device{devices[i]}));
+  if (sent) send(format(msg::Joined{}));
+  // The first grant: until it comes the runtime runs as without an arbiter. (A send that failed
+  // still reads what the arbiter said before it closed: a refusal's reason.)
   const auto deadline = Clock::now() + options_.join_timeout;
+  bool ok = true;
   while (ok && stats().grants == 0 && Clock::now() < deadline)
     ok = read_lines(true, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   if (!ok || stats().grants == 0) {
