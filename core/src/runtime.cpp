@@ -630,6 +630,12 @@ Config validated(Config c) {
     fail("data.writeback", "'" + c.writeback + "' is not lazy or eager");
   if (c.objective != "time" && c.objective != "energy" && c.objective != "weighted")
     fail("scheduler.objective", "'" + c.objective + "' is not one of time, energy, weighted");
+  // (HCR_ARBITER_SOCKET lands here too.) A relative path would be looked up in the working
+  // directory: whichever socket happens to be there.
+  if (!c.arbiter_socket.empty() &&
+      (!std::filesystem::path(c.arbiter_socket).is_absolute() || c.arbiter_socket.size() > 107))
+    fail("arbiter.socket", "'" + c.arbiter_socket +
+                               "' is not an absolute path of at most 107 bytes (a Unix socket's)");
   if (!(c.arbiter_weight > 0) || !(c.arbiter_weight <= 1e6))
     fail("arbiter.weight", seconds(c.arbiter_weight) + " is not a positive number, at most 1e6");
   if (!(c.max_slowdown >= 1 && c.max_slowdown <= 100))

@@ -85,6 +85,28 @@ TEST(ArbiterSocket, NoArbiterThereRunsOnEveryDevice) {
   EXPECT_TRUE(log.contains(sock(dir)));
 }
 
+TEST(ArbiterSocket, TheEnvironmentNamesTheSocket) {
+  TempDir dir;
+  ServerThread srv(options(sock(dir)));
+  Config c = arbiter_sim(2, "");
+  c.use_environment = true;
+  ::setenv("HCR_ARBITER_SOCKET", sock(dir).c_str(), 1);
+  {
+    Runtime rt(c);
+    EXPECT_TRUE(rt.stats().arbiter.joined);
+  }
+  ::setenv("HCR_ARBITER_SOCKET", "relative.sock", 1);
+  Error e = expect_error([&] { Runtime rt(c); });
+  ::unsetenv("HCR_ARBITER_SOCKET");
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find("arbiter.socket: 'relative.sock' is not an absolute path"),
+            std::string::npos)
+      << e.what();
+  Runtime plain(c);  // neither: no arbiter at all
+  EXPECT_FALSE(plain.stats().arbiter.joined);
+  EXPECT_EQ(srv.server().counters().joined, 1u);
+}
+
 TEST(ArbiterSocket, APeerNotAllowedIsRefusedWithADiagnostic) {
   TempDir dir;
   arbiter::ServerOptions o = options(sock(dir));
