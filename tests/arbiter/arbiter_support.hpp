@@ -54,9 +54,11 @@ struct Ledger {
   static constexpr int kDevices = NodeUse::kDevices;
   std::vector<std::atomic<int>> hits;
   explicit Ledger(size_t tasks) : hits(tasks) {}
-  bool all_once() const {
-    for (auto& h : hits)
-      if (h.load() != 1) return false;
+  bool all_once() const { return first_once(hits.size()); }
+  /// Tasks [0, n) ran once each, the others never.
+  bool first_once(size_t n) const {
+    for (size_t i = 0; i < hits.size(); ++i)
+      if (hits[i].load() != (i < n ? 1 : 0)) return false;
     return true;
   }
 };
@@ -87,6 +89,23 @@ inline void feed(Runtime& rt, Kernel& k, int first, int last, size_t depth = 32)
     }
   }
   for (auto& e : inflight) e.get();
+}
+
+/// Submits tasks 0, 1, ... of the ledger until `stop` (at most its size), `depth` unfinished at a
+/// time: a runtime that stays busy however slow the machine. Returns how many it submitted.
+inline int feed_until(Runtime& rt, Kernel& k, const std::atomic<bool>& stop, int limit,
+                      size_t depth = 64) {
+  std::deque<Event> inflight;
+  int i = 0;
+  for (; i < limit && !stop.load(); ++i) {
+    inflight.push_back(rt.submit(Task(k).param(i)));
+    if (inflight.size() >= depth) {
+      inflight.front().get();
+      inflight.pop_front();
+    }
+  }
+  for (auto& e : inflight) e.get();
+  return i;
 }
 
 /// Polls `done` every 2 ms, at most 30 s (a loaded machine is slow, never this slow).
