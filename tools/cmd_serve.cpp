@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 namespace hcr::cli {
@@ -44,6 +45,12 @@ int cmd_serve(int argc, char** argv) {
         if (const group* g = ::getgrnam(n)) return g->gr_gid;
         return std::nullopt;
       }));
+    } else if (a == "--release-timeout") {
+      char* end = nullptr;
+      o.release_timeout = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != 0 || !(o.release_timeout >= 0) || o.release_timeout > 1e6)
+        throw Error(ErrorCode::invalid_argument,
+                    "--release-timeout '" + v + "' is not a number of seconds (0: none)");
     } else {
       throw Error(ErrorCode::invalid_argument, "unknown option " + a);
     }

@@ -109,6 +109,7 @@ const char* kUsage =
     "            SIGINT or SIGTERM. Peers: the allowed users and groups only (default: this\n"
     "            user); the socket file is mode 0600 (0660 with --allow-group)\n"
     "            --socket PATH  --allow-user NAME|UID ...  --allow-group NAME|GID ...\n"
+    "            --release-timeout S (drop a tenant that keeps a revoked device S seconds; 0)\n"
     "  help      this text\n"
     "\n"
     "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"

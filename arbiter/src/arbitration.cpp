@@ -198,6 +198,7 @@ void Arbitration::rebalance() {
       Tenant& h = tenants_[n.holder];
       h.changed = true;
       n.revoke_seq = h.seq + 1;  // the grant about to be sent
+      n.revoked_at = now_;
       ++counters_.revokes;
     }
   }
@@ -227,6 +228,15 @@ std::vector<uint32_t> Arbitration::releasing(TenantId id) const {
 bool Arbitration::busy(TenantId id) const {
   auto it = tenants_.find(id);
   return it != tenants_.end() && it->second.busy;
+}
+
+std::vector<TenantId> Arbitration::overdue(double seconds) const {
+  std::vector<TenantId> out;
+  for (auto& [key, n] : pool_)
+    if (n.releasing && now_ - n.revoked_at > seconds &&
+        std::find(out.begin(), out.end(), n.holder) == out.end())
+      out.push_back(n.holder);
+  return out;
 }
 
 std::vector<Grant> Arbitration::take_changes() {

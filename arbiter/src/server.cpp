@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -128,7 +129,10 @@ void Server::run() {
     fds.push_back({listen_fd_, POLLIN, 0});
     fds.push_back({wake_[0], POLLIN, 0});
     for (auto& c : conns_) fds.push_back({c->fd, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), 1000) < 0) {
+    const int wait_ms = options_.release_timeout > 0
+                            ? std::clamp(static_cast<int>(options_.release_timeout * 250), 1, 1000)
+                            : 1000;
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       say(std::string("poll: ") + std::strerror(errno));
       break;
@@ -170,6 +174,14 @@ void Server::run() {
       }
     conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](auto& c) { return c->fd < 0; }),
                  conns_.end());
+    // Revokes not answered in time: that tenant is dropped (it leaves on the next turn).
+    arb_.tick(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    if (options_.release_timeout > 0)
+      for (TenantId t : arb_.overdue(options_.release_timeout))
+        for (auto& c : conns_)
+          if (c->tenant == t && !c->dead)
+            drop(*c, "a revoked device not released within " +
+                         std::to_string(options_.release_timeout) + " s");
     send_changes();
     std::lock_guard<std::mutex> g(counters_mutex_);
     counters_.tenants = conns_.size();

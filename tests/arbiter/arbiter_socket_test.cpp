@@ -278,5 +278,36 @@ TEST(ArbiterSocket, ATenantThatVanishesHoldingDevicesReturnsThem) {
   EXPECT_GE(srv.server().counters().left, 1u);
 }
 
+TEST(ArbiterSocket, ATenantThatKeepsARevokedDeviceIsDroppedAfterTheTimeout) {
+  TempDir dir;
+  arbiter::ServerOptions o = options(sock(dir));
+  o.release_timeout = 0.2;
+  ServerThread srv(o);
+  // A peer that joins first (both devices are its), then never answers a revoke.
+  Raw peer(sock(dir));
+  peer.send("HELLO 1 1\n");
+  for (char i : {'0', '1'}) {
+    std::string key = "sim/";
+    key += i;
+    key += "/d";
+    key += i;
+    key += "/sim:d";
+    key += i;
+    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
+  }
+  peer.send("JOINED\n");
+  EXPECT_EQ(peer.line().rfind("WELCOME 1 ", 0), 0u);
+  Runtime rt(arbiter_sim(2, sock(dir)));
+  Ledger l(200);
+  Kernel k = ledger_kernel(rt, l);
+  feed(rt, k, 0, 200);  // its own share arrives once the peer is dropped
+  EXPECT_TRUE(l.all_once());
+  EXPECT_EQ(rt.stats().failed, 0u);
+  EXPECT_TRUE(srv.logged("not released within")) << "the server says why";
+  EXPECT_NE(peer.until_closed().find("ERROR a revoked device not released within"),
+            std::string::npos);
+  EXPECT_TRUE(eventually([&] { return rt.stats().arbiter.held == 2; }));
+}
+
 }  // namespace
 }  // namespace hcr::test

@@ -184,6 +184,24 @@ TEST(Arbitration, ADeviceGoesOnlyToTenantsThatHaveIt) {
   EXPECT_EQ(a.held(t1), (Ids{3}));  // its private device stays with it
 }
 
+TEST(Arbitration, ARevokeNotReleasedInTimeIsOverdue) {
+  Arbitration a;
+  Seen s;
+  a.tick(100);
+  const TenantId t1 = a.join(1, sims(2));
+  a.tick(101);
+  const TenantId t2 = a.join(1, sims(2));  // t1 must release one, from t = 101
+  s.take(a);
+  ASSERT_EQ(a.releasing(t1).size(), 1u);
+  a.tick(105);
+  EXPECT_TRUE(a.overdue(5).empty());
+  a.tick(106.5);
+  EXPECT_EQ(a.overdue(5), (std::vector<TenantId>{t1}));
+  release_all(a, s, t1);
+  EXPECT_TRUE(a.overdue(5).empty());
+  EXPECT_EQ(a.held(t2).size(), 1u);
+}
+
 TEST(Arbitration, BadJoinsAreRefused) {
   Arbitration a;
   EXPECT_THROW(a.join(0, sims(1)), std::invalid_argument);

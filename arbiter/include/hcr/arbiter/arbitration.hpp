@@ -72,6 +72,10 @@ class Arbitration {
   bool released(TenantId t, uint32_t local, uint64_t seq);
   /// The grants that changed since the last call (one per tenant whose grant changed).
   std::vector<Grant> take_changes();
+  /// The time now, in seconds of the caller's clock (revokes are stamped with it).
+  void tick(double now) noexcept { now_ = now; }
+  /// Tenants holding a device revoked more than `seconds` ago and not released.
+  std::vector<TenantId> overdue(double seconds) const;
 
   // Views (tests, the server's log).
   std::vector<uint32_t> held(TenantId t) const;       ///< devices it may use now
@@ -89,6 +93,7 @@ class Arbitration {
     TenantId holder = 0;                 // 0: free
     bool releasing = false;              // revoked from holder, not yet released
     uint64_t revoke_seq = 0;             // the holder's grant that revoked it
+    double revoked_at = 0;               // tick() time of the revoke
     TenantId owner = 0;                  // own share: whose it is when everyone is busy
   };
   struct Tenant {
@@ -106,6 +111,7 @@ class Arbitration {
   std::map<std::string, NodeDevice> pool_;  // by key: deterministic order
   std::map<TenantId, Tenant> tenants_;
   TenantId next_ = 1;
+  double now_ = 0;
   ArbitrationCounters counters_;
 };
 

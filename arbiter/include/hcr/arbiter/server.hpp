@@ -29,12 +29,17 @@ struct ServerOptions {
   std::string socket;           ///< the socket file's path
   std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
   std::vector<gid_t> groups;    ///< peers allowed by primary gid
+  /// A tenant that has not released a revoked device this many seconds after the revoke is
+  /// dropped (its devices return to the pool; it falls back to its own share). 0: never. Set it
+  /// above the longest task the tenants run: a release waits for the running task.
+  double release_timeout = 0;
   /// Diagnostics (a tenant joined, left, was refused or dropped, and why). Default: stderr.
   std::function<void(const std::string&)> log;
 };
 
 struct ServerCounters {
-  uint64_t joined = 0, left = 0, refused = 0, dropped = 0;  ///< dropped: a bad message
+  uint64_t joined = 0, left = 0, refused = 0;
+  uint64_t dropped = 0;  ///< for a bad message, or a release overdue (release_timeout)
   size_t tenants = 0;  ///< connected now (joined or joining)
   ArbitrationCounters arbitration;
 };
