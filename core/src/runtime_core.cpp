@@ -1101,10 +1101,16 @@ void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& 
 
 void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
   uint8_t was = DeviceState::kActive;
-  // A withheld device is out of scheduling already: it only changes state (and is not given back).
-  if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst) &&
-      !(was == DeviceState::kWithheld &&
-        d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst))) {
+  bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
+  // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
+  // again (below), and fail if no other device will take them.
+  const bool was_withheld = !out && was == DeviceState::kWithheld &&
+                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
+  if (was_withheld) {
+    out = true;
+    withheld_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if (!out) {
     // Already out. A quarantined device, or one being removed, that is then lost is lost: the
     // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
     // rather than wait for copies from it.
@@ -1138,6 +1144,14 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
   for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
+  if (was_withheld) {
+    std::vector<TaskNode*> again;
+    {
+      std::lock_guard<std::mutex> g(parked_mutex_);
+      again.swap(parked_);
+    }
+    for (TaskNode* t : again) ready(t);
+  }
 }
 
 // ---- the node arbiter: devices withheld and given back ----------------------------------------

@@ -278,6 +278,35 @@ TEST(ArbiterSocket, ATenantThatVanishesHoldingDevicesReturnsThem) {
   EXPECT_GE(srv.server().counters().left, 1u);
 }
 
+TEST(ArbiterSocket, ATaskWaitingForALentDeviceThatIsRemovedFailsRatherThanHangs) {
+  TempDir dir;
+  ServerThread srv(options(sock(dir)));
+  Runtime rt(arbiter_sim(2, sock(dir)));
+  Raw peer(sock(dir));  // busy while rt is idle: rt lends it both devices, and gets none back
+  peer.send("HELLO 1 1\n");
+  for (char i : {'0', '1'}) {
+    std::string key = "sim/";
+    key += i;
+    key += "/d";
+    key += i;
+    key += "/sim:d";
+    key += i;
+    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
+  }
+  peer.send("JOINED\nBUSY\n");
+  ASSERT_TRUE(eventually([&] { return rt.stats().arbiter.held == 0; }));
+  Ledger l(1);
+  Kernel k = ledger_kernel(rt, l);
+  Event e = rt.submit(Task(k).param(0));  // waits for a device
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(rt.stats().completed, 0u);
+  rt.remove_device(0);
+  rt.remove_device(1);  // no device will ever take it now
+  Error err = expect_error([&] { e.get(); });
+  EXPECT_EQ(err.code(), ErrorCode::no_device) << err.what();
+  EXPECT_EQ(rt.stats().devices[0].health, DeviceHealth::removed);
+}
+
 TEST(ArbiterSocket, ATenantThatKeepsARevokedDeviceIsDroppedAfterTheTimeout) {
   TempDir dir;
   arbiter::ServerOptions o = options(sock(dir));
