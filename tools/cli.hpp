@@ -37,6 +37,8 @@ std::string human_bytes(uint64_t bytes);
 int cmd_devices(Args& args);
 int cmd_run(Args& args);
 int cmd_models(Args& args);
+/// hcr serve --socket PATH [--allow-user U]... [--allow-group G]...: the node arbiter.
+int cmd_serve(int argc, char** argv);
 int cmd_trace_summary(const std::string& file);
 
 }  // namespace hcr::cli

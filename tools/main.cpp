@@ -104,10 +104,17 @@ const char* kUsage =
     "  trace summary FILE.json   per-device utilisation, busiest kernels, bytes per link\n"
     "  models    the learned cost tables; --plot FILE.svg draws time against size\n"
     "            --config FILE  --dir DIR  --kernel NAME\n"
+    "  serve     the node arbiter: runtimes of several processes on this node ([arbiter]\n"
+    "            socket, HCR_ARBITER_SOCKET) share its devices by weight; foreground, until\n"
+    "            SIGINT or SIGTERM. Peers: the allowed users and groups only (default: this\n"
+    "            user); the socket file is mode 0600 (0660 with --allow-group)\n"
+    "            --socket PATH  --allow-user NAME|UID ...  --allow-group NAME|GID ...\n"
+    "            --release-timeout S (drop a tenant that keeps a revoked device S seconds; 0)\n"
     "  help      this text\n"
     "\n"
     "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"
     "             ws, dmda, dmdas), HCR_TRACE (write a trace there at the end),\n"
+    "             HCR_ARBITER_SOCKET (join that node arbiter),\n"
     "             HCR_LOG (trace|debug|info|warn|error|off; info names each plugin library\n"
     "             before its code runs), HCR_PLUGIN_DISABLE (plugin files never opened)\n";
 }  // namespace
@@ -124,6 +131,7 @@ int main(int argc, char** argv) {
         throw hcr::Error(hcr::ErrorCode::invalid_argument, "usage: hcr trace summary FILE.json");
       return hcr::cli::cmd_trace_summary(argv[3]);
     }
+    if (cmd == "serve") return hcr::cli::cmd_serve(argc, argv);
     hcr::cli::Args args(argc, argv, 2);
     if (cmd == "devices") return hcr::cli::cmd_devices(args);
     if (cmd == "run") return hcr::cli::cmd_run(args);

@@ -145,7 +145,9 @@ class Parser {
       else if (key == "trace") trace(table(v, key), c);
       else if (key == "backend") backends(v, c);
       else if (key == "context") contexts(v, c);
-      else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace, backend or context)");
+      else if (key == "arbiter") arbiter(table(v, key), c);
+      else fail(&v, key, "unknown key (expected runtime, scheduler, data, trace, backend, context "
+                         "or arbiter)");
     });
     for (detail::ConfigProblem& p : detail::duplicate_tables(c.backends))
       problems_.push_back(std::move(p));
@@ -291,6 +293,28 @@ class Parser {
         c.counters = boolean(v, key);
       } else {
         fail(&v, key, "unknown key (expected file, gantt or counters)");
+      }
+    });
+  }
+
+  void arbiter(const toml::table& t, Config& c) const {
+    for (auto&& kv : t) step([&, &k = kv.first, &v = kv.second] {
+      std::string key = "arbiter." + std::string(k.str());
+      if (k.str() == "socket") {
+        std::string path = string(v, key);
+        if (path.rfind("~/", 0) == 0)
+          if (const char* home = std::getenv("HOME")) path = home + path.substr(1);
+        if (path.empty() || !std::filesystem::path(path).is_absolute())
+          fail(&v, key, "'" + path + "' is not an absolute path");
+        if (path.size() > 107) fail(&v, key, "'" + path + "' is longer than 107 bytes (a Unix socket's limit)");
+        c.arbiter_socket = path;
+      } else if (k.str() == "weight") {
+        auto w = v.value<double>();
+        if (!w || !(v.is_integer() || v.is_floating_point()) || !(*w > 0) || !(*w <= 1e6))
+          fail(&v, key, "expected a positive number, at most 1e6");
+        c.arbiter_weight = *w;
+      } else {
+        fail(&v, key, "unknown key (expected socket or weight)");
       }
     });
   }

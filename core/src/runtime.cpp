@@ -6,6 +6,7 @@
 #include "node_pool.hpp"
 #include "units.hpp"
 #include "runtime_core.hpp"
+#include "tenant/tenant_link.hpp"
 
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
@@ -121,6 +122,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
       std::chrono::duration<double>(task_timeout_));
   max_in_flight_ = config_.max_tasks_in_flight;
   if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
+  if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << pol()->name() << "'");
 }
@@ -130,6 +132,9 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
   wait_idle();
+  // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
+  // then it leaves, and its devices go to the others.
+  if (tenant_) tenant_->leave();
   if (watchdog_thread_.joinable()) {
     {
       std::lock_guard<std::mutex> g(watchdog_mutex_);
@@ -585,6 +590,7 @@ Config with_environment(Config c) {
   }
   if (const char* v = std::getenv("HCR_SCHED"); v && *v) c.policy = v;
   if (const char* v = std::getenv("HCR_TRACE"); v && *v) c.trace_file = v;
+  if (const char* v = std::getenv("HCR_ARBITER_SOCKET"); v && *v) c.arbiter_socket = v;
   return c;
 }
 
@@ -624,6 +630,14 @@ Config validated(Config c) {
     fail("data.writeback", "'" + c.writeback + "' is not lazy or eager");
   if (c.objective != "time" && c.objective != "energy" && c.objective != "weighted")
     fail("scheduler.objective", "'" + c.objective + "' is not one of time, energy, weighted");
+  // (HCR_ARBITER_SOCKET lands here too.) A relative path would be looked up in the working
+  // directory: whichever socket happens to be there.
+  if (!c.arbiter_socket.empty() &&
+      (!std::filesystem::path(c.arbiter_socket).is_absolute() || c.arbiter_socket.size() > 107))
+    fail("arbiter.socket", "'" + c.arbiter_socket +
+                               "' is not an absolute path of at most 107 bytes (a Unix socket's)");
+  if (!(c.arbiter_weight > 0) || !(c.arbiter_weight <= 1e6))
+    fail("arbiter.weight", seconds(c.arbiter_weight) + " is not a positive number, at most 1e6");
   if (!(c.max_slowdown >= 1 && c.max_slowdown <= 100))
     fail("scheduler.max_slowdown", seconds(c.max_slowdown) + " is not a factor from 1 to 100");
   if (!(c.gamma >= 0) || !std::isfinite(c.gamma))

@@ -2,6 +2,7 @@
 // on the per-task hot path unless it says otherwise: no global lock, no allocation beyond the
 // task's own small vectors.
 #include "runtime_core.hpp"
+#include "tenant/tenant_link.hpp"
 
 #include "buffer_state.hpp"
 #include "files/safe_file.hpp"
@@ -489,6 +490,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
+    if (withheld_.load(std::memory_order_seq_cst) != 0 && park(t)) return;
     finish(t, no_device_error(*t));
     return;
   }
@@ -1099,7 +1101,16 @@ void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& 
 
 void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
   uint8_t was = DeviceState::kActive;
-  if (!d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
+  bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
+  // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
+  // again (below), and fail if no other device will take them.
+  const bool was_withheld = !out && was == DeviceState::kWithheld &&
+                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
+  if (was_withheld) {
+    out = true;
+    withheld_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  if (!out) {
     // Already out. A quarantined device, or one being removed, that is then lost is lost: the
     // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
     // rather than wait for copies from it.
@@ -1133,6 +1144,73 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
   for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
+  if (was_withheld) {
+    std::vector<TaskNode*> again;
+    {
+      std::lock_guard<std::mutex> g(parked_mutex_);
+      again.swap(parked_);
+    }
+    for (TaskNode* t : again) ready(t);
+  }
+}
+
+// ---- the node arbiter: devices withheld and given back ----------------------------------------
+
+bool RuntimeCore::set_withheld(uint32_t id, bool withheld) noexcept {
+  if (id >= device_count()) return false;
+  DeviceState& d = *dev_[id];
+  if (withheld) {
+    uint8_t was = DeviceState::kActive;
+    // Counted before the state changes: a dispatch that finds no device sees it and parks.
+    withheld_.fetch_add(1, std::memory_order_seq_cst);
+    if (!d.status.compare_exchange_strong(was, DeviceState::kWithheld, std::memory_order_seq_cst)) {
+      withheld_.fetch_sub(1, std::memory_order_seq_cst);
+      return false;
+    }
+    // As retire(): out of the bits, the count that dispatch re-checks, then the drain.
+    usable_bits_[id / 64].fetch_and(~(uint64_t{1} << (id % 64)), std::memory_order_seq_cst);
+    retired_.fetch_add(1, std::memory_order_seq_cst);
+    HCR_LOG(debug, "device '" << d.info.name << "' withheld (node arbiter)");
+    for (sched::TaskRef q : pol()->drain(id)) ready(q.node());
+    return true;
+  }
+  uint8_t was = DeviceState::kWithheld;
+  if (!d.status.compare_exchange_strong(was, DeviceState::kActive, std::memory_order_seq_cst))
+    return false;
+  usable_bits_[id / 64].fetch_or(uint64_t{1} << (id % 64), std::memory_order_seq_cst);
+  std::vector<TaskNode*> again;
+  {
+    std::lock_guard<std::mutex> g(parked_mutex_);
+    withheld_.fetch_sub(1, std::memory_order_seq_cst);
+    again.swap(parked_);
+  }
+  HCR_LOG(debug, "device '" << d.info.name << "' given back (node arbiter)");
+  for (TaskNode* t : again) ready(t);
+  if (usable(id)) pump(d);
+  return true;
+}
+
+bool RuntimeCore::park(TaskNode* t) noexcept {
+  const KernelState& k = *t->kernel;
+  {
+    std::lock_guard<std::mutex> g(parked_mutex_);
+    bool withheld_could = false, active_can = false;
+    for (uint32_t d = 0, n = device_count(); d < n; ++d) {
+      if (!k.can_run(d) || !fits(t, d) || (t->pinned >= 0 && static_cast<uint32_t>(t->pinned) != d) ||
+          (t->context != nullptr && !t->context->has(d)) ||
+          std::find(t->excluded.begin(), t->excluded.end(), d) != t->excluded.end())
+        continue;
+      const uint8_t s = dev_[d]->status.load(std::memory_order_seq_cst);
+      withheld_could = withheld_could || s == DeviceState::kWithheld;
+      active_can = active_can || s == DeviceState::kActive;
+    }
+    if (!active_can) {
+      if (withheld_could) parked_.push_back(t);
+      return withheld_could;
+    }
+  }
+  ready(t);  // a device came back meanwhile
+  return true;
 }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
@@ -1389,6 +1467,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
         return "quarantined after repeated failures (the last: " + last() + ")";
       case DeviceState::kLost: return "lost (" + last() + ")";
       case DeviceState::kRemoved: return "removed";
+      case DeviceState::kWithheld: return "withheld (the node arbiter gave it to another process)";
       default: break;
     }
     if (!k.can_run(d))
@@ -1568,7 +1647,8 @@ static_assert(DeviceBudget::kOwnMemory == DataManager::kMaxNodes - 1,
               "every device the loader keeps must get a memory node");
 static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::quarantined) &&
               DeviceState::kLost == static_cast<uint8_t>(DeviceHealth::lost) &&
-              DeviceState::kRemoved == static_cast<uint8_t>(DeviceHealth::removed));
+              DeviceState::kRemoved == static_cast<uint8_t>(DeviceHealth::removed) &&
+              DeviceState::kWithheld == static_cast<uint8_t>(DeviceHealth::withheld));
 
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
@@ -1612,6 +1692,7 @@ RuntimeStats RuntimeCore::stats() const {
     s.devices.push_back(c);
   }
   context_stats(s);
+  tenant_stats(s);
   {
     std::map<uint32_t, std::string> names;
     {

@@ -27,6 +27,7 @@
 namespace hcr::detail {
 
 class ContextPolicy;
+class TenantLink;
 
 /// One device and its driver state. The driver has no thread: the submitting thread and the
 /// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
@@ -47,7 +48,9 @@ struct DeviceState {
 
   // Health: active, or out of scheduling (quarantined after repeated failures, lost, removed).
   // The values of DeviceHealth.
-  enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3 };
+  // kWithheld: the node arbiter gave it to another process for now (set_withheld); it comes
+  // back as kActive.
+  enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3, kWithheld = 4 };
   std::atomic<uint8_t> status{kActive};
   SpinLock fault_lock;
   std::deque<double> fault_times;  // recent failures, within the quarantine window
@@ -153,7 +156,24 @@ class RuntimeCore final : public sched::Context {
   }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
   void written_through(TaskNode* t, std::exception_ptr error) noexcept;
-  /// Whether device d takes work (not quarantined, lost or removed).
+  /// The node arbiter (tenant/): device d is withheld (true: it leaves scheduling as a retired
+  /// device does: what is queued for it is placed again, what runs there finishes) or given
+  /// back (false: it takes work again, and the tasks that only it could run are placed again).
+  /// False when d is not in the state asked to leave (a quarantined device stays out).
+  bool set_withheld(uint32_t d, bool withheld) noexcept;
+  /// Tasks submitted and not finished (the arbiter's busy/idle).
+  uint64_t unfinished() const noexcept {
+    return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_relaxed);
+  }
+  /// Tasks handed to device d, plus one while a pumper may be handing it one: the node arbiter
+  /// releases a withheld device at 0 (as remove_device waits).
+  uint32_t occupied(uint32_t d) const noexcept {
+    return dev_[d]->in_flight.load(std::memory_order_seq_cst) +
+           (dev_[d]->pumping.load(std::memory_order_seq_cst) ? 1u : 0u);
+  }
+  /// RuntimeStats::arbiter.
+  void tenant_stats(RuntimeStats& s) const;
+  /// Whether device d takes work (not quarantined, lost, removed or withheld).
   bool usable(size_t d) const noexcept {
     return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
   }
@@ -293,6 +313,13 @@ class RuntimeCore final : public sched::Context {
   bool watchdog_stop_ = false;
   std::thread watchdog_thread_;
   std::exception_ptr no_device_error(const TaskNode& t) const;
+  // A task no device in scheduling can run: kept (true) when a withheld device could, until one
+  // is given back (set_withheld); false when none could (it fails). The cold path of dispatch.
+  bool park(TaskNode* t) noexcept;
+  std::mutex parked_mutex_;
+  std::vector<TaskNode*> parked_;
+  std::atomic<uint32_t> withheld_{0};  // devices withheld now
+  std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time

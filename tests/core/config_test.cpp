@@ -181,11 +181,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[data]\nprefech = true\n", "bad.toml:2: data.prefech: unknown key"},
         BadCase{"[trace]\nfile = \"\"\n", "bad.toml:2: trace.file: an empty path"},
         BadCase{"[trace]\nformat = \"json\"\n", "bad.toml:2: trace.format: unknown key"},
+        BadCase{"[arbiter]\nsocket = \"arb.sock\"\n",
+                "bad.toml:2: arbiter.socket: 'arb.sock' is not an absolute path"},
+        BadCase{"[arbiter]\nweight = 0\n",
+                "bad.toml:2: arbiter.weight: expected a positive number, at most 1e6"},
+        BadCase{"[arbiter]\nweight = \"2\"\n", "bad.toml:2: arbiter.weight: expected a positive"},
+        BadCase{"[arbiter]\n\nsockt = \"/run/a.sock\"\n",
+                "bad.toml:3: arbiter.sockt: unknown key (expected socket or weight)"},
         BadCase{"[runtime\n", "bad.toml:1:"},
         // Not whitespace where TOML++ expects it (inside TOML++ this reaches its
         // TOML_UNREACHABLE, tests/fuzz/ubsan_ignore.txt): still an error naming the place.
         BadCase{"a = 1 \xc5\xbe\n", "bad.toml:1:7:"},
         BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
+
+TEST(Config, ArbiterTable) {
+  Config c = Config::parse("[arbiter]\nsocket = \"/run/hcr/a.sock\"\nweight = 2.5\n", "a.toml");
+  EXPECT_EQ(c.arbiter_socket, "/run/hcr/a.sock");
+  EXPECT_EQ(c.arbiter_weight, 2.5);
+  Config d = Config::parse("", "empty.toml");
+  EXPECT_TRUE(d.arbiter_socket.empty()) << "no arbiter unless asked for";
+  EXPECT_EQ(d.arbiter_weight, 1);
+}
 
 TEST(Config, TheSampleFilesParse) {
   // What the README points users at must load as it stands.

@@ -33,6 +33,10 @@
 /// priority = 0                          # priority class: higher is served first
 /// memory_quota = "2GiB"                 # per device: over it, it evicts its own data only
 ///
+/// [arbiter]                             # join the node arbiter (`hcr serve`); without this
+/// socket = "/run/hcr/arbiter.sock"      # table (and HCR_ARBITER_SOCKET) none is used
+/// weight = 1                            # this process's share of the node's devices
+///
 /// [[backend]]                           # one table per plugin instance
 /// name = "cpu"                          # the plugin's name
 /// memory_limit = "75%"                  # per device: bytes ("4GiB") or a share; read by hcr
@@ -144,8 +148,15 @@ struct HCR_API Config {
   /// [trace] counters: measure every task's execution time for the busy/idle counters even when
   /// neither the policy (dmda measures anyway) nor a trace needs it; two clock reads per task.
   bool counters = false;
-  /// When true (the default), HCR_LOG, HCR_SCHED, HCR_TRACE and HCR_PLUGIN_PATH override the
-  /// values above.
+  /// [arbiter] socket: the node arbiter's Unix socket (`hcr serve --socket PATH`). Empty (the
+  /// default): no arbiter, nothing of it runs. When set, the runtime joins it at the start with its
+  /// devices and uses the ones it is granted; an arbiter that does not answer is a warning, and
+  /// the runtime runs on every device. HCR_ARBITER_SOCKET overrides.
+  std::string arbiter_socket;
+  /// [arbiter] weight: this runtime's share against the other processes' (> 0, at most 1e6).
+  double arbiter_weight = 1;
+  /// When true (the default), HCR_LOG, HCR_SCHED, HCR_TRACE, HCR_PLUGIN_PATH and
+  /// HCR_ARBITER_SOCKET override the values above.
   bool use_environment = true;
 
   /// Parses a TOML file. Throws Error(ErrorCode::config) naming file, line and key. A path that is

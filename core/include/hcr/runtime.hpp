@@ -68,6 +68,7 @@ enum class DeviceHealth : uint8_t {
   quarantined,  ///< failed quarantine_failures times within quarantine_window
   lost,         ///< its plugin reported it gone (HCR_ERROR_DEVICE_LOST)
   removed,      ///< taken out by Runtime::remove_device
+  withheld,     ///< the node arbiter gave it to another process for now (comes back active)
 };
 
 /// Per-device counters since the runtime started.
@@ -94,6 +95,22 @@ struct DeviceCounters {
   double watts = -1;          ///< the draw at the last reading (< 0: unknown)
 };
 
+/// The node arbiter as this runtime sees it ([arbiter] socket, HCR_ARBITER_SOCKET): all zero and
+/// false without one.
+struct ArbiterStats {
+  bool joined = false;     ///< it joined an arbiter at the start
+  bool connected = false;  ///< and is still connected (false after the arbiter went away)
+  uint64_t tenant = 0;     ///< the arbiter's id for this runtime
+  uint64_t grants = 0;     ///< grants received
+  uint64_t gained = 0;     ///< devices a grant gave (back) to it
+  uint64_t revoked = 0;    ///< devices a grant took away (lent to another process, or returned)
+  uint64_t released = 0;   ///< of those, released once nothing ran there any more
+  uint32_t held = 0;       ///< devices it may use now
+  uint32_t own = 0;        ///< its own share (kept when every process is busy)
+  uint32_t borrowed = 0;   ///< usable now and not of its own share
+  double max_release_seconds = 0;  ///< longest revoke -> release (one task's time at most)
+};
+
 struct RuntimeStats {
   uint64_t submitted = 0;
   uint64_t completed = 0;
@@ -114,6 +131,7 @@ struct RuntimeStats {
   /// Per scheduling context, once one exists (else empty): the default context ("default": the
   /// tasks submitted without one) first, then the others in the order they were made.
   std::vector<ContextStats> contexts;
+  ArbiterStats arbiter;
 };
 
 class HCR_API Runtime {

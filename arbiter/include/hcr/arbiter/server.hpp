@@ -1,0 +1,80 @@
+/// \file server.hpp
+/// The node arbiter's socket side (`hcr serve`): accepts tenants on an AF_UNIX stream socket,
+/// checks each peer's credentials, feeds their messages to an Arbitration and sends the grants.
+///
+/// \code
+/// hcr::arbiter::Server server({.socket = "/run/hcr/arbiter.sock"});  // binds, or throws
+/// std::thread t([&] { server.run(); });
+/// ...
+/// server.stop();  // any thread; run() returns; the socket file is removed by the destructor
+/// \endcode
+///
+/// Thread safety: run() on one thread; stop() and counters() from any.
+#pragma once
+
+#include <hcr/arbiter/arbitration.hpp>
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hcr::arbiter {
+
+struct ServerOptions {
+  std::string socket;           ///< the socket file's path
+  std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
+  std::vector<gid_t> groups;    ///< peers allowed by primary gid
+  /// A tenant that has not released a revoked device this many seconds after the revoke is
+  /// dropped (its devices return to the pool; it falls back to its own share). 0: never. Set it
+  /// above the longest task the tenants run: a release waits for the running task.
+  double release_timeout = 0;
+  /// Diagnostics (a tenant joined, left, was refused or dropped, and why). Default: stderr.
+  std::function<void(const std::string&)> log;
+};
+
+struct ServerCounters {
+  uint64_t joined = 0, left = 0, refused = 0;
+  uint64_t dropped = 0;  ///< for a bad message, or a release overdue (release_timeout)
+  size_t tenants = 0;  ///< connected now (joined or joining)
+  ArbitrationCounters arbitration;
+};
+
+class Server {
+ public:
+  /// Binds the socket (mode 0600, or 0660 when groups are allowed). Throws std::runtime_error
+  /// naming the path when a live server answers there or it cannot bind; a stale socket file
+  /// (nobody answers) is replaced.
+  explicit Server(ServerOptions options);
+  ~Server();  ///< stops, closes every connection, removes the socket file
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  void run();
+  void stop() noexcept;
+  ServerCounters counters() const;
+  const std::string& path() const noexcept { return options_.socket; }
+
+ private:
+  struct Conn;
+  void accept_one();
+  void handle(Conn& c, std::string_view line);
+  void drop(Conn& c, const std::string& why);
+  void send_changes();
+  void say(const std::string& line);
+
+  ServerOptions options_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<Conn>> conns_;
+  Arbitration arb_;
+  mutable std::mutex counters_mutex_;
+  ServerCounters counters_;
+};
+
+}  // namespace hcr::arbiter

@@ -1,0 +1,292 @@
+// The arbiter's socket loop: one thread, poll() over the listening socket, the tenants and a wake
+// pipe. A peer's bad message drops that peer (logged), never the server.
+#include <hcr/arbiter/protocol.hpp>
+#include <hcr/arbiter/server.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
+
+namespace hcr::arbiter {
+
+struct Server::Conn {
+  int fd = -1;
+  uid_t uid = 0;
+  pid_t pid = 0;
+  std::string in;
+  TenantId tenant = 0;  // 0 until JOINED
+  bool hello = false;
+  double weight = 1;
+  std::vector<DeviceReport> devices;
+  bool dead = false;
+  std::string name() const {
+    return "tenant " + (tenant ? std::to_string(tenant) : std::string("(joining)")) + " (pid " +
+           std::to_string(pid) + ", uid " + std::to_string(uid) + ")";
+  }
+};
+
+namespace {
+
+sockaddr_un address(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof a.sun_path)
+    throw std::runtime_error("arbiter socket path '" + path + "' is empty or longer than " +
+                             std::to_string(sizeof a.sun_path - 1) + " bytes");
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  return a;
+}
+
+bool send_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;  // a tenant that does not read its grants is dropped
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+  if (!options_.log) options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
+  if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::getuid());
+  const sockaddr_un a = address(options_.socket);
+  struct stat st{};
+  if (::lstat(options_.socket.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode))
+      throw std::runtime_error("'" + options_.socket + "' exists and is not a socket: refused");
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+    if (probe >= 0) ::close(probe);
+    if (live)
+      throw std::runtime_error("an arbiter already answers on '" + options_.socket + "'");
+    ::unlink(options_.socket.c_str());  // stale: its server is gone
+    options_.log("replaced the stale socket file '" + options_.socket + "'");
+  }
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    const int e = errno;
+    ::close(listen_fd_);
+    throw std::runtime_error("cannot bind '" + options_.socket + "': " + std::strerror(e));
+  }
+  // Permissions first (only the allowed may connect), the credentials check on every peer second.
+  const mode_t mode = options_.groups.empty() ? 0600 : 0660;
+  if (::chmod(options_.socket.c_str(), mode) != 0 || ::listen(listen_fd_, 64) != 0 ||
+      ::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    const int e = errno;
+    ::close(listen_fd_);
+    ::unlink(options_.socket.c_str());
+    throw std::runtime_error("cannot listen on '" + options_.socket + "': " + std::strerror(e));
+  }
+}
+
+Server::~Server() {
+  stop();
+  for (auto& c : conns_)
+    if (c->fd >= 0) ::close(c->fd);
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    ::unlink(options_.socket.c_str());
+  }
+  for (int fd : wake_)
+    if (fd >= 0) ::close(fd);
+}
+
+void Server::stop() noexcept {
+  stop_.store(true);
+  if (wake_[1] >= 0) {
+    const char b = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+  }
+}
+
+ServerCounters Server::counters() const {
+  std::lock_guard<std::mutex> g(counters_mutex_);
+  return counters_;
+}
+
+void Server::say(const std::string& line) { options_.log(line); }
+
+void Server::run() {
+  std::vector<pollfd> fds;
+  char buf[4096];
+  while (!stop_.load()) {
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_[0], POLLIN, 0});
+    for (auto& c : conns_) fds.push_back({c->fd, POLLIN, 0});
+    const int wait_ms = options_.release_timeout > 0
+                            ? std::clamp(static_cast<int>(options_.release_timeout * 250), 1, 1000)
+                            : 1000;
+    if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
+      if (errno == EINTR) continue;
+      say(std::string("poll: ") + std::strerror(errno));
+      break;
+    }
+    if (fds[1].revents & POLLIN)
+      while (::read(wake_[0], buf, sizeof buf) > 0) {
+      }
+    if (fds[0].revents & POLLIN) accept_one();
+    for (size_t i = 2; i < fds.size(); ++i) {
+      Conn& c = *conns_[i - 2];
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {  // EOF: the tenant ended or died
+        c.dead = true;
+        continue;
+      }
+      c.in.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while (!c.dead && (nl = c.in.find('\n')) != std::string::npos) {
+        const std::string line = c.in.substr(0, nl);
+        c.in.erase(0, nl + 1);
+        handle(c, line);
+      }
+      if (!c.dead && c.in.size() >= kMaxLine)
+        drop(c, "a line longer than " + std::to_string(kMaxLine - 1) + " bytes");
+    }
+    // The gone leave: their devices return to the pool at once.
+    for (auto& c : conns_)
+      if (c->dead) {
+        if (c->tenant) {
+          say(c->name() + " left; its devices return to the pool");
+          arb_.leave(c->tenant);
+          std::lock_guard<std::mutex> g(counters_mutex_);
+          ++counters_.left;
+        }
+        ::close(c->fd);
+        c->fd = -1;
+      }
+    conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](auto& c) { return c->fd < 0; }),
+                 conns_.end());
+    // Revokes not answered in time: that tenant is dropped (it leaves on the next turn).
+    arb_.tick(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    if (options_.release_timeout > 0)
+      for (TenantId t : arb_.overdue(options_.release_timeout))
+        for (auto& c : conns_)
+          if (c->tenant == t && !c->dead)
+            drop(*c, "a revoked device not released within " +
+                         std::to_string(options_.release_timeout) + " s");
+    send_changes();
+    std::lock_guard<std::mutex> g(counters_mutex_);
+    counters_.tenants = conns_.size();
+    counters_.arbitration = arb_.counters();
+  }
+}
+
+void Server::accept_one() {
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    say(std::string("SO_PEERCRED: ") + std::strerror(errno) + "; peer refused");
+    ::close(fd);
+    return;
+  }
+  const bool ok =
+      std::find(options_.users.begin(), options_.users.end(), cred.uid) != options_.users.end() ||
+      std::find(options_.groups.begin(), options_.groups.end(), cred.gid) != options_.groups.end();
+  if (!ok) {
+    const std::string why = "uid " + std::to_string(cred.uid) + " gid " +
+                            std::to_string(cred.gid) + " (pid " + std::to_string(cred.pid) +
+                            ") is not an allowed user or group: refused";
+    say("peer " + why);
+    send_all(fd, format(msg::Error{why}));
+    ::close(fd);
+    std::lock_guard<std::mutex> g(counters_mutex_);
+    ++counters_.refused;
+    return;
+  }
+  auto c = std::make_unique<Conn>();
+  c->fd = fd;
+  c->uid = cred.uid;
+  c->pid = cred.pid;
+  conns_.push_back(std::move(c));
+}
+
+void Server::drop(Conn& c, const std::string& why) {
+  say(c.name() + " dropped: " + why);
+  send_all(c.fd, format(msg::Error{why}));
+  c.dead = true;
+  std::lock_guard<std::mutex> g(counters_mutex_);
+  ++counters_.dropped;
+}
+
+void Server::handle(Conn& c, std::string_view line) {
+  std::string why;
+  const std::optional<Message> m = parse(line, why);
+  if (!m) return drop(c, why);
+  if (!c.hello) {
+    const auto* h = std::get_if<msg::Hello>(&*m);
+    if (h == nullptr) return drop(c, "expected HELLO first");
+    if (h->version != kProtocolVersion)
+      return drop(c, "protocol version " + std::to_string(h->version) + " (this arbiter speaks " +
+                         std::to_string(kProtocolVersion) + ")");
+    c.hello = true;
+    c.weight = h->weight;
+    return;
+  }
+  if (c.tenant == 0) {
+    if (const auto* d = std::get_if<msg::Device>(&*m)) {
+      if (c.devices.size() >= kMaxDevicesPerTenant)
+        return drop(c, "more than " + std::to_string(kMaxDevicesPerTenant) + " devices");
+      for (const DeviceReport& x : c.devices)
+        if (x.key == d->report.key) return drop(c, "device key '" + x.key + "' reported twice");
+      c.devices.push_back(d->report);
+      return;
+    }
+    if (!std::holds_alternative<msg::Joined>(*m)) return drop(c, "expected DEVICE or JOINED");
+    c.tenant = arb_.join(c.weight, c.devices);
+    {
+      std::lock_guard<std::mutex> g(counters_mutex_);
+      ++counters_.joined;
+    }
+    say(c.name() + " joined: weight " + std::to_string(c.weight) + ", " +
+        std::to_string(c.devices.size()) + " device(s)");
+    if (!send_all(c.fd, format(msg::Welcome{kProtocolVersion, c.tenant})))
+      c.dead = true;
+    return;
+  }
+  if (std::holds_alternative<msg::Busy>(*m)) return arb_.demand(c.tenant, true);
+  if (std::holds_alternative<msg::Idle>(*m)) return arb_.demand(c.tenant, false);
+  if (const auto* r = std::get_if<msg::Released>(&*m)) {
+    arb_.released(c.tenant, r->index, r->seq);  // a stale release is ignored (seq)
+    return;
+  }
+  drop(c, "unexpected message '" + std::string(line.substr(0, 32)) + "' after JOINED");
+}
+
+void Server::send_changes() {
+  for (const Grant& g : arb_.take_changes())
+    for (auto& c : conns_)
+      if (c->tenant == g.tenant && !c->dead &&
+          !send_all(c->fd, format(msg::GrantMsg{g.seq, g.held, g.own}))) {
+        say(c->name() + " does not read its grants: dropped");
+        c->dead = true;
+      }
+  // The dead found while sending leave on the next turn; make sure there is one soon.
+  for (auto& c : conns_)
+    if (c->dead) {
+      const char b = 0;
+      [[maybe_unused]] ssize_t n = ::write(wake_[1], &b, 1);
+      break;
+    }
+}
+
+}  // namespace hcr::arbiter

@@ -1,0 +1,185 @@
+// The arbiter across processes: `hcr serve` and tenant processes (tenant_helper.cpp). Two
+// processes finish every task through it; killing the arbiter mid-run leaves each tenant its own
+// share and loses nothing; killing a tenant (SIGKILL) mid-run gives its devices to the other;
+// `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on.
+#include "arbiter_support.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace hcr::test {
+namespace {
+
+// A child process with its stdout (and stderr) on a pipe.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0) << args[0];
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(p[1]);
+    out_ = p[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && status_ < 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(out_);
+  }
+  /// The next output line that contains `needle` (empty after 60 s or at EOF).
+  std::string line_with(const std::string& needle) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      size_t nl;
+      while ((nl = buf_.find('\n')) != std::string::npos) {
+        std::string l = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        all_ += l + "\n";
+        if (l.find(needle) != std::string::npos) return l;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return "";
+      pollfd pf{out_, POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;
+      char b[512];
+      const ssize_t n = ::read(out_, b, sizeof b);
+      if (n <= 0) return "";
+      buf_.append(b, static_cast<size_t>(n));
+    }
+  }
+  /// Its exit status (-1 if it has not ended within 120 s).
+  int wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (status_ < 0 && std::chrono::steady_clock::now() < deadline) {
+      int st = 0;
+      if (::waitpid(pid_, &st, WNOHANG) == pid_)
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return status_;
+  }
+  void signal(int sig) { ::kill(pid_, sig); }
+  const std::string& output() const { return all_; }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  int status_ = -1;
+  std::string buf_, all_;
+};
+
+std::string sock(const TempDir& dir) { return (dir.path() / "arbiter.sock").string(); }
+
+bool exists(const std::string& p) {
+  struct stat st{};
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// `hcr serve` on the socket, once it answers.
+std::unique_ptr<Child> serve(const std::string& path) {
+  auto c = std::make_unique<Child>(std::vector<std::string>{HCR_CLI, "serve", "--socket", path});
+  EXPECT_FALSE(c->line_with("arbiter on").empty()) << c->output();
+  return c;
+}
+
+Child tenant(const std::string& path, int tasks) {
+  return Child({HCR_TENANT_HELPER, path, std::to_string(tasks), "4"});
+}
+
+TEST(ArbiterProcess, TwoProcessesFinishEveryTaskThroughTheArbiter) {
+  TempDir dir;
+  auto srv = serve(sock(dir));
+  Child a = tenant(sock(dir), 2000), b = tenant(sock(dir), 2000);
+  EXPECT_EQ(a.line_with("joined").rfind("joined 1", 0), 0u) << a.output();
+  EXPECT_EQ(b.line_with("joined").rfind("joined 1", 0), 0u) << b.output();
+  const std::string da = a.line_with("done"), db = b.line_with("done");
+  EXPECT_EQ(a.wait(), 0) << a.output();
+  EXPECT_EQ(b.wait(), 0) << b.output();
+  EXPECT_NE(da.find("ok 1 connected 1"), std::string::npos) << da;
+  EXPECT_NE(db.find("ok 1 connected 1"), std::string::npos) << db;
+  // SIGTERM: a clean exit that removes the socket file.
+  srv->signal(SIGTERM);
+  EXPECT_FALSE(srv->line_with("stopped by signal").empty()) << srv->output();
+  EXPECT_EQ(srv->wait(), 0);
+  EXPECT_NE(srv->output().find("2 tenant(s) joined"), std::string::npos) << srv->output();
+  EXPECT_FALSE(exists(sock(dir)));
+}
+
+TEST(ArbiterProcess, KillingTheArbiterMidRunLosesNothing) {
+  TempDir dir;
+  auto srv = serve(sock(dir));
+  Child a = tenant(sock(dir), 4000), b = tenant(sock(dir), 4000);
+  ASSERT_EQ(a.line_with("joined").rfind("joined 1", 0), 0u) << a.output();
+  ASSERT_EQ(b.line_with("joined").rfind("joined 1", 0), 0u) << b.output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both running
+  srv->signal(SIGKILL);
+  EXPECT_EQ(srv->wait(), 128 + SIGKILL);
+  const std::string da = a.line_with("done"), db = b.line_with("done");
+  EXPECT_EQ(a.wait(), 0) << a.output();
+  EXPECT_EQ(b.wait(), 0) << b.output();
+  // Each finished every task on its own share, the arbiter gone.
+  EXPECT_NE(da.find("ok 1 connected 0 held 2"), std::string::npos) << da;
+  EXPECT_NE(db.find("ok 1 connected 0 held 2"), std::string::npos) << db;
+  // A socket file left by a killed arbiter is stale: a new one replaces it.
+  ASSERT_TRUE(exists(sock(dir)));
+  auto again = serve(sock(dir));
+  again->signal(SIGTERM);
+  EXPECT_EQ(again->wait(), 0);
+}
+
+TEST(ArbiterProcess, AKilledTenantsDevicesGoToTheOther) {
+  TempDir dir;
+  ServerThread srv([&] {
+    arbiter::ServerOptions o;
+    o.socket = sock(dir);
+    return o;
+  }());
+  Child victim = tenant(sock(dir), 10000000);  // busy until killed
+  ASSERT_EQ(victim.line_with("joined").rfind("joined 1", 0), 0u) << victim.output();
+  Runtime rt(arbiter_sim(4, sock(dir)));
+  Ledger l(3000);
+  Kernel k = ledger_kernel(rt, l);
+  std::thread f([&] { feed(rt, k, 0, 3000); });
+  // Both busy: two devices each (the victim releases rt's two while running).
+  EXPECT_TRUE(eventually([&] { return rt.stats().arbiter.held == 2; }))
+      << "held " << rt.stats().arbiter.held;
+  victim.signal(SIGKILL);
+  EXPECT_EQ(victim.wait(), 128 + SIGKILL);
+  EXPECT_TRUE(eventually([&] { return rt.stats().arbiter.held == 4 || l.all_once(); }))
+      << "held " << rt.stats().arbiter.held;
+  f.join();
+  EXPECT_TRUE(l.all_once());
+  EXPECT_EQ(rt.stats().failed, 0u);
+  EXPECT_TRUE(eventually([&] { return srv.server().counters().left == 1; }));
+  EXPECT_TRUE(srv.logged("left; its devices return to the pool"));
+}
+
+TEST(ArbiterProcess, ServeRefusesASocketALiveArbiterAnswersOn) {
+  TempDir dir;
+  auto srv = serve(sock(dir));
+  Child second({HCR_CLI, "serve", "--socket", sock(dir)});
+  EXPECT_FALSE(second.line_with("already answers").empty()) << second.output();
+  EXPECT_EQ(second.wait(), 1);
+  EXPECT_TRUE(exists(sock(dir))) << "the live one's socket stays";
+  srv->signal(SIGINT);
+  EXPECT_EQ(srv->wait(), 0);
+}
+
+}  // namespace
+}  // namespace hcr::test
