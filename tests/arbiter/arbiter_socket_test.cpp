@@ -208,6 +208,16 @@ class Raw {
   int fd_ = -1;
 };
 
+// A raw peer's HELLO and the keys of arbiter_sim(2)'s two devices, as a runtime reports them.
+void hello_with_the_sim_devices(Raw& peer) {
+  peer.send("HELLO 1 1\n");
+  for (char i : {'0', '1'}) {
+    const std::string n(1, i);
+    const std::string key = "sim/" + n + "/d" + n + "/sim:d" + n;
+    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
+  }
+}
+
 TEST(ArbiterSocket, MalformedMessagesDropThatPeerOnly) {
   TempDir dir;
   ServerThread srv(options(sock(dir)));
@@ -249,16 +259,7 @@ TEST(ArbiterSocket, ATenantThatVanishesHoldingDevicesReturnsThem) {
   // A peer with the same two devices, busy while rt is idle: rt lends it both; then it never
   // gives anything back.
   Raw peer(sock(dir));
-  peer.send("HELLO 1 1\n");
-  for (char i : {'0', '1'}) {
-    std::string key = "sim/";
-    key += i;
-    key += "/d";
-    key += i;
-    key += "/sim:d";
-    key += i;
-    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
-  }
+  hello_with_the_sim_devices(peer);
   peer.send("JOINED\nBUSY\n");
   EXPECT_EQ(peer.line().rfind("WELCOME 1 ", 0), 0u);
   ASSERT_TRUE(eventually([&] { return rt.stats().arbiter.held == 0; }))
@@ -283,16 +284,7 @@ TEST(ArbiterSocket, ATaskWaitingForALentDeviceThatIsRemovedFailsRatherThanHangs)
   ServerThread srv(options(sock(dir)));
   Runtime rt(arbiter_sim(2, sock(dir)));
   Raw peer(sock(dir));  // busy while rt is idle: rt lends it both devices, and gets none back
-  peer.send("HELLO 1 1\n");
-  for (char i : {'0', '1'}) {
-    std::string key = "sim/";
-    key += i;
-    key += "/d";
-    key += i;
-    key += "/sim:d";
-    key += i;
-    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
-  }
+  hello_with_the_sim_devices(peer);
   peer.send("JOINED\nBUSY\n");
   ASSERT_TRUE(eventually([&] { return rt.stats().arbiter.held == 0; }));
   Ledger l(1);
@@ -314,16 +306,7 @@ TEST(ArbiterSocket, ATenantThatKeepsARevokedDeviceIsDroppedAfterTheTimeout) {
   ServerThread srv(o);
   // A peer that joins first (both devices are its), then never answers a revoke.
   Raw peer(sock(dir));
-  peer.send("HELLO 1 1\n");
-  for (char i : {'0', '1'}) {
-    std::string key = "sim/";
-    key += i;
-    key += "/d";
-    key += i;
-    key += "/sim:d";
-    key += i;
-    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
-  }
+  hello_with_the_sim_devices(peer);
   peer.send("JOINED\n");
   EXPECT_EQ(peer.line().rfind("WELCOME 1 ", 0), 0u);
   Runtime rt(arbiter_sim(2, sock(dir)));

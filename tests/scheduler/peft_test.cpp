@@ -107,6 +107,16 @@ TEST(LinkHorizon, BookingPastTimeForgetsIt) {
 
 // ---- the window plan on its own ----------------------------------------------------------------
 
+// Appends a window task: seconds per device, buffers it uses, window tasks that wait for it.
+void add_task(sched::PlanInput& in, std::vector<double> exec,
+              std::vector<sched::PlanTask::Use> uses, std::vector<uint32_t> successors) {
+  sched::PlanTask t;
+  t.exec = std::move(exec);
+  t.uses = std::move(uses);
+  t.successors = std::move(successors);
+  in.tasks.push_back(std::move(t));
+}
+
 // A fork and a join on two devices with their own memories, 3 s copies between them: R (1 s)
 // writes X; C1 and C2 (4 s each) read X; J reads both results (1 s on device 0, 3 s on device
 // 1). The earliest finish sends C2 to device 1 (done at 8 s rather than 9 s) and pays for it at
@@ -126,18 +136,10 @@ sched::PlanInput fork_join(const LinkModel& links) {
   };
   const uint32_t i = buffer(1, 1), x = buffer(3'000'000'000, 1), y1 = buffer(3'000'000'000, 1),
                  y2 = buffer(3'000'000'000, 1), z = buffer(1, 1);
-  auto task = [&](std::vector<double> exec, std::vector<sched::PlanTask::Use> uses,
-                  std::vector<uint32_t> successors) {
-    sched::PlanTask t;
-    t.exec = std::move(exec);
-    t.uses = std::move(uses);
-    t.successors = std::move(successors);
-    in.tasks.push_back(std::move(t));
-  };
-  task({1, 1}, {{i, true, false}, {x, false, true}}, {1, 2});      // R
-  task({4, 4}, {{x, true, false}, {y1, false, true}}, {3});        // C1
-  task({4, 4}, {{x, true, false}, {y2, false, true}}, {3});        // C2
-  task({1, 3}, {{y1, true, false}, {y2, true, false}, {z, false, true}}, {});  // J
+  add_task(in, {1, 1}, {{i, true, false}, {x, false, true}}, {1, 2});      // R
+  add_task(in, {4, 4}, {{x, true, false}, {y1, false, true}}, {3});        // C1
+  add_task(in, {4, 4}, {{x, true, false}, {y2, false, true}}, {3});        // C2
+  add_task(in, {1, 3}, {{y1, true, false}, {y2, true, false}, {z, false, true}}, {});  // J
   return in;
 }
 
@@ -184,18 +186,10 @@ TEST(WindowPlan, ALateTaskFillsAGapBeforeAnEarlierOne) {
     buf.bytes = 1;
     in.buffers.push_back(buf);
   }
-  auto task = [&](std::vector<double> exec, std::vector<sched::PlanTask::Use> uses,
-                  std::vector<uint32_t> successors) {
-    sched::PlanTask t;
-    t.exec = std::move(exec);
-    t.uses = std::move(uses);
-    t.successors = std::move(successors);
-    in.tasks.push_back(std::move(t));
-  };
-  task({2, 100}, {{0, true, false}, {1, false, true}}, {1});  // A
-  task({100, 2}, {{1, true, false}, {2, false, true}}, {});   // B
-  task({10, 1}, {{0, true, false}, {3, false, true}}, {3});   // C
-  task({1, 1}, {{3, true, false}, {4, false, true}}, {});     // D
+  add_task(in, {2, 100}, {{0, true, false}, {1, false, true}}, {1});  // A
+  add_task(in, {100, 2}, {{1, true, false}, {2, false, true}}, {});   // B
+  add_task(in, {10, 1}, {{0, true, false}, {3, false, true}}, {3});   // C
+  add_task(in, {1, 1}, {{3, true, false}, {4, false, true}}, {});     // D
   const sched::Plan heft = sched::plan_window(in, sched::Plan::Rule::heft);
   EXPECT_EQ(heft.device[0], 0);
   EXPECT_EQ(heft.device[1], 1);
