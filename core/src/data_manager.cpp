@@ -301,7 +301,9 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
     }
     return -1;
   };
+  d.replicas[n].fetch_priority = priority;
   auto plan = [&](uint32_t src, uint32_t to) {
+    d.replicas[to].fetch_src = src;
     ++d.replicas[src].pins;
     ++d.replicas[src].copies_out;
     retain(&b);
@@ -326,6 +328,22 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
     Replica& host = d.replicas[0];
     host.forward.push_back(n);
     if (!host.fetching) plan_fetch(b, 0, copies, priority);
+  }
+}
+
+void DataManager::urge(BufferState& b, uint32_t n, int priority) {
+  BufferData& d = data(b);
+  Replica& r = d.replicas[n];
+  if (!r.fetching || r.evicting || priority <= r.fetch_priority) return;
+  r.fetch_priority = priority;
+  if (r.ticket != 0) {  // still waiting in its lane: again, higher up
+    Lane& l = n != 0 ? nodes_[n].in : nodes_[r.fetch_src].out;
+    r.ticket = ++l.seq;
+    l.waiting.push({priority, r.ticket, {&b, r.fetch_src, n, false, priority}});
+  }
+  if (n != 0 && !d.replicas[0].valid) {
+    const std::vector<uint32_t>& f = d.replicas[0].forward;
+    if (std::find(f.begin(), f.end(), n) != f.end()) urge(b, 0, priority);  // through host memory
   }
 }
 
@@ -421,6 +439,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         // A copy landing here, or a write-back leaving, must finish first; and before a write,
         // any copy still reading this replica.
         bool busy = r.fetching || r.evicting || (writes(a.access) && r.copies_out != 0);
+        if (reads(a.access) && r.fetching) urge(b, n, t->priority);
         if (!busy && reads(a.access) && !r.valid) {
           plan_fetch(b, n, copies, t->priority);
           busy = r.fetching;
@@ -448,6 +467,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
     for (const Ref<BufferState>& in : inputs) {
       BufferState& b = *in;
       Replica& r = data(b).replicas[n];
+      if (r.fetching) urge(b, n, priority);
       if (r.valid || r.fetching || r.evicting) continue;
       if (n != 0 && r.mem == nullptr) {  // (host memory: the buffer's own)
         if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
@@ -484,10 +504,16 @@ void DataManager::issue(const Copy& c) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Lane& l = lane(c);
+    Replica* r = c.evict ? nullptr : &data(*c.b).replicas[c.dst];
     if (l.in_flight >= Lane::kDepth) {
-      l.waiting.push({c.priority, l.seq++, c});
+      // At the priority its most urgent reader asked for since it was planned.
+      const int priority = r != nullptr ? std::max(c.priority, r->fetch_priority) : c.priority;
+      const uint64_t ticket = ++l.seq;
+      if (r != nullptr) r->ticket = ticket;
+      l.waiting.push({priority, ticket, c});
       return;
     }
+    if (r != nullptr) r->ticket = 0;
     ++l.in_flight;
   }
   start(c);
@@ -688,13 +714,19 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Lane& l = lane(c);
-    if (!l.waiting.empty()) {  // the lane's slot passes to its most urgent waiting copy
-      queued = l.waiting.top().copy;
+    while (!l.waiting.empty()) {  // the lane's slot passes to its most urgent waiting copy
+      const Lane::Waiting w = l.waiting.top();
       l.waiting.pop();
+      if (!w.copy.evict) {
+        Replica& r = data(*w.copy.b).replicas[w.copy.dst];
+        if (r.ticket != w.seq) continue;  // moved up since: its other entry stands
+        r.ticket = 0;
+      }
+      queued = w.copy;
       next = true;
-    } else {
-      --l.in_flight;
+      break;
     }
+    if (!next) --l.in_flight;
   }
   if (next) start(queued);
   // Retired before its waiting tasks are placed again, so that none goes back to it.

@@ -42,6 +42,11 @@ struct Replica {
   uint32_t copies_out = 0;      // copies reading it now: a writer must wait for them
   uint64_t last_use = 0;        // LRU clock
   uint32_t owner = 0;           // device nodes: the context whose task allocated it (0: default)
+  // While fetching: the priority of the most urgent task waiting for the copy, its source, and
+  // its ticket in the lane while it waits there (0: started, or not a lane's to order).
+  int fetch_priority = 0;
+  uint32_t fetch_src = 0;
+  uint64_t ticket = 0;
   struct Waiter {
     TaskNode* task;
     bool reads;   // needs the replica valid when it goes
@@ -166,6 +171,8 @@ class DataManager {
     static constexpr uint32_t kDepth = 2;
     uint32_t in_flight = 0;
     uint64_t seq = 0;
+    // A copy whose priority rose waits twice: the entry whose seq is no longer its replica's
+    // ticket is dropped when it comes up.
     struct Waiting {
       int priority;
       uint64_t seq;
@@ -212,6 +219,10 @@ class DataManager {
   // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
   void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies,
                   int priority = kUrgent);
+  // A task of `priority` waits for the copy already planned into `node`'s replica: a copy still
+  // waiting in its lane (or the copy into host memory it is forwarded from) moves up to it. The
+  // first task to ask for a replica is often not its most urgent reader.
+  void urge(BufferState& b, uint32_t node, int priority);
   // Hands a copy to its device's lane: started now, or when an earlier one of the lane is done.
   void issue(const Copy& c) noexcept;
   void start(const Copy& c) noexcept;  // hands it to the plugin

@@ -384,5 +384,52 @@ TEST(Data, AWaitingTasksInputMovesAsSoonAsItsProducerIsDone) {
   EXPECT_LT(x_arrives, long_end) << "x waited for the long task before moving";
 }
 
+// The first task to ask for a replica is often not its most urgent reader: a copy still waiting in
+// its lane moves up when a more urgent task needs it. Four tasks on a device whose 20 ms copies
+// run two at a time: A and B copy at once, C (priority 1) and X (priority 0) wait; then a task of
+// priority 5 reads X, and X goes before C.
+TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
+  Config c;
+  c.use_environment = false;
+  c.policy = "dmdas";
+  c.model_dir = "off";
+  c.backends.push_back({"sim",
+                        true,
+                        {{"compute", "false"},
+                         {"flops_per_byte", "0"},
+                         {"kernel.use.flops", "1e9"},  // 1 ms
+                         {"device.0.name", "a"},
+                         {"device.0.gflops", "1000"},
+                         {"device.0.host_memory", "false"},
+                         {"device.0.bandwidth", "50MB/s"}},
+                        "test"});
+  Runtime rt(c);
+  Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
+  // 1 MB each (20 ms at 50 MB/s); C and X apart by their sizes.
+  auto a = rt.buffer<float>(256, 1024), b = rt.buffer<float>(256, 1024),
+       cc = rt.buffer<float>(250, 1024), x = rt.buffer<float>(240, 1024);
+  {
+    auto warm = rt.buffer<float>(4, 4);  // measured, so each task is placed when submitted
+    for (int i = 0; i < 4; ++i) rt.submit(Task(use).read(warm).on(0));
+    rt.wait_all();
+  }
+  rt.start_trace();
+  rt.submit(Task(use).read(a).on(0));
+  rt.submit(Task(use).read(b).on(0));
+  rt.submit(Task(use).read(cc).on(0).priority(1));
+  rt.submit(Task(use).read(x).on(0));
+  rt.submit(Task(use).read(x).on(0).priority(5));
+  rt.wait_all();
+  double c_starts = -1, x_starts = -1;
+  for (const TraceEvent& e : rt.trace_events()) {
+    if (e.kind != TraceEvent::Kind::transfer || e.to != rt.devices()[0].memory_node) continue;
+    if (e.bytes == cc.bytes()) c_starts = e.start;
+    if (e.bytes == x.bytes()) x_starts = e.start;
+  }
+  ASSERT_GE(c_starts, 0) << "C was never copied";
+  ASSERT_GE(x_starts, 0) << "X was never copied";
+  EXPECT_LT(x_starts, c_starts) << "X's copy kept the priority of the first task that asked for it";
+}
+
 }  // namespace
 }  // namespace hcr
