@@ -5,14 +5,16 @@
 // lower bound, all computed with the sim's own figures (bench/dag/).
 //
 //   build/bin/dag_bench [--quick] [--iterations N] [--train N] [--case PATTERN]... [--policy NAME]...
-//                       [--target-ms MS] [--seed S] [--classes K] [--priorities] [--csv FILE]
-//                       [--gantt DIR] [--no-check | --check-only] [--list]
+//                       [--target-ms MS] [--seed S] [--classes K] [--priorities] [--streamed]
+//                       [--csv FILE] [--gantt DIR] [--no-check | --check-only] [--list]
 //
 // The simulated devices compute nothing (timing only) and hold each task and copy for its modelled
 // duration times the case's time_scale, chosen so that the best offline reference lasts
 // --target-ms of wall time and the runtime's own overhead stays small next to it. A makespan runs
 // from the first submission to wait_all(): results stay where they were computed (lazy
-// write-back), offline as online. Ratios are makespan / best offline reference, where the
+// write-back), offline as online. The graph is submitted whole, between Runtime::pause() and
+// resume(), as the offline schedules know it whole; --streamed lets each task go as it is
+// submitted (the first tasks then take the idle devices before the rest is known). Ratios are makespan / best offline reference, where the
 // reference is the least of HEFT, PEFT and the best single device (1.00: as good as the best of
 // them; below 1: better).
 #include "dag/dag.hpp"
@@ -191,6 +193,7 @@ struct Session {
 struct RunOptions {
   const std::vector<int>* pin = nullptr;       // machine device index per task
   const std::vector<int>* priority = nullptr;  // per task
+  bool streamed = false;                       // no pause around the submissions
 };
 
 // Submits the whole graph with fresh buffers (data starts in host memory) and waits: wall seconds
@@ -200,6 +203,7 @@ double run_once(Session& s, const Graph& g, const RunOptions& opt = {}) {
   buffers.reserve(g.buffer_bytes.size());
   for (uint64_t bytes : g.buffer_bytes) buffers.push_back(s.rt.buffer<float>(1, bytes / 4));
   const auto t0 = std::chrono::steady_clock::now();
+  if (!opt.streamed) s.rt.pause();
   for (size_t i = 0; i < g.tasks.size(); ++i) {
     const Task& t = g.tasks[i];
     hcr::Task task(s.kernels[size_t(t.kernel)]);
@@ -208,6 +212,7 @@ double run_once(Session& s, const Graph& g, const RunOptions& opt = {}) {
     if (opt.priority) task.priority((*opt.priority)[i]);
     s.rt.submit(task);
   }
+  if (!opt.streamed) s.rt.resume();
   s.rt.wait_all();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -290,6 +295,7 @@ struct Settings {
   int train = 3;
   double target = 0.1;  // wall seconds of the best offline reference
   bool priorities = false;
+  bool streamed = false;
   std::string gantt_dir;
 };
 
@@ -307,6 +313,7 @@ Measured measure(const Machine& m, const Graph& g, double time_scale, const std:
   Measured r;
   RunOptions opt;
   opt.priority = priority;
+  opt.streamed = set.streamed;
   auto config = [&] { return sim_config(m, g, time_scale, policy, dir.string()); };
   for (int it = 0; it < set.iterations; ++it) {
     fs::remove_all(dir);
@@ -438,7 +445,7 @@ void check_model(const Machine& m, const Graph& g, const Settings& set) {
     std::vector<double> measured, replayed;
     for (int it = 0; it < set.iterations; ++it) {
       s.rt.start_trace();
-      measured.push_back(run_once(s, g, {&pin, &priority}));
+      measured.push_back(run_once(s, g, {&pin, &priority, set.streamed}));
       s.rt.stop_trace();
       const std::vector<hcr::TraceEvent> events = s.rt.trace_events();
       const std::vector<RanOp> ops = ran_ops(s, m, o.problem, g);
@@ -481,6 +488,8 @@ void usage(FILE* f) {
       "  --seed S           graph seeds derive from it (default 1)\n"
       "  --classes K        kernels of a random DAG (default 8; 0: one per task)\n"
       "  --priorities       tasks carry priorities: hops to the end of the graph\n"
+      "  --streamed         each task goes as it is submitted (default: the graph whole, between\n"
+      "                     Runtime::pause() and resume())\n"
       "  --csv FILE         one row per case and policy\n"
       "  --gantt DIR        a Gantt chart (SVG) and trace (JSON) of the last warm run of each\n"
       "  --no-check         skip the check of the offline model against pinned runs\n"
@@ -539,6 +548,7 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = uint64_t(integer(0));
     else if (a == "--classes") classes = integer(0);
     else if (a == "--priorities") set.priorities = true;
+    else if (a == "--streamed") set.streamed = true;
     else if (a == "--csv") csv_file = value();
     else if (a == "--gantt") set.gantt_dir = value();
     else if (a == "--no-check") do_check = false;
@@ -604,9 +614,11 @@ int main(int argc, char** argv) {
     if (!set.gantt_dir.empty()) std::filesystem::create_directories(set.gantt_dir);
     std::printf("dag_bench: %zu cases, policies:", cases.size());
     for (const std::string& p : policies) std::printf(" %s", p.c_str());
-    std::printf("; %d first and %d warm run(s) each after %d training run(s); seed %llu; %s\n",
+    std::printf("; %d first and %d warm run(s) each after %d training run(s); seed %llu; %s; %s\n",
                 set.iterations, set.iterations, set.train, static_cast<unsigned long long>(seed),
-                set.priorities ? "priorities: hops to the end" : "no priorities");
+                set.priorities ? "priorities: hops to the end" : "no priorities",
+                set.streamed ? "streamed (each task goes as submitted)"
+                             : "each graph submitted whole (pause, resume)");
     for (const Machine& m : machines) {
       std::printf("  machine %-9s %s:", m.name.c_str(), m.about.c_str());
       for (const SimDevice& d : m.devices) {

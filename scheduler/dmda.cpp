@@ -955,7 +955,9 @@ class Dmda final : public Policy {
   // task of the window starts and the walk reads only tasks that wait. One thread plans at a
   // time; another finds the plan busy and decides alone. False when no plan was made.
   // `t`: a task being placed (part of the window), or one completing (its successors are).
-  bool plan(TaskRef t, bool completing = false) {
+  bool plan(TaskRef t, bool completing = false) { return plan({&t, 1}, completing); }
+  // The same from several tasks at once (ready together, or completing).
+  bool plan(std::span<const TaskRef> roots, bool completing) {
     std::unique_lock<std::shared_mutex> gate(gate_, std::try_to_lock);
     if (!gate.owns_lock()) return false;
     const double now = ctx_->now();
@@ -975,13 +977,15 @@ class Dmda final : public Policy {
       return it->second;
     };
     std::vector<TaskRef> found;
-    if (completing) {  // its successors are alive: they wait for it
-      found.resize(t.successors(nullptr, nullptr, 0));
-      std::unique_ptr<bool[]> data(new bool[found.size() + 1]);
-      found.resize(std::min(found.size(), t.successors(found.data(), data.get(), found.size())));
-      for (TaskRef x : found) add(x, -1);
-    } else {
-      add(t, -1);
+    for (TaskRef t : roots) {
+      if (completing) {  // its successors are alive: they wait for it
+        found.resize(t.successors(nullptr, nullptr, 0));
+        std::unique_ptr<bool[]> data(new bool[found.size() + 1]);
+        found.resize(std::min(found.size(), t.successors(found.data(), data.get(), found.size())));
+        for (TaskRef x : found) add(x, -1);
+      } else {
+        add(t, -1);
+      }
     }
     for (DeviceId d = 0; d < count; ++d) devs_[d]->queue.for_each([&](TaskRef q) { add(q, d); });
     unknown_.for_each([&](TaskRef q) { add(q, -1); });
@@ -1086,6 +1090,15 @@ class Dmda final : public Policy {
                        (std::min<uint64_t>(window.size(), 0xffff) << 16) | single,
                    std::memory_order_release);
     return true;
+  }
+
+  // Ready together (Runtime::resume): ranked first, so that the core pushes them highest first,
+  // and planned as one window, so that the first of them placed is not placed on a plan of its
+  // own descendants alone.
+  void ready_together(std::span<const TaskRef> tasks) override {
+    if (!peft_) return;
+    for (TaskRef t : tasks) assign_priority(t);
+    if (objective_ == Objective::time) plan(tasks, /*completing=*/false);
   }
 
   // Automatic priority: the application's, then the task's upward rank.

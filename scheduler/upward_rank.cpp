@@ -107,7 +107,7 @@ double UpwardRank::rank(TaskRef t, uint64_t submitted) const {
 int UpwardRank::level(double seconds) {
   const double us = seconds * 1e6;
   if (!(us > 0)) return 0;
-  return static_cast<int>(std::min(4095.0, std::round(4 * std::log2(1 + us))));
+  return static_cast<int>(std::min(4095.0, std::round(32 * std::log2(1 + us))));
 }
 
 }  // namespace hcr::sched

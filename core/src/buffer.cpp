@@ -105,6 +105,7 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
   // A second view of the same data from the thread that holds the first would wait for itself,
   // and so would a kernel waiting for data its own task uses.
   b->rt->check_view_conflict(*b, mode);
+  b->rt->check_not_held(*b, mode);
   if (const TaskNode* running = running_cpu_task(); running != nullptr && running->rt == b->rt.get())
     for (const ArgRec& a : running->args)
       if (a.buffer == b && (writes(mode) || writes(a.access)))

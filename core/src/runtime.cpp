@@ -131,6 +131,8 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
+  while (resume()) {
+  }  // what a pause still holds runs: the end drains every task
   wait_idle();
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
@@ -725,7 +727,18 @@ void Runtime::wait_all() {
                 "Runtime::wait_all inside kernel '" + t->kernel->name +
                     "' would wait forever: the kernel's own task is unfinished work");
   core_->check_no_view_held("Runtime::wait_all");
+  core_->check_not_held("Runtime::wait_all", nullptr);
   core_->wait_all();
+}
+
+void Runtime::pause() {
+  core_->check_alive("Runtime::pause");
+  core_->pause();
+}
+
+void Runtime::resume() {
+  if (!core_->resume())
+    throw Error(ErrorCode::invalid_argument, "Runtime::resume without a Runtime::pause to end");
 }
 
 RuntimeStats Runtime::stats() const { return core_->stats(); }

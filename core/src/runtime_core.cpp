@@ -189,6 +189,7 @@ void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
 }
 
 void RuntimeCore::check_wait(const TaskNode* target) const {
+  if (paused_.load(std::memory_order_relaxed) != 0) check_not_held("Event::wait", target);
   // No view anywhere: nothing to look at. A view this thread acquired is counted here already (it
   // was registered on this thread before acquire returned).
   if (views_held_.load(std::memory_order_relaxed) == 0) return;
@@ -410,6 +411,7 @@ void RuntimeCore::submit(TaskNode* t) {
     release(before);
   }
   t->after.clear();
+  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t)) return;
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
 }
 
@@ -558,8 +560,29 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     // Another thread pumping counts as taking the work: it sees our request before it stops.
     if (d.pumping.exchange(true, std::memory_order_seq_cst)) return launched + 1;
     uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
-    while (d.in_flight.load(std::memory_order_acquire) < d.window &&
-           d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
+    while (d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
+      // Handed to the plugin: taken, less those waiting for copies or for room.
+      const uint32_t in_flight = d.in_flight.load(std::memory_order_acquire);
+      const uint32_t landed = d.landed_count.load(std::memory_order_acquire);
+      const uint32_t waiting = d.fetching.load(std::memory_order_acquire) + landed;
+      if (in_flight - std::min(in_flight, waiting) >= d.window) break;
+      if (landed != 0) {  // taken earlier, its data there now: first
+        TaskNode* t = nullptr;
+        {
+          std::lock_guard<SpinLock> g(d.landed_lock);
+          if (!d.landed.empty()) {
+            t = d.landed.front();
+            d.landed.pop_front();
+            d.landed_count.fetch_sub(1, std::memory_order_acq_rel);
+          }
+        }
+        if (t != nullptr) {
+          ++launched;
+          start_kernel(t, d);
+          continue;
+        }
+      }
+      if (in_flight >= 2 * d.window) break;
       sched::TaskRef t = pol()->pop(d.info.id);
       if (!t) break;
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
@@ -601,21 +624,50 @@ void RuntimeCore::pump_woken() noexcept {
 void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
   t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
   if (data_.active()) {
-    switch (data_.acquire(t, d.info.memory_node)) {
-      case DataManager::Status::ready: break;
-      case DataManager::Status::pending: return;  // data_ready() starts it
+    d.fetching.fetch_add(1, std::memory_order_acq_rel);  // (before: data_ready may come first)
+    const DataManager::Status s = data_.acquire(t, d.info.memory_node);
+    if (s == DataManager::Status::pending) return;  // data_ready() starts it
+    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
+    switch (s) {
       case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
       case DataManager::Status::failed: abandon(t, d, t->transfer_error); return;
+      default: break;
     }
   }
   start_kernel(t, d);
 }
 
 void RuntimeCore::data_ready(TaskNode* t) noexcept {
-  if (t->kind == TaskKind::kernel)
-    start_kernel(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]);
-  else
+  if (t->kind == TaskKind::kernel) {
+    DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
+    if (t->transfer_error) {
+      start_kernel(t, d);  // (abandons it)
+      return;
+    }
+    // Launched when the window has room (pump), unless the device left scheduling meanwhile:
+    // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
+    // in the list, or this sees the state that retire() set before it looked).
+    bool out;
+    {
+      std::lock_guard<SpinLock> g(d.landed_lock);
+      out = d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
+      if (!out) {
+        d.landed.push_back(t);
+        d.landed_count.fetch_add(1, std::memory_order_acq_rel);
+      }
+    }
+    if (out) {
+      disarm_slot(t);
+      pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
+      d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+      place_again(t);
+      return;
+    }
+    pump(d);
+  } else {
     host_task_ready(t);
+  }
 }
 
 void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
@@ -1078,6 +1130,21 @@ void RuntimeCore::place_again(TaskNode* t) noexcept {
   ready(t);
 }
 
+void RuntimeCore::hand_back_landed(DeviceState& d) noexcept {
+  std::deque<TaskNode*> landed;
+  {
+    std::lock_guard<SpinLock> g(d.landed_lock);
+    landed.swap(d.landed);
+    d.landed_count.store(0, std::memory_order_release);
+  }
+  for (TaskNode* t : landed) {
+    disarm_slot(t);
+    pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    place_again(t);
+  }
+}
+
 void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
   if (code == ErrorCode::device_lost) {
     retire(d, DeviceState::kLost, why);
@@ -1144,6 +1211,7 @@ void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why)
   if (status == DeviceState::kLost && d.info.memory_node != 0)
     data_.node_lost(d.info.memory_node, d.info.name);
   for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
+  hand_back_landed(d);
   if (was_withheld) {
     std::vector<TaskNode*> again;
     {

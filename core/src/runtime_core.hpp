@@ -39,6 +39,13 @@ struct DeviceState {
   uint32_t window = 1;  // tasks handed to the plugin at once
 
   alignas(64) std::atomic<uint32_t> in_flight{0};
+  // Of those, tasks not handed to the plugin yet: waiting for their copies, or with their copies
+  // done (landed) and waiting for room in the window. They do not hold the window, so that a task
+  // whose data is there already runs meanwhile (up to twice the window taken in all).
+  std::atomic<uint32_t> fetching{0};
+  std::atomic<uint32_t> landed_count{0};
+  SpinLock landed_lock;
+  std::deque<TaskNode*> landed;
   std::atomic<uint32_t> pump_requests{0};
   std::atomic<bool> pumping{false};
   std::atomic<bool> wake_requested{false};  // the policy asked for a pump (Context::wake)
@@ -161,6 +168,16 @@ class RuntimeCore final : public sched::Context {
   /// back (false: it takes work again, and the tasks that only it could run are placed again).
   /// False when d is not in the state asked to leave (a quarantined device stays out).
   bool set_withheld(uint32_t d, bool withheld) noexcept;
+  /// Runtime::pause/resume (engine/pause.cpp): every kernel task submitted while paused waits, as
+  /// for one more predecessor, until the last resume(); those then ready are placed together,
+  /// highest priority first, before a device takes any of them. Pauses nest.
+  void pause() noexcept;
+  /// False when not paused.
+  bool resume() noexcept;
+  /// Throws Error(invalid_argument) naming `what` when it would wait forever for a task held by
+  /// a pause: `target` held (null: any), or a held task writing `b` (read) or using it (write).
+  void check_not_held(std::string_view what, const TaskNode* target) const;
+  void check_not_held(const BufferState& b, Access mode) const;
   /// Tasks submitted and not finished (the arbiter's busy/idle).
   uint64_t unfinished() const noexcept {
     return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_relaxed);
@@ -316,8 +333,18 @@ class RuntimeCore final : public sched::Context {
   // A task no device in scheduling can run: kept (true) when a withheld device could, until one
   // is given back (set_withheld); false when none could (it fails). The cold path of dispatch.
   bool park(TaskNode* t) noexcept;
+  // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
+  // again, as its queued ones are.
+  void hand_back_landed(DeviceState& d) noexcept;
   std::mutex parked_mutex_;
   std::vector<TaskNode*> parked_;
+  // engine/pause.cpp: a task submitted while paused is kept here, its submission's own pending
+  // count standing for the pause (true), until the last resume lets it go.
+  bool hold(TaskNode* t) noexcept;
+  void let_go(std::vector<TaskNode*> held) noexcept;
+  std::atomic<uint32_t> paused_{0};  // pauses not resumed yet (written under held_mutex_)
+  mutable std::mutex held_mutex_;
+  std::vector<TaskNode*> held_;
   std::atomic<uint32_t> withheld_{0};  // devices withheld now
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 

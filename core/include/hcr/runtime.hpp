@@ -233,6 +233,25 @@ class HCR_API Runtime {
   /// (Buffer::acquire), which counts as unfinished work until released.
   void wait_all();
 
+  /// Holds back every kernel task submitted from now on until resume(), as StarPU's
+  /// starpu_pause(): submit a whole task graph, then let it go at once. Submitted one by one, a
+  /// graph starts while it is being submitted: its first tasks take the idle devices whatever
+  /// their priority, and a planning policy plans around the part it has seen. On resume, the held
+  /// tasks that are ready are placed together, highest priority first, before any device starts
+  /// one. Work submitted before the pause goes on; host views (Buffer::acquire) are not held.
+  /// Pauses nest: the last resume() lets go. Waiting for a held task while paused — wait_all(),
+  /// Event::wait(), acquire() of a buffer one uses — throws Error(invalid_argument) rather than
+  /// wait forever; the runtime's end resumes.
+  /// \code
+  /// rt.pause();
+  /// for (auto& t : graph) rt.submit(t);
+  /// rt.resume();
+  /// rt.wait_all();
+  /// \endcode
+  void pause();
+  /// Ends a pause(); throws Error(invalid_argument) when the runtime is not paused.
+  void resume();
+
   RuntimeStats stats() const;
 
   /// Starts recording task and copy events (see trace.hpp); clears earlier ones.

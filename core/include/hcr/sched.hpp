@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -191,6 +192,10 @@ class Policy {
   /// The execution time the policy predicted for a task it placed (seconds), or < 0; asked
   /// before completed(), for traces and accuracy counters.
   virtual double predicted(TaskRef /*task*/) const noexcept { return -1; }
+  /// Tasks that became ready together (Runtime::resume), before any of them is pushed: a policy
+  /// may give them priorities (TaskRef::set_priority; the core then pushes them highest first)
+  /// and plan them as one window. Called from any thread.
+  virtual void ready_together(std::span<const TaskRef> /*tasks*/) {}
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>(const Config&)>;

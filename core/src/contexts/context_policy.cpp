@@ -182,4 +182,19 @@ double ContextPolicy::predicted(sched::TaskRef task) const noexcept {
   return slot_of(task).policy->predicted(task);
 }
 
+void ContextPolicy::ready_together(std::span<const sched::TaskRef> tasks) {
+  // Each context's policy, with its own tasks (in their order).
+  std::vector<sched::TaskRef> mine;
+  std::vector<const Slot*> done;
+  for (const sched::TaskRef& first : tasks) {
+    const Slot& s = slot_of(first);
+    if (std::find(done.begin(), done.end(), &s) != done.end()) continue;
+    done.push_back(&s);
+    mine.clear();
+    for (const sched::TaskRef& t : tasks)
+      if (&slot_of(t) == &s) mine.push_back(t);
+    s.policy->ready_together(mine);
+  }
+}
+
 }  // namespace hcr::detail

@@ -49,6 +49,7 @@ class ContextPolicy final : public sched::Policy {
   sched::DeviceId expected_device(sched::TaskRef task) const noexcept override;
   bool wants_timing() const noexcept override { return true; }  // device time is what is shared
   double predicted(sched::TaskRef task) const noexcept override;
+  void ready_together(std::span<const sched::TaskRef> tasks) override;
 
  private:
   struct Slot {

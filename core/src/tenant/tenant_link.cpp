@@ -101,6 +101,7 @@ bool RuntimeCore::set_withheld(uint32_t id, bool withheld) noexcept {
     retired_.fetch_add(1, std::memory_order_seq_cst);
     HCR_LOG(debug, "device '" << d.info.name << "' withheld (node arbiter)");
     for (sched::TaskRef q : pol()->drain(id)) ready(q.node());
+    hand_back_landed(d);
     return true;
   }
   uint8_t was = DeviceState::kWithheld;

@@ -1,0 +1,208 @@
+// Runtime::pause and resume: tasks submitted while paused start only on the last resume, the ready
+// ones placed together (the policy told first, ready_together), highest priority first; work
+// submitted before goes on; waiting for a held task while paused is refused rather than hanging;
+// the runtime's end runs what a pause still holds.
+#include "../test_support.hpp"
+
+#include <hcr/sched.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace hcr {
+namespace {
+
+using namespace std::chrono_literals;
+
+// One simulated device running one task at a time (1 ms each), nothing copied.
+Config one_device(std::string policy = "eager") {
+  Config c;
+  c.use_environment = false;
+  c.policy = std::move(policy);
+  c.model_dir = "off";
+  c.lookahead = 0;
+  c.backends.push_back({"sim",
+                        true,
+                        {{"compute", "false"},
+                         {"flops_per_byte", "0"},
+                         {"kernel.work.flops", "1e9"},
+                         {"device.0.name", "d0"},
+                         {"device.0.gflops", "1000"},
+                         {"device.0.host_memory", "true"}},
+                        "test"});
+  return c;
+}
+
+TEST(Pause, TasksSubmittedWhilePausedStartOnlyOnResume) {
+  Runtime rt(one_device());
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  auto x = rt.buffer<float>(4, 4), y = rt.buffer<float>(4, 4);
+  Event before = rt.submit(Task(work).write(y));
+  rt.pause();
+  Event a = rt.submit(Task(work).write(x));
+  Event b = rt.submit(Task(work).read_write(x));
+  before.wait();  // work submitted before the pause goes on
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(a.ready()) << "a task submitted while paused ran before resume()";
+  EXPECT_FALSE(b.ready());
+  rt.resume();
+  rt.wait_all();
+  EXPECT_TRUE(a.ready());
+  EXPECT_TRUE(b.ready());
+  EXPECT_NO_THROW(b.get());
+}
+
+TEST(Pause, OnResumeTheMostUrgentStartsFirst) {
+  for (const bool paused : {false, true}) {
+    Runtime rt(one_device());
+    Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+    std::vector<Buffer<float>> bufs;
+    for (int i = 0; i < 4; ++i) bufs.push_back(rt.buffer<float>(4, 4));
+    rt.start_trace();
+    if (paused) rt.pause();
+    for (int i = 0; i < 3; ++i) rt.submit(Task(work).write(bufs[size_t(i)]));
+    rt.submit(Task(work).write(bufs[3]).priority(5));
+    if (paused) rt.resume();
+    rt.wait_all();
+    std::vector<TraceEvent> tasks;
+    for (const TraceEvent& e : rt.trace_events())
+      if (e.kind == TraceEvent::Kind::task) tasks.push_back(e);
+    ASSERT_EQ(tasks.size(), 4u);
+    std::sort(tasks.begin(), tasks.end(),
+              [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
+    if (paused)
+      EXPECT_EQ(tasks[0].priority, 5) << "the urgent task, submitted last, starts first";
+    else
+      EXPECT_EQ(tasks[0].priority, 0) << "(unpaused, the first submitted takes the idle device)";
+  }
+}
+
+TEST(Pause, WaitingForAHeldTaskIsRefusedNotAHang) {
+  Runtime rt(one_device());
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  auto x = rt.buffer<float>(4, 4), other = rt.buffer<float>(4, 4);
+  rt.pause();
+  Event e = rt.submit(Task(work).write(x));
+  try {
+    rt.wait_all();
+    ADD_FAILURE() << "wait_all waited for a held task";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(err.what()).find("1 task(s) submitted since Runtime::pause()"),
+              std::string::npos)
+        << err.what();
+  }
+  try {
+    e.wait();
+    ADD_FAILURE() << "Event::wait waited for a held task";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("kernel 'work'"), std::string::npos) << err.what();
+  }
+  try {
+    auto view = x.acquire(Access::read);
+    ADD_FAILURE() << "acquire waited for a held writer";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("Runtime::resume()"), std::string::npos) << err.what();
+  }
+  {
+    auto view = other.acquire(Access::read_write);  // no held task uses it: granted
+    view(0, 0) = 1;
+  }
+  rt.resume();
+  EXPECT_NO_THROW(e.wait());
+  EXPECT_NO_THROW(rt.wait_all());
+}
+
+TEST(Pause, PausesNestAndAResumeWithoutOneIsRefused) {
+  Runtime rt(one_device());
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  auto x = rt.buffer<float>(4, 4);
+  EXPECT_THROW(rt.resume(), Error);
+  rt.pause();
+  rt.pause();
+  Event e = rt.submit(Task(work).write(x));
+  rt.resume();
+  std::this_thread::sleep_for(30ms);
+  EXPECT_FALSE(e.ready()) << "the inner resume let it go";
+  rt.resume();
+  rt.wait_all();
+  EXPECT_TRUE(e.ready());
+  EXPECT_THROW(rt.resume(), Error);
+}
+
+TEST(Pause, TheRuntimesEndRunsWhatAPauseHolds) {
+  std::atomic<int> ran{0};
+  {
+    Runtime rt(test::cpu_config(1));
+    Kernel k = rt.kernel("count").cpu([&](TaskContext&) { ran.fetch_add(1); });
+    auto x = rt.buffer<float>(4, 4);
+    rt.pause();
+    rt.submit(Task(k).write(x));
+    rt.submit(Task(k).read_write(x));
+  }
+  EXPECT_EQ(ran.load(), 2);
+}
+
+// A policy that records what the core tells it: the tasks ready together on resume (only those:
+// not the ones waiting for them), and the order it is then given them in, which follows the
+// priorities it set (here: the last submitted first).
+class Recorder final : public sched::Policy {
+ public:
+  static inline std::mutex m;
+  static inline std::vector<size_t> together;  // sizes of ready_together calls
+  static inline std::vector<int> pushed;       // priorities, in push order
+
+  std::string_view name() const noexcept override { return "pause-recorder"; }
+  void attach(sched::Context&) override {}
+  sched::DeviceId push(sched::TaskRef t) override {
+    std::lock_guard<std::mutex> g(m);
+    pushed.push_back(t.priority());
+    queue_.push_back(t);
+    return sched::kAnyDevice;
+  }
+  sched::TaskRef pop(sched::DeviceId) override {
+    std::lock_guard<std::mutex> g(m);
+    if (queue_.empty()) return {};
+    sched::TaskRef t = queue_.front();
+    queue_.pop_front();
+    return t;
+  }
+  void ready_together(std::span<const sched::TaskRef> tasks) override {
+    std::lock_guard<std::mutex> g(m);
+    together.push_back(tasks.size());
+    int p = 0;
+    for (sched::TaskRef t : tasks) t.set_priority(++p);
+  }
+
+ private:
+  std::deque<sched::TaskRef> queue_;
+};
+
+TEST(Pause, ThePolicyHearsOfTheReadyTasksTogetherAndItsPrioritiesOrderThem) {
+  sched::register_policy("pause-recorder", [](const Config&) { return std::make_unique<Recorder>(); });
+  Recorder::together.clear();
+  Recorder::pushed.clear();
+  Runtime rt(one_device("pause-recorder"));
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  auto a = rt.buffer<float>(4, 4), b = rt.buffer<float>(4, 4), c = rt.buffer<float>(4, 4);
+  rt.pause();
+  rt.submit(Task(work).write(a));
+  rt.submit(Task(work).write(b));
+  rt.submit(Task(work).write(c));
+  rt.submit(Task(work).read(a).read(b).read(c));  // waits for the three: not ready together
+  rt.resume();
+  rt.wait_all();
+  std::lock_guard<std::mutex> g(Recorder::m);
+  ASSERT_EQ(Recorder::together.size(), 1u);
+  EXPECT_EQ(Recorder::together[0], 3u);
+  ASSERT_EQ(Recorder::pushed.size(), 4u);
+  EXPECT_EQ(Recorder::pushed[0], 3);
+  EXPECT_EQ(Recorder::pushed[1], 2);
+  EXPECT_EQ(Recorder::pushed[2], 1);
+}
+
+}  // namespace
+}  // namespace hcr
