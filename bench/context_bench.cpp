@@ -11,7 +11,9 @@
 // (target: >= 95% within the first one). Medians over the windows. Device time is what the
 // runtime measures per task, so a window's figure is quantised by one task per device. Last, a
 // latency context (priority class 1, one task every 2 ms) measures its tasks' wait (submit to
-// completion, less the task's duration), median and p99, alone and beside the saturating "heavy".
+// completion, less the task's duration), median and p99, alone and beside the saturating "heavy",
+// and heavy's throughput meanwhile: first sharing every device, then with `reserve = 1` (one
+// device held back for it while it is active).
 #include <hcr/hcr.hpp>
 
 #include <algorithm>
@@ -142,33 +144,46 @@ int main(int argc, char** argv) {
   rt.wait_all();
 
   // A latency context (priority class 1) with one task every 2 ms: its wait (completion less the
-  // task's own duration, from submit), alone and then beside a saturating batch context.
-  hcr::Context live = rt.context({.name = "live", .weight = 1, .priority = 1});
-  auto live_waits = [&](int n) {
-    std::vector<double> waits;
-    for (int i = 0; i < n; ++i) {
-      const auto t0 = Clock::now();
-      rt.submit(hcr::Task(work).in(live)).get();
-      waits.push_back(std::chrono::duration<double>(Clock::now() - t0).count() - task_us * 1e-6);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::sort(waits.begin(), waits.end());
-    return waits;
-  };
+  // task's own duration, from submit), alone and then beside a saturating batch context; and the
+  // batch's throughput meanwhile. Twice: sharing every device, then with a reserve of one device
+  // held back for it while it is active (ContextSpec::reserve).
   auto pct = [](const std::vector<double>& v, double q) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
   };
-  const std::vector<double> alone = live_waits(300);
-  stop_heavy = false;
-  std::thread batch(feeder, heavy, std::ref(stop_heavy));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const std::vector<double> loaded = live_waits(300);
-  stop_heavy = true;
-  batch.join();
-  rt.wait_all();
-  std::printf("latency context (priority 1), 300 tasks each: wait median / p99 alone %.0f / %.0f "
-              "us, beside a saturating batch %.0f / %.0f us: p99 ratio %.2f\n",
-              pct(alone, 0.5) * 1e6, pct(alone, 0.99) * 1e6, pct(loaded, 0.5) * 1e6,
-              pct(loaded, 0.99) * 1e6, pct(loaded, 0.99) / pct(alone, 0.99));
+  for (const uint32_t reserve : {0u, 1u}) {
+    hcr::Context live = rt.context({.name = reserve ? "live-reserve" : "live", .weight = 1,
+                                    .priority = 1, .reserve = reserve});
+    auto live_waits = [&](int n) {
+      std::vector<double> waits;
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = Clock::now();
+        rt.submit(hcr::Task(work).in(live)).get();
+        waits.push_back(std::chrono::duration<double>(Clock::now() - t0).count() - task_us * 1e-6);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      std::sort(waits.begin(), waits.end());
+      return waits;
+    };
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // an earlier reserve lapsed
+    const std::vector<double> alone = live_waits(300);
+    stop_heavy = false;
+    std::thread batch(feeder, heavy, std::ref(stop_heavy));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const hcr::RuntimeStats before = rt.stats();
+    const std::vector<double> loaded = live_waits(300);
+    const hcr::RuntimeStats after = rt.stats();
+    stop_heavy = true;
+    batch.join();
+    rt.wait_all();
+    const double batch_rate =
+        static_cast<double>(find(after, "heavy")->tasks - find(before, "heavy")->tasks) /
+        (after.wall_seconds - before.wall_seconds);
+    std::printf("latency context (priority 1, reserve %u), 300 tasks each: wait median / p99 alone "
+                "%.0f / %.0f us, beside a saturating batch %.0f / %.0f us: p99 ratio %.2f; batch "
+                "meanwhile %.0f tasks/s (%.0f%% of the devices)\n",
+                reserve, pct(alone, 0.5) * 1e6, pct(alone, 0.99) * 1e6, pct(loaded, 0.5) * 1e6,
+                pct(loaded, 0.99) * 1e6, pct(loaded, 0.99) / pct(alone, 0.99), batch_rate,
+                100 * batch_rate * task_us * 1e-6 / devices);
+  }
   return 0;
 }

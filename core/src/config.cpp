@@ -372,8 +372,16 @@ class Parser {
           if (!bytes || *bytes == 0 || !(v.is_integer() || v.is_string()))
             fail(&v, key, "'" + text + "' is not a size (\"2GiB\", \"512MB\", bytes)");
           x.memory_quota = *bytes;
+        } else if (k.str() == "reserve") {
+          if (!v.is_integer()) fail(&v, key, std::string("expected an integer, got ") + type_name(v));
+          const int64_t r = *v.value<int64_t>();
+          if (r < 0 || r > static_cast<int64_t>(kMaxDevices))
+            fail(&v, key, std::to_string(r) + " is not a number of devices (0 to " +
+                              std::to_string(kMaxDevices) + ")");
+          x.reserve = static_cast<uint32_t>(r);
         } else {
-          fail(&v, key, "unknown key (expected name, devices, weight, priority or memory_quota)");
+          fail(&v, key,
+               "unknown key (expected name, devices, weight, priority, memory_quota or reserve)");
         }
       });
       if (!named) fail(&t, "context.name", "every [[context]] needs a name");

@@ -6,6 +6,7 @@
 #include "node_pool.hpp"
 #include "units.hpp"
 #include "runtime_core.hpp"
+#include "contexts/context_policy.hpp"
 #include "tenant/tenant_link.hpp"
 
 #include <hcr/runtime.hpp>
@@ -134,6 +135,7 @@ void RuntimeCore::shutdown() noexcept {
   while (resume()) {
   }  // what a pause still holds runs: the end drains every task
   wait_idle();
+  if (context_policy_ != nullptr) context_policy_->stop();  // (reserves: nothing left to pump)
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
   if (tenant_) tenant_->leave();

@@ -250,6 +250,62 @@ TEST(Contexts, AHigherPriorityClassGoesFirst) {
   EXPECT_EQ(of(rt.stats(), "batch").tasks, 300u);
 }
 
+// Devices do not preempt: without a reserve, a latency class's task waits for the batch task
+// running on the device it gets (and those handed to it behind that one). With `reserve = 1`, the
+// first of its devices runs no batch task while it is active, and goes back to batch once it has
+// been idle 50 ms. Two devices of 1 ms tasks, batch keeping both busy; live submits a task every
+// 3 ms.
+TEST(Contexts, AReserveKeepsADeviceForAnActiveLatencyClass) {
+  Runtime rt(sim(2));
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  Context batch = rt.context({.name = "batch"});
+  Context live = rt.context({.name = "live", .priority = 1, .reserve = 1});
+  EXPECT_EQ(of(rt.stats(), "live").reserve, 1u);
+  rt.start_trace();
+  for (int i = 0; i < 400; ++i) rt.submit(Task(work).in(batch));
+  std::vector<Event> mine;
+  for (int i = 0; i < 30; ++i) {
+    mine.push_back(rt.submit(Task(work).in(live)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  for (Event& e : mine) e.get();
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));  // live idle: the reserve lapses
+  rt.wait_all();
+  double first_live_end = -1, last_live_end = -1;
+  for (const TraceEvent& e : rt.trace_events())
+    if (e.kind == TraceEvent::Kind::task && e.context == "live") {
+      if (first_live_end < 0) first_live_end = e.end;
+      last_live_end = std::max(last_live_end, e.end);
+    }
+  ASSERT_GT(first_live_end, 0);
+  int batch_on_reserved = 0, batch_after = 0;
+  for (const TraceEvent& e : rt.trace_events()) {
+    if (e.kind != TraceEvent::Kind::task || e.context != "batch" || e.device != 0) continue;
+    // Handed to device 0 before the first live task came: at most a window's worth (2) ends after.
+    if (e.start > first_live_end && e.end < last_live_end) ++batch_on_reserved;
+    if (e.start > last_live_end + 0.05) ++batch_after;
+  }
+  EXPECT_LE(batch_on_reserved, 2) << "batch ran on the reserved device while live was active";
+  EXPECT_GT(batch_after, 0) << "the reserve held the device after live went idle";
+  EXPECT_EQ(of(rt.stats(), "batch").tasks, 400u);
+}
+
+// Nothing else runs to notice that a reserve lapsed: the device it held is pumped again anyway.
+TEST(Contexts, WorkHeldBackByAReserveRunsWhenItLapses) {
+  Runtime rt(sim(1));
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  Context batch = rt.context({.name = "batch"});
+  Context live = rt.context({.name = "live", .priority = 1, .reserve = 1});
+  rt.submit(Task(work).in(live)).get();  // live active: device 0 is held for it 50 ms
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Event> held;
+  for (int i = 0; i < 5; ++i) held.push_back(rt.submit(Task(work).in(batch)));
+  for (Event& e : held) e.get();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 0.03) << "batch ran on the held device while live was active";
+  EXPECT_LT(took, 5.0);
+}
+
 TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
   // random queues per device and never steals: what "a" queued for d1 must come back when it
   // loses d1, and what "b" queued for d2 must spread to d1 when it gains it.
@@ -361,6 +417,9 @@ TEST(Contexts, MisuseIsRefusedNamingTheValue) {
             std::string::npos);
   EXPECT_NE(message([&] { rt.context({.name = "default"}); }).find("'default'"),
             std::string::npos);
+  EXPECT_NE(message([&] { rt.context({.name = "x", .devices = {1}, .reserve = 2}); })
+                .find("reserve 2 is more than its 1 device(s)"),
+            std::string::npos);
   Context x = rt.context({.name = "x"});
   EXPECT_NE(message([&] { rt.context({.name = "x"}); }).find("exists already"), std::string::npos);
   EXPECT_NE(message([&] { x.set_devices({0, 7}); }).find("device 7"), std::string::npos);
@@ -383,6 +442,7 @@ name = "live"
 devices = ["d1"]
 priority = 2
 memory_quota = "1GiB"
+reserve = 1
 )",
                            "ctx.toml");
   ASSERT_EQ(c.contexts.size(), 2u);
@@ -390,6 +450,7 @@ memory_quota = "1GiB"
   EXPECT_EQ(c.contexts[0].weight, 3.0);
   EXPECT_EQ(c.contexts[1].priority, 2);
   EXPECT_EQ(c.contexts[1].memory_quota, uint64_t{1} << 30);
+  EXPECT_EQ(c.contexts[1].reserve, 1u);
   EXPECT_EQ(c.contexts[1].origin, "ctx.toml:7");
   Config run = sim(2);
   run.contexts = c.contexts;
@@ -419,6 +480,7 @@ TEST(Contexts, TomlMistakesAreNamedByFileLineAndKey) {
 name = "a"
 weight = -1
 colour = "red"
+reserve = -1
 [[context]]
 devices = [1.5]
 [[context]]
@@ -426,7 +488,9 @@ name = "a"
 )");
   EXPECT_NE(m.find("bad.toml:3: context.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("bad.toml:4: context.colour: unknown key"), std::string::npos) << m;
-  EXPECT_NE(m.find("bad.toml:6: context.devices"), std::string::npos) << m;
+  EXPECT_NE(m.find("bad.toml:5: context.reserve: -1 is not a number of devices"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("bad.toml:7: context.devices"), std::string::npos) << m;
   EXPECT_NE(m.find("context.name: every [[context]] needs a name"), std::string::npos) << m;
   // A device named in a table that the runtime does not have: its start fails naming the table.
   Config run = sim(2);

@@ -32,6 +32,8 @@
 /// weight = 3                            # share of device time within its priority class
 /// priority = 0                          # priority class: higher is served first
 /// memory_quota = "2GiB"                 # per device: over it, it evicts its own data only
+/// reserve = 0                           # devices held back for it while active (lower classes
+///                                       # get none of their time meanwhile)
 ///
 /// [arbiter]                             # join the node arbiter (`hcr serve`); without this
 /// socket = "/run/hcr/arbiter.sock"      # table (and HCR_ARBITER_SOCKET) none is used
@@ -88,6 +90,7 @@ struct ContextConfig {
   double weight = 1;
   int priority = 0;
   std::optional<uint64_t> memory_quota;  ///< bytes per device (ContextSpec::memory_quota)
+  uint32_t reserve = 0;                  ///< ContextSpec::reserve
   std::string origin;                    ///< "file:line" of the table, for diagnostics
 };
 

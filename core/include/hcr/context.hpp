@@ -51,6 +51,13 @@ struct ContextSpec {
   /// ErrorCode::no_device naming the context and its quota when no other device is left). Unset: only the device's memory limit applies. Data counts as the context's whose
   /// task brought it to the device.
   std::optional<uint64_t> memory_quota;
+  /// Devices held back for this context while it is active (a task of it submitted within the
+  /// last 50 ms): the first `reserve` of its devices (lowest ids) give lower priority classes no
+  /// task meanwhile. Devices do not preempt a running task, so without a reserve a task of a
+  /// latency class waits for the lower class's task running (and the ones handed to the device
+  /// behind it, [data] lookahead) to end; with it, only its own. The cost: what the lower classes
+  /// could have run there in the gaps. 0 (the default): none. At most its number of devices.
+  uint32_t reserve = 0;
 };
 
 /// A context's counters since it was created (RuntimeStats::contexts).
@@ -60,6 +67,7 @@ struct ContextStats {
   double weight = 1;
   int priority = 0;
   uint64_t memory_quota = 0;  ///< bytes per device (0: none)
+  uint32_t reserve = 0;       ///< devices held back for it while it is active (ContextSpec)
   uint64_t tasks = 0;   ///< runs that ended with a measured duration (successful launches)
   uint64_t failed = 0;  ///< runs that ended without one (failed or abandoned launches)
   /// Measured device seconds its tasks used, indexed by Device::id.

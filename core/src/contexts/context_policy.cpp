@@ -5,6 +5,8 @@
 #include "../task_node.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -36,6 +38,69 @@ void ContextPolicy::add(ContextState& c, std::unique_ptr<sched::Policy> policy) 
   }
   slots_[i] = std::move(s);
   count_.store(i + 1, std::memory_order_release);  // readers index slots below it
+  if (c.reserve > 0) {
+    reserving_.store(true, std::memory_order_release);
+    std::lock_guard<std::mutex> g(timer_mutex_);
+    if (!timer_.joinable() && !timer_stop_ && pump_) timer_ = std::thread([this] { lapse_loop(); });
+  }
+}
+
+void ContextPolicy::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> g(timer_mutex_);
+    timer_stop_ = true;
+  }
+  timer_cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+void ContextPolicy::lapse_loop() {
+  std::unique_lock<std::mutex> lock(timer_mutex_);
+  while (!timer_stop_) {
+    const int64_t now = now_ns();
+    int64_t next = now + 10'000'000;  // (a missed notification costs at most this)
+    for (uint32_t w = 0; w < 2; ++w)
+      for (uint64_t bits = held_[w].load(std::memory_order_acquire); bits != 0; bits &= bits - 1) {
+        const auto d = static_cast<sched::DeviceId>(w * 64 + std::countr_zero(bits));
+        bool still = false;
+        for (uint32_t k = 0, n = count_.load(std::memory_order_acquire); k < n; ++k)
+          if (reserved_for(*slots_[k]->ctx, d, now)) {
+            still = true;
+            next = std::min(next, slots_[k]->ctx->active_until_ns.load(std::memory_order_relaxed));
+          }
+        if (still) continue;
+        held_[w].fetch_and(~(uint64_t{1} << (d % 64)), std::memory_order_acq_rel);
+        lock.unlock();
+        pump_(d);  // the lower classes' work it held back
+        lock.lock();
+      }
+    timer_cv_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(next - now, 100'000)));
+  }
+}
+
+// A context with a reserve counts as active this long after its last task was placed: longer
+// than the gaps of a latency stream, short enough that the lower classes soon have every device
+// again once it stops.
+constexpr int64_t kReserveHoldNs = 50'000'000;
+
+namespace {
+// Calls f(d) for each device a context with a reserve holds: the first `reserve` of its devices.
+template <class F>
+void for_each_held(const ContextState& c, F f) {
+  uint32_t seen = 0;
+  for (uint32_t w = 0; w < 2 && seen < c.reserve; ++w)
+    for (uint64_t bits = c.bits[w].load(std::memory_order_relaxed); bits != 0 && seen < c.reserve;
+         bits &= bits - 1, ++seen)
+      f(static_cast<sched::DeviceId>(w * 64 + std::countr_zero(bits)));
+}
+}  // namespace
+
+bool ContextPolicy::reserved_for(const ContextState& c, sched::DeviceId d, int64_t now) noexcept {
+  if (c.reserve == 0 || now >= c.active_until_ns.load(std::memory_order_relaxed) || !c.has(d))
+    return false;
+  bool held = false;
+  for_each_held(c, [&](sched::DeviceId x) { held = held || x == d; });
+  return held;
 }
 
 int64_t ContextPolicy::now_ns() const noexcept {
@@ -65,8 +130,19 @@ sched::DeviceId ContextPolicy::push(sched::TaskRef task) {
   Slot& s = slot_of(task);
   // Marked as counted: tasks the default policy held before this policy took over are not.
   task.node()->ctx_ready_ns = now_ns();
+  if (s.ctx->reserve > 0)
+    s.ctx->active_until_ns.store(task.node()->ctx_ready_ns + kReserveHoldNs,
+                                 std::memory_order_relaxed);
   activate(s);
-  return s.policy->push(task);
+  const sched::DeviceId placed = s.policy->push(task);
+  if (s.ctx->reserve > 0 && placed == sched::kAnyDevice) {
+    // Its held devices take it (the others leave it to them while they are free): asked now,
+    // whichever device the core offers it to first.
+    for_each_held(*s.ctx, [&](sched::DeviceId d) {
+      if (core_.in_flight(d) == 0) core_.wake(d);
+    });
+  }
+  return placed;
 }
 
 sched::TaskRef ContextPolicy::pop(sched::DeviceId d) {
@@ -77,14 +153,41 @@ sched::TaskRef ContextPolicy::pop(sched::DeviceId d) {
   };
   Candidate order[kMaxContexts];
   uint32_t n = 0;
+  // A device held back for an active context with a reserve serves no lower class meanwhile; and
+  // another device leaves that context's tasks to its held device while that one is free (taken
+  // here, a task would wait behind the task running here).
+  int floor = INT_MIN;
+  bool held = false;
+  uint64_t skip = 0;  // contexts whose tasks d leaves to their held devices
+  if (reserving_.load(std::memory_order_acquire)) {
+    const int64_t now = now_ns();
+    for (uint32_t k = 0, c = count_.load(std::memory_order_acquire); k < c; ++k) {
+      const ContextState& x = *slots_[k]->ctx;
+      if (x.reserve == 0 || now >= x.active_until_ns.load(std::memory_order_relaxed)) continue;
+      if (reserved_for(x, d, now)) {
+        floor = std::max(floor, x.priority);
+        continue;
+      }
+      for_each_held(x, [&](sched::DeviceId h) {
+        if (core_.in_flight(h) == 0) skip |= uint64_t{1} << k;
+      });
+    }
+  }
   {
     std::lock_guard<SpinLock> g(lock_);
     for (uint32_t k = 0, c = count_.load(std::memory_order_acquire); k < c; ++k) {
       const Slot& s = *slots_[k];
       // The default context is always asked: its policy may hold tasks from before this policy
       // took over, which no count includes.
-      if ((s.pending > 0 || k == 0) && s.ctx->has(d)) order[n++] = {s.ctx->priority, s.vtime, k};
+      if ((s.pending > 0 || k == 0) && s.ctx->has(d) && ((skip >> k) & 1u) == 0) {
+        if (s.ctx->priority >= floor) order[n++] = {s.ctx->priority, s.vtime, k};
+        else if (s.pending > 0) held = true;
+      }
     }
+  }
+  if (held) {  // pumped again when the reserve lapses
+    const uint64_t bit = uint64_t{1} << (d % 64);
+    if ((held_[d / 64].fetch_or(bit, std::memory_order_acq_rel) & bit) == 0) timer_cv_.notify_one();
   }
   // Strict by class; within one, least device time per weight first (ties: the older context).
   std::sort(order, order + n, [](const Candidate& a, const Candidate& b) {

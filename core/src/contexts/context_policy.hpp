@@ -10,7 +10,11 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 namespace hcr::detail {
 
@@ -26,6 +30,13 @@ class ContextPolicy final : public sched::Policy {
 
   ContextPolicy(std::unique_ptr<sched::Policy> default_policy, ContextState& default_context,
                 sched::Context& core);
+  ~ContextPolicy() override { stop(); }
+
+  /// How to pump device d (RuntimeCore): a device a reserve held back from a lower class is
+  /// pumped again when the hold lapses, by a thread of this policy's that runs while some context
+  /// has a reserve. stop() ends it (the runtime's shutdown, once every task is done).
+  void set_pump(std::function<void(sched::DeviceId)> pump) { pump_ = std::move(pump); }
+  void stop() noexcept;
 
   /// A new context with its own policy (attached already). Its index must be the next one.
   void add(ContextState& c, std::unique_ptr<sched::Policy> policy);
@@ -63,11 +74,22 @@ class ContextPolicy final : public sched::Policy {
   // Counts a task into its context's backlog; a context that was idle catches up first.
   void activate(Slot& s) noexcept;
   int64_t now_ns() const noexcept;
+  // Whether device d is among the first `reserve` devices of a context active now (reserve).
+  static bool reserved_for(const ContextState& c, sched::DeviceId d, int64_t now) noexcept;
 
   sched::Context& core_;
   std::array<std::unique_ptr<Slot>, kMaxContexts> slots_;
   std::atomic<uint32_t> count_{0};
   bool energy_ = false;
+  std::atomic<bool> reserving_{false};  // some context has a reserve
+  // Reserves: devices that gave a lower class nothing because of one, pumped again when it lapses.
+  void lapse_loop();
+  std::atomic<uint64_t> held_[2] = {0, 0};
+  std::function<void(sched::DeviceId)> pump_;
+  std::mutex timer_mutex_;
+  std::condition_variable timer_cv_;
+  bool timer_stop_ = false;  // under timer_mutex_
+  std::thread timer_;
   mutable SpinLock lock_;
   double floor_ = 0;  // the least virtual time of the busy contexts when last looked at
 };

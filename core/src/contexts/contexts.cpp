@@ -69,6 +69,16 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     throw Error(ErrorCode::invalid_argument, what + ": a memory_quota of 0 bytes");
   c->memory_quota = spec.memory_quota.value_or(0);
   c->all_devices = spec.devices.empty();
+  {
+    const uint32_t own = spec.devices.empty() ? device_count()
+                                              : static_cast<uint32_t>(std::popcount(bits[0]) +
+                                                                      std::popcount(bits[1]));
+    if (spec.reserve > own)
+      throw Error(ErrorCode::invalid_argument,
+                  what + ": reserve " + std::to_string(spec.reserve) + " is more than its " +
+                      std::to_string(own) + " device(s)");
+  }
+  c->reserve = spec.reserve;
   c->bits[0].store(bits[0], std::memory_order_relaxed);
   c->bits[1].store(bits[1], std::memory_order_relaxed);
   auto policy = sched::make_policy(policy_name_, config_);
@@ -86,6 +96,9 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     def->bits[0].store(bits[0], std::memory_order_relaxed);
     def->bits[1].store(bits[1], std::memory_order_relaxed);
     auto composite = std::make_unique<ContextPolicy>(std::move(policy_owner_), *def, *this);
+    composite->set_pump([this](sched::DeviceId d) {
+      if (d < device_count() && usable(d)) pump(*dev_[d]);
+    });
     context_policy_ = composite.get();
     policy_owner_ = std::move(composite);
     {
@@ -118,6 +131,7 @@ hcr::Context RuntimeCore::make_context(const ContextConfig& table) {
   spec.weight = table.weight;
   spec.priority = table.priority;
   spec.memory_quota = table.memory_quota;
+  spec.reserve = table.reserve;
   const std::string where = (table.origin.empty() ? config_.origin : table.origin) +
                             ": context '" + table.name + "'";
   for (const std::string& name : table.devices) {
@@ -193,6 +207,7 @@ void RuntimeCore::context_stats(RuntimeStats& s) const {
     x.weight = c->weight;
     x.priority = c->priority;
     x.memory_quota = c->memory_quota;
+    x.reserve = c->reserve;
     x.tasks = c->tasks.load(std::memory_order_relaxed);
     x.failed = c->failed.load(std::memory_order_relaxed);
     x.wait_seconds = static_cast<double>(c->wait_ns.load(std::memory_order_relaxed)) * 1e-9;
