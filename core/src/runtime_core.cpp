@@ -563,20 +563,11 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     while (d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
       // Handed to the plugin: taken, less those waiting for copies or for room.
       const uint32_t in_flight = d.in_flight.load(std::memory_order_acquire);
-      const uint32_t landed = d.landed_count.load(std::memory_order_acquire);
+      const uint32_t landed = d.landed.size();
       const uint32_t waiting = d.fetching.load(std::memory_order_acquire) + landed;
       if (in_flight - std::min(in_flight, waiting) >= d.window) break;
       if (landed != 0) {  // taken earlier, its data there now: first
-        TaskNode* t = nullptr;
-        {
-          std::lock_guard<SpinLock> g(d.landed_lock);
-          if (!d.landed.empty()) {
-            t = d.landed.front();
-            d.landed.pop_front();
-            d.landed_count.fetch_sub(1, std::memory_order_acq_rel);
-          }
-        }
-        if (t != nullptr) {
+        if (TaskNode* t = d.landed.take()) {
           ++launched;
           start_kernel(t, d);
           continue;
@@ -648,23 +639,12 @@ void RuntimeCore::data_ready(TaskNode* t) noexcept {
     // Launched when the window has room (pump), unless the device left scheduling meanwhile:
     // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
     // in the list, or this sees the state that retire() set before it looked).
-    bool out;
-    {
-      std::lock_guard<SpinLock> g(d.landed_lock);
-      out = d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
-      if (!out) {
-        d.landed.push_back(t);
-        d.landed_count.fetch_add(1, std::memory_order_acq_rel);
-      }
-    }
-    if (out) {
-      disarm_slot(t);
-      pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
-      d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-      place_again(t);
-      return;
-    }
-    pump(d);
+    if (d.landed.add(t, [&] {
+          return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
+        }))
+      pump(d);
+    else
+      give_back(t, d);
   } else {
     host_task_ready(t);
   }
@@ -1131,18 +1111,14 @@ void RuntimeCore::place_again(TaskNode* t) noexcept {
 }
 
 void RuntimeCore::hand_back_landed(DeviceState& d) noexcept {
-  std::deque<TaskNode*> landed;
-  {
-    std::lock_guard<SpinLock> g(d.landed_lock);
-    landed.swap(d.landed);
-    d.landed_count.store(0, std::memory_order_release);
-  }
-  for (TaskNode* t : landed) {
-    disarm_slot(t);
-    pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
-    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    place_again(t);
-  }
+  for (TaskNode* t : d.landed.take_all()) give_back(t, d);
+}
+
+void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
+  disarm_slot(t);  // never launched
+  pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  place_again(t);
 }
 
 void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {

@@ -3,6 +3,7 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/landed_tasks.hpp"
 #include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
@@ -43,9 +44,7 @@ struct DeviceState {
   // done (landed) and waiting for room in the window. They do not hold the window, so that a task
   // whose data is there already runs meanwhile (up to twice the window taken in all).
   std::atomic<uint32_t> fetching{0};
-  std::atomic<uint32_t> landed_count{0};
-  SpinLock landed_lock;
-  std::deque<TaskNode*> landed;
+  LandedTasks landed;
   std::atomic<uint32_t> pump_requests{0};
   std::atomic<bool> pumping{false};
   std::atomic<bool> wake_requested{false};  // the policy asked for a pump (Context::wake)
@@ -334,8 +333,9 @@ class RuntimeCore final : public sched::Context {
   // is given back (set_withheld); false when none could (it fails). The cold path of dispatch.
   bool park(TaskNode* t) noexcept;
   // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
-  // again, as its queued ones are.
+  // again, as its queued ones are (give_back: one such task).
   void hand_back_landed(DeviceState& d) noexcept;
+  void give_back(TaskNode* t, DeviceState& d) noexcept;
   std::mutex parked_mutex_;
   std::vector<TaskNode*> parked_;
   // engine/pause.cpp: a task submitted while paused is kept here, its submission's own pending

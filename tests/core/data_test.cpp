@@ -384,26 +384,34 @@ TEST(Data, AWaitingTasksInputMovesAsSoonAsItsProducerIsDone) {
   EXPECT_LT(x_arrives, long_end) << "x waited for the long task before moving";
 }
 
-// The first task to ask for a replica is often not its most urgent reader: a copy still waiting in
-// its lane moves up when a more urgent task needs it. Four tasks on a device whose 20 ms copies
-// run two at a time: A and B copy at once, C (priority 1) and X (priority 0) wait; then a task of
-// priority 5 reads X, and X goes before C.
-TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
+// One simulated device "a" with its own memory behind a 50 MB/s link (1 MB: 20 ms of copy), under
+// dmdas; kernels "use" and "mark" take 1 ms.
+Config slow_link_device(int lookahead = -1) {
   Config c;
   c.use_environment = false;
   c.policy = "dmdas";
   c.model_dir = "off";
+  c.lookahead = lookahead;
   c.backends.push_back({"sim",
                         true,
                         {{"compute", "false"},
                          {"flops_per_byte", "0"},
-                         {"kernel.use.flops", "1e9"},  // 1 ms
+                         {"kernel.use.flops", "1e9"},
+                         {"kernel.mark.flops", "1e9"},
                          {"device.0.name", "a"},
                          {"device.0.gflops", "1000"},
                          {"device.0.host_memory", "false"},
                          {"device.0.bandwidth", "50MB/s"}},
                         "test"});
-  Runtime rt(c);
+  return c;
+}
+
+// The first task to ask for a replica is often not its most urgent reader: a copy still waiting in
+// its lane moves up when a more urgent task needs it. Four tasks on a device whose 20 ms copies
+// run two at a time: A and B copy at once, C (priority 1) and X (priority 0) wait; then a task of
+// priority 5 reads X, and X goes before C.
+TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
+  Runtime rt(slow_link_device());
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
   // 1 MB each (20 ms at 50 MB/s); C and X apart by their sizes.
   auto a = rt.buffer<float>(256, 1024), b = rt.buffer<float>(256, 1024),
@@ -436,23 +444,7 @@ TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
 // one task at a time (lookahead 0): A reads a 4 MB buffer (80 ms of copy), B only writes (nothing
 // to copy); B, submitted after A was handed over, ends long before A's copy does.
 TEST(Data, ATaskWaitingForItsCopiesDoesNotHoldTheDevice) {
-  Config c;
-  c.use_environment = false;
-  c.policy = "dmdas";
-  c.model_dir = "off";
-  c.lookahead = 0;
-  c.backends.push_back({"sim",
-                        true,
-                        {{"compute", "false"},
-                         {"flops_per_byte", "0"},
-                         {"kernel.use.flops", "1e9"},  // 1 ms
-                         {"kernel.mark.flops", "1e9"},
-                         {"device.0.name", "a"},
-                         {"device.0.gflops", "1000"},
-                         {"device.0.host_memory", "false"},
-                         {"device.0.bandwidth", "50MB/s"}},
-                        "test"});
-  Runtime rt(c);
+  Runtime rt(slow_link_device(/*lookahead=*/0));
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
   Kernel mark = rt.kernel("mark").cpu([](TaskContext&) {});
   auto big = rt.buffer<float>(1024, 1024), out = rt.buffer<float>(4, 4);
