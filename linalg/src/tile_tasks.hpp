@@ -164,6 +164,18 @@ inline int critical_path_priority(size_t grid, size_t k, size_t m, size_t n) {
   return static_cast<int>(4 * grid - 2 * k - m - n);
 }
 
+/// The priority of an update at step k: the critical path's for the updates the next panel needs
+/// (`next_panel`: tiles of column k + 1, and of row k + 1 for LU), none (0) for the rest of the
+/// trailing matrix. Those run in the order they became ready, each soon after the panel tile it
+/// reads was made, while that tile is still in the cache of the core that made it: ordering all of
+/// them by the critical path's distance instead interleaves the steps and reads cold tiles (tiled
+/// Cholesky n = 8192 on 2 cores: the gemm tiles of 256 took 317 us instead of 280, the whole
+/// factorisation 10% longer). The panel and the look-ahead still go first, as in StarPU's
+/// cholesky_implicit with bounded priorities and in PLASMA's look-ahead.
+inline int update_priority(size_t grid, size_t k, size_t m, size_t n, bool next_panel) {
+  return next_panel ? critical_path_priority(grid, k, m, n) : 0;
+}
+
 /// Right-looking tiled Cholesky, as StarPU's cholesky_implicit submits it.
 template <class T, class S>
 void potrf_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a) {
@@ -183,13 +195,13 @@ void potrf_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a) {
     // The trailing matrix, tile (m, j) with m >= j > k of the lower triangle (its mirror (j, m)
     // for upper): minus L(m, k) L(j, k)^T, or U(k, j)^T U(k, m).
     for (size_t j = k + 1; j < n; ++j) {
-      const int pd = critical_path_priority(n, k, j, j);
+      const int pd = update_priority(n, k, j, j, j == k + 1);
       if (lower)
         t.syrk(Uplo::lower, Op::no_trans, -1.0, a(j, k), 1.0, a(j, j), pd);
       else
         t.syrk(Uplo::upper, Op::trans, -1.0, a(k, j), 1.0, a(j, j), pd);
       for (size_t m = j + 1; m < n; ++m) {
-        const int p = critical_path_priority(n, k, m, j);
+        const int p = update_priority(n, k, m, j, j == k + 1);
         if (lower)
           t.gemm(Op::no_trans, Op::trans, -1.0, a(m, k), a(j, k), 1.0, a(m, j), p);
         else
@@ -208,7 +220,8 @@ void potrs_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a, const Tiles<T
   trsm_tiles(t, Side::left, uplo, lower ? Op::trans : Op::no_trans, Diag::non_unit, 1.0, a, b);
 }
 
-/// Right-looking tiled LU without pivoting, with the priorities of potrf_tiles.
+/// Right-looking tiled LU without pivoting, with the priorities of potrf_tiles (the look-ahead:
+/// row and column k + 1).
 template <class T, class S>
 void getrf_tiles(TileTasks<T, S>& t, const Tiles<T>& a) {
   const size_t n = a.rows();
@@ -223,7 +236,7 @@ void getrf_tiles(TileTasks<T, S>& t, const Tiles<T>& a) {
     for (size_t m = k + 1; m < n; ++m)
       for (size_t j = k + 1; j < n; ++j)
         t.gemm(Op::no_trans, Op::no_trans, -1.0, a(m, k), a(k, j), 1.0, a(m, j),
-               critical_path_priority(n, k, m, j));
+               update_priority(n, k, m, j, m == k + 1 || j == k + 1));
   }
 }
 

@@ -1,7 +1,7 @@
 // hcr::linalg against naive references: Cholesky (potrf) and its solve (potrs) on random SPD
 // matrices at odd sizes and ragged tiles, lower and upper, f32 and f64, under every policy on the
 // CPU backend and on a simulated machine whose devices have their own memories; gemm with every
-// transpose, syrk, trsm with every side/uplo/trans/diag, LU without pivoting; StarPU's priorities;
+// transpose, syrk, trsm with every side/uplo/trans/diag, LU without pivoting; the critical path's priorities;
 // and each misuse named in its error. Each runs on the plugins' built-in tile kernels, and again on
 // the stub plugin (devices with their own memory) with reference kernels written from
 // <hcr/plugin.h> (reference_kernels.hpp): the tiling checked apart from any backend's BLAS.
@@ -270,7 +270,7 @@ TEST(Potrf, MatrixNotPositiveDefiniteFailsTheEvent) {
   }
 }
 
-// ---- StarPU's priorities ----------------------------------------------------------------------
+// ---- Priorities -------------------------------------------------------------------------------
 
 // Which kernel with which priority every task had, as pushed; FIFO placement otherwise.
 class PriorityRecorder final : public sched::Policy {
@@ -316,10 +316,10 @@ const bool priority_recorder_registered = [] {
   return true;
 }();
 
-// potrf's tasks carry cholesky_implicit's priorities (2N - 2k - m - n, N tiles a side) raised by
-// 2N: for N = 4, potrf(k) 16 - 2k, trsm(m, k) 16 - 2k - m, syrk and gemm of tile (m, n)
-// 16 - 2k - m - n.
-TEST(Potrf, TasksCarryStarPUsCriticalPathPriorities) {
+// potrf's panel and look-ahead tasks carry cholesky_implicit's priorities (2N - 2k - m - n, N
+// tiles a side) raised by 2N: for N = 4, potrf(k) 16 - 2k, trsm(m, k) 16 - 2k - m, syrk and gemm
+// of tile (m, n) 16 - 2k - m - n where n = k + 1 (the next panel's column); the other updates 0.
+TEST(Potrf, PanelAndLookAheadTasksCarryTheCriticalPathPriorities) {
   for (Uplo uplo : {Uplo::lower, Uplo::upper}) {
     {
       std::lock_guard<std::mutex> lock(PriorityRecorder::seen_mutex());
@@ -338,7 +338,8 @@ TEST(Potrf, TasksCarryStarPUsCriticalPathPriorities) {
       for (int m = k + 1; m < N; ++m) want.emplace("trsm_f32", 2 * N - 2 * k - m + 2 * N);
       for (int n = k + 1; n < N; ++n)
         for (int m = n; m < N; ++m)
-          want.emplace(m == n ? "syrk_f32" : "gemm_f32", 2 * N - 2 * k - m - n + 2 * N);
+          want.emplace(m == n ? "syrk_f32" : "gemm_f32",
+                       n == k + 1 ? 2 * N - 2 * k - m - n + 2 * N : 0);
     }
     std::lock_guard<std::mutex> lock(PriorityRecorder::seen_mutex());
     auto seen = PriorityRecorder::seen();
