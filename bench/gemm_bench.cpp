@@ -6,10 +6,12 @@
 // Read the medians: hcr_over_direct, hcr_GFLOPs, and GFLOPs of the FMA peak (hcr / peak: the
 // larger of the AVX2 and AVX-512F peaks); threads_over_direct is the same tiling on bare threads,
 // without hcr (what tiling itself costs). On this development machine (AMD EPYC, AVX-512F, 2 cores)
-// the AVX-512F peak is 500 GFLOP/s, twice the AVX2 one. Its environment sets
-// OPENBLAS_CORETYPE=Haswell, so OpenBLAS runs its AVX2 kernels (237 GFLOP/s direct); left to
-// detect the processor (Cooperlake kernels, 512-bit) it ran 447 direct, hcr 437 at tiles of 2048:
-// 0.87 of the peak.
+// the AVX-512F peak is 500-527 GFLOP/s, twice the AVX2 one (the same over 36 ms and 360 ms of
+// FMAs: no down-clocking). Its environment sets OPENBLAS_CORETYPE=Haswell, so OpenBLAS runs its
+// AVX2 kernels (237 GFLOP/s direct); left to detect the processor (Cooperlake kernels, 512-bit)
+// it ran 467 direct, hcr 459 at tiles of 2048: 0.886 and 0.872 of the peak. OpenBLAS 0.3.21's
+// kernel is the ceiling there: its direct call, single-threaded calls on row or column panels,
+// and whole-K tiles on bare threads all land at 455-476 GFLOP/s.
 #include <hcr/hcr.hpp>
 
 #include <benchmark/benchmark.h>
