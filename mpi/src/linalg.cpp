@@ -18,6 +18,7 @@ struct ClusterSink {
   using TaskType = mpi::Task;
   Kernel kernel(const std::string& name) { return cluster.runtime().kernel(name); }
   void submit(TaskType& t) { cluster.submit(t); }
+  Runtime& runtime() { return cluster.runtime(); }
   Cluster& cluster;
 };
 

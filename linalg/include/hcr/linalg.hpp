@@ -93,12 +93,13 @@ Event trsm(Runtime& rt, Side side, Uplo uplo, Op trans, Diag diag, Scalar<T> alp
 /// the factor overwrites that triangle, the other triangle is left as it was. Right-looking: step
 /// k factors diagonal tile k ("potrf_<t>"), solves the tiles below it (or right of it, upper)
 /// ("trsm_<t>"), then updates the trailing matrix ("syrk_<t>" on the diagonal, "gemm_<t>"
-/// elsewhere). The panel and the look-ahead carry StarPU's cholesky_implicit priorities,
-/// 2N - 2k for potrf(k), 2N - 2k - m for trsm(m, k), 2N - 2k - m - n for the update of tile
-/// (m, n) of the next panel's column n = k + 1 (N tiles per side), raised by 2N so that all are
-/// positive (dmda reorders its queues by positive priorities only): the critical path first,
-/// under the policies that honour priorities. The other updates have priority 0 and run in the
-/// order they became ready, while the panel tiles they read are still in cache.
+/// elsewhere). Tasks carry StarPU's cholesky_implicit priorities, 2N - 2k for potrf(k),
+/// 2N - 2k - m for trsm(m, k), 2N - 2k - m - n for the update of tile (m, n) (N tiles per side),
+/// raised by 2N so that all are positive (dmda reorders its queues by positive priorities only):
+/// the critical path first, under the policies that honour priorities. Where every device of the
+/// runtime is of one architecture (a CPU-only machine), only the panel and the look-ahead (the
+/// updates of the next panel's column, n = k + 1) carry them; the other updates have priority 0
+/// and run in the order they became ready, while the panel tiles they read are still in cache.
 template <Real T>
 Event potrf(Runtime& rt, Uplo uplo, const Buffer<T>& a, size_t tile);
 
