@@ -12,7 +12,7 @@ namespace hcr::linalg::detail {
 
 /// Where the tile tasks go: one Runtime. hcr::mpi's ClusterSink (mpi/src/linalg.cpp) sends them
 /// to a Cluster instead, whose Task has the same builder: a sink names its task type and offers
-/// kernel(name) and submit(task).
+/// kernel(name), submit(task) and runtime() (the local runtime, whose devices set the priorities).
 struct RuntimeSink {
   using TaskType = Task;
   RuntimeSink(Runtime& r) : rt(r) {}  // NOLINT(google-explicit-constructor): TileTasks<T> t(rt)
