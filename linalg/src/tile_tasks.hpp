@@ -6,6 +6,7 @@
 
 #include <hcr/plugin.h>
 
+#include <optional>
 #include <vector>
 
 namespace hcr::linalg::detail {
@@ -37,10 +38,14 @@ template <class T, class Sink = RuntimeSink>
 class TileTasks {
  public:
   using TaskType = typename Sink::TaskType;
-  explicit TileTasks(Sink sink) : sink_(sink), look_ahead_(one_architecture(sink_.runtime())) {}
+  explicit TileTasks(Sink sink) : sink_(sink) {}
 
   /// Whether the trailing updates beyond the look-ahead go without priority (update_priority).
-  bool look_ahead_only() const { return look_ahead_; }
+  /// Asked by the factorisations only, so other calls never list the devices.
+  bool look_ahead_only() {
+    if (!look_ahead_) look_ahead_ = one_architecture(sink_.runtime());
+    return *look_ahead_;
+  }
 
   const Kernel& kernel(Kernel& k, const char* op) {
     if (!k.valid()) k = sink_.kernel(kernel_name<T>(op));
@@ -94,7 +99,7 @@ class TileTasks {
 
  private:
   Sink sink_;
-  bool look_ahead_;
+  std::optional<bool> look_ahead_;
   Kernel gemm_, syrk_, trsm_, potrf_, getrf_;
 };
 
