@@ -44,21 +44,23 @@ void note_dependency_failure(TaskNode* s, const std::exception_ptr& cause) noexc
   s->lock.unlock();
 }
 
-// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's.
-void add_edge(TaskNode* pred, TaskNode* succ, bool data) {
-  if (pred == succ) return;
+// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's. Returns
+// whether succ now waits for pred (false: pred had finished).
+bool add_edge(TaskNode* pred, TaskNode* succ, bool data) {
+  if (pred == succ) return false;
   pred->lock.lock();
   if (!pred->finished) {
     pred->successors.push_back({succ, data});
     succ->pending.fetch_add(1, std::memory_order_relaxed);
     succ->waited = true;  // (the submitting thread's, read once the task is ready)
     pred->lock.unlock();
-    return;
+    return true;
   }
   bool failed = pred->failed;
   std::exception_ptr cause = failed ? pred->error : nullptr;
   pred->lock.unlock();
   if (data && failed) note_dependency_failure(succ, cause);
+  return false;
 }
 
 // Failures of the device or its driver, which another device may not share. A kernel's own
@@ -386,7 +388,10 @@ void RuntimeCore::submit(TaskNode* t) {
     t->epoch = static_cast<uint8_t>(e & 1);
   }
 
-  // One registration per distinct buffer, with the union of its access modes.
+  // One registration per distinct buffer, with the union of its access modes. Inputs no unfinished
+  // task still writes are noted: should the task wait for others, they can move now.
+  boost::container::small_vector<Ref<BufferState>, 3> available;
+  const bool move_early = t->kind == TaskKind::kernel && data_.active() && config_.prefetch;
   const size_t n = t->args.size();
   for (size_t i = 0; i < n; ++i) {
     BufferState* b = t->args[i].buffer;
@@ -403,7 +408,9 @@ void RuntimeCore::submit(TaskNode* t) {
     if (first) {
       t->uargs.push_back({b, static_cast<Access>(mode)});
       t->bytes += b->bytes();
-      register_access(*b, t, static_cast<Access>(mode));
+      if (!register_access(*b, t, static_cast<Access>(mode)) && move_early &&
+          reads(static_cast<Access>(mode)))
+        available.push_back(Ref<BufferState>::share(b));
     }
   }
   for (TaskNode* before : t->after) {
@@ -411,13 +418,20 @@ void RuntimeCore::submit(TaskNode* t) {
     release(before);
   }
   t->after.clear();
+  // Still waiting (beyond the submission's own count, so `t` stays ours): what it reads and is
+  // ready starts moving to where it will run, as prefetch_for_successors does for what its
+  // predecessors write (a producer that finished before this submit leaves it no one to do so).
+  if (!available.empty() && t->pending.load(std::memory_order_relaxed) > 1)
+    if (const int64_t node = expected_node(t); node >= 0)
+      data_.prefetch({available.data(), available.size()}, t->priority,
+                     static_cast<uint32_t>(node), t->context);
   if (paused_.load(std::memory_order_relaxed) != 0 && hold(t)) return;
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
 }
 
-void RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
+bool RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
   b.lock.lock();
-  if (reads(mode) && b.last_writer) add_edge(b.last_writer, t, true);
+  const bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
   if (writes(mode)) {
     if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
     for (TaskNode* r : b.readers) {
@@ -446,6 +460,7 @@ void RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
     b.readers.push_back(t);
   }
   b.lock.unlock();
+  return waits;
 }
 
 void RuntimeCore::ready(TaskNode* t) noexcept {
@@ -1375,10 +1390,8 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
     TaskNode* s = e.task;
     if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
       continue;  // (ready once `t` is done: placing it prefetches)
-    const int64_t d = s->pinned >= 0 ? s->pinned : pol()->expected_device(sched::TaskRef(s));
-    if (d < 0 || d >= static_cast<int64_t>(device_count())) continue;
-    const uint32_t node = dev_[static_cast<size_t>(d)]->info.memory_node;
-    if (node == from) continue;
+    const int64_t node = expected_node(s);
+    if (node < 0 || static_cast<uint32_t>(node) == from) continue;
     boost::container::small_vector<Ref<BufferState>, 3> inputs;
     for (const ArgRec& w : t->uargs) {
       if (!writes(w.access)) continue;
@@ -1391,6 +1404,12 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
     if (!inputs.empty())
       data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);
   }
+}
+
+int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
+  const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
+  if (d < 0 || d >= static_cast<int64_t>(device_count())) return -1;
+  return dev_[static_cast<size_t>(d)]->info.memory_node;
 }
 
 void RuntimeCore::wait_all() noexcept {

@@ -142,8 +142,9 @@ class RuntimeCore final : public sched::Context {
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
-  /// Registers `t`'s access to `b` in the buffer's dependency frontier.
-  void register_access(BufferState& b, TaskNode* t, Access mode);
+  /// Registers `t`'s access to `b` in the buffer's dependency frontier. Returns whether `t` now
+  /// waits for the task that last wrote `b` (false also for an access that does not read).
+  bool register_access(BufferState& b, TaskNode* t, Access mode);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
   void finish(TaskNode* t, std::exception_ptr e) noexcept;
   /// Returns once every task whose submit() returned before this call began has finished
@@ -259,6 +260,9 @@ class RuntimeCore final : public sched::Context {
   // `t` finished: copies what it wrote towards where its waiting successors are expected to run.
   void prefetch_for_successors(TaskNode* t,
                                const boost::container::small_vector<Edge, 2>& successors) noexcept;
+  // The memory node where a task not yet ready is expected to run (its pin, or the policy's
+  // expected_device), or -1 when nobody can say yet.
+  int64_t expected_node(TaskNode* t) noexcept;
   void dispatch(TaskNode* t) noexcept;
   // Hands device d tasks from the policy while it has free slots; returns how many it launched.
   uint32_t pump(DeviceState& d) noexcept;
