@@ -241,17 +241,19 @@ int producer_device(const std::string& policy) {
   // Warm: every kernel measured where it runs (and the link, by the copies of y).
   for (int i = 0; i < 6; ++i) {  // calibrate_samples (3) on each device
     auto y = rt.buffer<float>(4096, 4096);
-    rt.submit(Task(block).on(0));
+    rt.submit(Task(block).read(x).on(0));
     rt.submit(Task(produce).read(x).write(y).on(i % 2));
     rt.submit(Task(consume).read(y));
     rt.wait_all();
   }
   auto y = rt.buffer<float>(4096, 4096);
-  rt.submit(Task(block));
   Event produced;
   {
-    // produce becomes ready only once its readers are submitted (what a look ahead can see).
+    // produce becomes ready only once its readers are submitted (what a look ahead can see);
+    // block with it, so that the GPU has all of block's 20 ms left however long the submits
+    // take (a sanitizer, a loaded machine).
     auto hold = x.acquire(Access::write);
+    rt.submit(Task(block).read(x));
     produced = rt.submit(Task(produce).read(x).write(y));
     rt.submit(Task(consume).read(y));
     rt.submit(Task(consume).read(y));
@@ -328,11 +330,17 @@ std::set<int> fork_join_devices(const std::string& policy) {
     auto in = rt.buffer<float>(4, 4), x = rt.buffer<float>(1, 1'500'000),
          y1 = rt.buffer<float>(1, 1'500'000), y2 = rt.buffer<float>(1, 1'500'000),
          z = rt.buffer<float>(4, 4);
-    Event e[] = {rt.submit(Task(root).read(in).write(x)), rt.submit(Task(child).read(x).write(y1)),
-                 rt.submit(Task(child).read(x).write(y2)),
-                 rt.submit(Task(join).read(y1).read(y2).write(z))};
+    std::vector<Event> e;
+    {
+      // root becomes ready only once the whole graph is submitted: a submitting thread delayed
+      // past root's 2 ms (a sanitizer, a loaded machine) must not hide the join from the plan.
+      auto hold = in.acquire(Access::write);
+      e = {rt.submit(Task(root).read(in).write(x)), rt.submit(Task(child).read(x).write(y1)),
+           rt.submit(Task(child).read(x).write(y2)),
+           rt.submit(Task(join).read(y1).read(y2).write(z))};
+    }
     rt.wait_all();
-    if (events) events->assign(std::begin(e), std::end(e));
+    if (events) *events = std::move(e);
   };
   for (int i = 0; i < 4; ++i) {  // warm: every kernel measured on both devices, and the links
     auto a = rt.buffer<float>(1, 1'500'000), b = rt.buffer<float>(1, 1'500'000);
