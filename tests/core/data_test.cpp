@@ -366,18 +366,25 @@ Config two_own_memory_devices() {
 
 // "use" on b reads x (written by "short" on a) and y (written by "long" on b): when x reaches b's
 // memory, and when "long" ends. `x_done_first`: "use" is submitted only once "short" has finished
-// (nobody is left to move x when a producer finishes, so its submit must); otherwise at once.
+// (nobody is left to move x when a producer finishes, so its submit must); otherwise "short" starts
+// only once "use" is submitted (a gate held by the host), so that its end moves x.
 std::pair<double, double> x_arrival_and_long_end(bool x_done_first) {
   Runtime rt(two_own_memory_devices());
   Kernel shorter = rt.kernel("short").cpu([](TaskContext&) {});
   Kernel longer = rt.kernel("long").cpu([](TaskContext&) {});
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
   auto x = rt.buffer<float>(256, 256), y = rt.buffer<float>(256, 256), z = rt.buffer<float>(4, 4);
+  auto gate = rt.buffer<float>(4, 4);
   rt.start_trace();
   rt.submit(Task(longer).write(y).on(1));
-  Event wrote_x = rt.submit(Task(shorter).write(x).on(0));
-  if (x_done_first) wrote_x.wait();
-  rt.submit(Task(use).read(x).read(y).write(z).on(1));
+  if (x_done_first) {
+    rt.submit(Task(shorter).write(x).on(0)).wait();
+    rt.submit(Task(use).read(x).read(y).write(z).on(1));
+  } else {
+    auto hold = gate.acquire(Access::write);
+    rt.submit(Task(shorter).read(gate).write(x).on(0));
+    rt.submit(Task(use).read(x).read(y).write(z).on(1));
+  }
   rt.wait_all();
   double long_end = -1, x_arrives = -1;
   for (const TraceEvent& e : rt.trace_events()) {
@@ -399,7 +406,7 @@ TEST(Data, AWaitingTasksInputMovesAsSoonAsItsProducerIsDone) {
 }
 
 // The same when x's producer finished before the waiting task was submitted: the submit moves it.
-// (Under a sanitizer the test above could meet this case by chance; CI once saw x wait.)
+// (Before the gate, a sanitizer's delays once made the test above meet this case in CI.)
 TEST(Data, AnInputReadyAtSubmitMovesWhileTheTaskWaitsForOthers) {
   auto [x_arrives, long_end] = x_arrival_and_long_end(true);
   ASSERT_GT(long_end, 0);
@@ -430,14 +437,15 @@ Config slow_link_device(int lookahead = -1) {
 }
 
 // The first task to ask for a replica is often not its most urgent reader: a copy still waiting in
-// its lane moves up when a more urgent task needs it. Four tasks on a device whose 20 ms copies
-// run two at a time: A and B copy at once, C (priority 1) and X (priority 0) wait; then a task of
-// priority 5 reads X, and X goes before C.
+// its lane moves up when a more urgent task needs it. Four tasks on a device whose copies are
+// issued two at a time: A (320 ms, so that the submits below all come while it runs, however late)
+// and B go at once, C (priority 1) and X (priority 0) wait; then a task of priority 5 reads X, and
+// X goes before C.
 TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
   Runtime rt(slow_link_device());
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
-  // 1 MB each (20 ms at 50 MB/s); C and X apart by their sizes.
-  auto a = rt.buffer<float>(256, 1024), b = rt.buffer<float>(256, 1024),
+  // A 16 MB, the others 1 MB (20 ms at 50 MB/s); C and X apart by their sizes.
+  auto a = rt.buffer<float>(4096, 1024), b = rt.buffer<float>(256, 1024),
        cc = rt.buffer<float>(250, 1024), x = rt.buffer<float>(240, 1024);
   {
     auto warm = rt.buffer<float>(4, 4);  // measured, so each task is placed when submitted
@@ -464,13 +472,14 @@ TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
 
 // A task handed to a device and waiting for its copies does not hold the device's window: a task
 // whose data is there already runs meanwhile. One device with its own memory behind a 50 MB/s link,
-// one task at a time (lookahead 0): A reads a 4 MB buffer (80 ms of copy), B only writes (nothing
-// to copy); B, submitted after A was handed over, ends long before A's copy does.
+// one task at a time (lookahead 0): A reads a 16 MB buffer (320 ms of copy: a submitting thread's
+// delays stay well below it), B only writes (nothing to copy); B, submitted after A was handed
+// over, ends long before A's copy does.
 TEST(Data, ATaskWaitingForItsCopiesDoesNotHoldTheDevice) {
   Runtime rt(slow_link_device(/*lookahead=*/0));
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
   Kernel mark = rt.kernel("mark").cpu([](TaskContext&) {});
-  auto big = rt.buffer<float>(1024, 1024), out = rt.buffer<float>(4, 4);
+  auto big = rt.buffer<float>(4096, 1024), out = rt.buffer<float>(4, 4);
   {
     auto warm = rt.buffer<float>(4, 4);  // measured, so each task is placed when submitted
     for (int i = 0; i < 4; ++i) {
