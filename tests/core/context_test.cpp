@@ -357,6 +357,8 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
     events.push_back(rt.submit(Task(put).write(out.back()).param(int32_t{i + 1}).in(i % 2 ? b : a)));
   }
   a.set_devices({0});
+  // (b's 300 ms of work on d2 outlasts the submits unless they were slow indeed: a sanitizer)
+  const bool b_had_work = of(rt.stats(), "b").tasks + 50 < kTasks;
   b.set_devices({1, 2});
   EXPECT_EQ(a.devices(), (std::vector<uint32_t>{0}));
   EXPECT_EQ(b.devices(), (std::vector<uint32_t>{1, 2}));
@@ -375,7 +377,8 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
     }
   }
   s = rt.stats();
-  EXPECT_GT(of(s, "b").device_seconds[1], 0.0) << "b used the device it gained";
+  if (b_had_work)  // b still had work to spread when it gained d1
+    EXPECT_GT(of(s, "b").device_seconds[1], 0.0) << "b used the device it gained";
   EXPECT_EQ(of(s, "a").tasks + of(s, "b").tasks, 2u * kTasks);
 }
 

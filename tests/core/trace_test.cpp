@@ -108,6 +108,7 @@ TEST(Counters, AddUp) {
   Runtime rt(machine());
   run_gemm(rt);
   run_gemm(rt);
+  rt.wait_all();  // (the joins a gemm's last tasks release may still be finishing)
   RuntimeStats s = rt.stats();
   uint64_t tasks = 0;
   for (size_t d = 0; d < s.devices.size(); ++d) {

@@ -75,17 +75,17 @@ TEST(Policies, DeviceWithoutTheKernelReceivesNone) {
 
 TEST(Dmda, DeviceThatSlowsMidRunLosesWork) {
   Options o = two_devices("100", "100");
-  o.push_back({"device.1.slowdown_at", "0.3s"});
+  o.push_back({"device.1.slowdown_at", "0.5s"});  // the first bag (50 ms) ends well before
   o.push_back({"device.1.slowdown_factor", "10"});
   o.push_back({"kernel.work.flops", "1e8"});  // 1 ms each, 10 ms once slowed
-  auto t0 = std::chrono::steady_clock::now();
   Runtime rt(sim_machine(o));
+  auto t0 = std::chrono::steady_clock::now();  // (the sim's clock starts with the runtime, before)
   Kernel k = work_kernel(rt);
   run_bag(rt, k, 100);
   auto before = tasks_per_device(rt);
   EXPECT_GE(before[1], 30u) << "equal devices share the work before the slowdown";
   // Let modelled time pass the slowdown (the sim's clock is the runtime's), then run again.
-  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(350));
+  std::this_thread::sleep_until(t0 + std::chrono::milliseconds(550));
   run_bag(rt, k, 200);
   auto after = tasks_per_device(rt);
   uint64_t slow_share = after[1] - before[1];

@@ -571,12 +571,12 @@ TEST(SimBackend, SlowdownStartsAtItsModelledTime) {
                         {"kernel.k.flops", "1e8"},
                         {"device.0.gflops", "1"},
                         {"device.0.host_memory", "true"},
-                        {"device.0.slowdown_at", "2s"},
+                        {"device.0.slowdown_at", "5s"},
                         {"device.0.slowdown_factor", "10"}}));
   std::atomic<int> runs{0};
   Kernel k = counting_kernel(rt, "k", runs);
-  // 100 ms modelled each, back to back: the first starts well before 2 s (200 ms of wall time
-  // after the start), and one of the first twenty or so starts after it.
+  // 100 ms modelled each, back to back: the first starts well before 5 s (500 ms of wall time
+  // after the start, to spare under a sanitizer), and one of the first fifty or so after it.
   // Durations are reported in wall seconds: 10 ms before, 100 ms after.
   std::vector<double> s;
   for (int i = 0; i < 500; ++i) {
