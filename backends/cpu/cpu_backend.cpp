@@ -116,9 +116,9 @@ class CpuBackend final : public sdk::Backend {
     } catch (...) {  // nothing sensible to do while unloading
     }
     arena_.terminate();
-    parallelism_.reset();
     if (!tbb::finalize(scheduler_, std::nothrow))
       host().debug("cpu: TBB workers stay: another part of the process uses TBB");
+    parallelism_.reset();
   }
 
   size_t device_count() override { return 1; }
