@@ -99,9 +99,13 @@ class SimBackend final : public sdk::Backend {
                     "' works in host memory and has no link");
     sim_ = std::make_unique<Simulator>(machine_, std::move(keys),
                                        [this](const std::string& m) { host().warn(m); });
-    host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
-                std::to_string(machine_.seed) + ", time_scale " +
-                std::to_string(machine_.time_scale) + (machine_.compute ? "" : ", timing only"));
+    if (machine_.devices.empty())
+      host().info("sim: no devices: none described (a simulated device is asked for with a "
+                  "[[backend.device]] table, see samples/sim_machine.toml)");
+    else
+      host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
+                  std::to_string(machine_.seed) + ", time_scale " +
+                  std::to_string(machine_.time_scale) + (machine_.compute ? "" : ", timing only"));
   }
 
   // Outstanding operations end first (hung ones with a timeout), then what the host did not free

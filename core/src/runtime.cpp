@@ -12,12 +12,15 @@
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 namespace hcr::detail {
 
@@ -54,7 +57,33 @@ RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
   devices_.reserve(kMaxDevices);
   plugins_ = load_plugins(config_, report_);
   for (auto& p : plugins_) add_devices(*p);
+  warn_if_oversubscribed();
   data_.set_eager_writeback(config_.writeback == "eager");
+}
+
+// CPU devices run one task per slot on a core of their own: more slots than the process may use
+// cores (several cpu tables, a threads option above the affinity mask) make workers take turns on
+// a core, and every prediction of their speed wrong. Said once per runtime (and again when a
+// plugged-in device raises the count).
+void RuntimeCore::warn_if_oversubscribed() {
+  uint32_t slots = 0, devices = 0;
+  for (size_t d = 0; d < dev_.size(); ++d)
+    if (dev_[d]->info.kind == DeviceKind::cpu) {
+      slots += std::max<uint32_t>(1, dev_[d]->info.concurrency);
+      ++devices;
+    }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const uint32_t cores = ::sched_getaffinity(0, sizeof(set), &set) == 0
+                             ? static_cast<uint32_t>(CPU_COUNT(&set))
+                             : std::max(1u, std::thread::hardware_concurrency());
+  if (slots <= cores || slots <= oversubscribed_warned_) return;
+  oversubscribed_warned_ = slots;
+  HCR_LOG(warn, devices << " CPU device(s) run " << slots << " worker(s) on the " << cores
+                        << " core(s) this process may use: workers take turns and run slower "
+                           "than their model predicts (give the cpu backends threads that add up "
+                           "to at most "
+                        << cores << ")");
 }
 
 void RuntimeCore::add_devices(PluginInstance& p) {
@@ -488,12 +517,29 @@ const void* task_param(const TaskNode* t, size_t index, size_t size) {
     throw Error(ErrorCode::invalid_argument,
                 "parameter " + std::to_string(index) + " requested; the task has " +
                     std::to_string(t->param_offsets.size()));
-  size_t off = t->param_offsets[index];
-  size_t end = index + 1 < t->param_offsets.size() ? t->param_offsets[index + 1] : t->params.size();
-  if (size > end - off)
-    throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) + " has " +
-                                                 std::to_string(end - off) + " bytes; " +
-                                                 std::to_string(size) + " requested");
+  const size_t off = t->param_offsets[index];
+  const bool last = index + 1 == t->param_offsets.size();
+  const size_t end = last ? t->params.size() : t->param_offsets[index + 1];
+  auto refuse = [&](const char* why) {
+    throw Error(ErrorCode::invalid_argument,
+                "parameter " + std::to_string(index) + " holds " + std::to_string(end - off) +
+                    " bytes" + (last ? "" : " (up to the next)") + "; " + std::to_string(size) +
+                    " requested" + why +
+                    ": Task::param passes a value's bytes unconverted, so read it as the type it "
+                    "was given as (a float given as 2.0 is a double; give 2.0f)");
+  };
+  if (size > end - off) refuse("");
+  // What lies beyond the value read may only be the zero padding that aligns the next parameter
+  // (to a power of two dividing its offset): else a double given for a float would be read as its
+  // low half, 0 for 2.0, without a word.
+  if (size < end - off) {
+    bool padding = !last;
+    for (size_t i = off + size; padding && i < end; ++i) padding = t->params[i] == std::byte{0};
+    bool aligns = false;
+    for (size_t align = 1; padding && !aligns && align <= (end & (~end + 1)); align *= 2)
+      aligns = (off + size + align - 1) / align * align == end;
+    if (!aligns) refuse(", and the rest is not the padding before the next parameter");
+  }
   return t->params.data() + off;
 }
 

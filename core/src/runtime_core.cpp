@@ -366,8 +366,16 @@ void RuntimeCore::submit(TaskNode* t) {
   const uint64_t seq = submitted_.fetch_add(1, std::memory_order_relaxed);
   if (max_in_flight_ != 0 &&
       static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
-          static_cast<int64_t>(max_in_flight_))
-    wait_for_room(seq);
+          static_cast<int64_t>(max_in_flight_)) {
+    try {
+      wait_for_room(seq);
+    } catch (...) {  // room can never come (tasks held by a pause fill the window)
+      retire_ticket();
+      t->submitted = false;
+      release(t);
+      throw;
+    }
+  }
   // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
   // load and the count may have been looked at without this task: it then counts in the new one
   // instead, so that a wait_all beginning after this submit returns always waits for it. A task
@@ -425,7 +433,7 @@ void RuntimeCore::submit(TaskNode* t) {
     if (const int64_t node = expected_node(t); node >= 0)
       data_.prefetch({available.data(), available.size()}, t->priority,
                      static_cast<uint32_t>(node), t->context);
-  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t)) return;
+  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t, seq)) return;
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
 }
 
@@ -1239,7 +1247,15 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     std::lock_guard<std::mutex> g(add_mutex_);
     check_alive("load_plugin");
     std::string mistake;
-    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake);
+    // Instances with a device still there: one with the same options drives the same devices.
+    std::vector<const PluginInstance*> live;
+    for (size_t d = 0; d < device_count(); ++d) {
+      const uint8_t s = dev_[d]->status.load(std::memory_order_relaxed);
+      if (s != DeviceState::kRemoved && s != DeviceState::kLost &&
+          std::find(live.begin(), live.end(), dev_[d]->plugin) == live.end())
+        live.push_back(dev_[d]->plugin);
+    }
+    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake, live);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
@@ -1268,6 +1284,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     first = device_count();
     add_devices(p);
     last = device_count();
+    warn_if_oversubscribed();
     std::lock_guard<std::mutex> k(kernels_mutex_);
     for (auto& [name, ref] : kernels_) kernels.push_back(ref);
   }
@@ -1408,7 +1425,8 @@ void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::s
 
 int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
   const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
-  if (d < 0 || d >= static_cast<int64_t>(device_count())) return -1;
+  if (d < 0 || d >= static_cast<int64_t>(device_count()) || !usable(static_cast<size_t>(d)))
+    return -1;  // (a plan may still name a device withheld or quarantined since)
   return dev_[static_cast<size_t>(d)]->info.memory_node;
 }
 
@@ -1442,11 +1460,35 @@ void RuntimeCore::wait_for_room(uint64_t seq) {
   throttled_now_.fetch_add(1, std::memory_order_relaxed);
   auto it = room_targets_.insert(target);
   room_at_.store(*room_targets_.begin(), std::memory_order_seq_cst);
-  while (completed_.load(std::memory_order_seq_cst) < target) room_cv_.wait(lock);
-  room_targets_.erase(it);
-  room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
-                 std::memory_order_seq_cst);
-  throttled_now_.fetch_sub(1, std::memory_order_relaxed);
+  auto leave = [&] {
+    room_targets_.erase(it);
+    room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
+                   std::memory_order_seq_cst);
+    throttled_now_.fetch_sub(1, std::memory_order_relaxed);
+  };
+  // hold() wakes us when a pause takes another task: room may have become impossible.
+  while (completed_.load(std::memory_order_seq_cst) < target) {
+    if (const size_t held = held_before(seq); held > seq - target) {
+      leave();
+      throw Error(ErrorCode::invalid_argument,
+                  "Runtime::submit would wait forever: " + std::to_string(held) +
+                      " task(s) submitted since Runtime::pause() wait for Runtime::resume() "
+                      "and fill the window of [runtime] max_tasks_in_flight = " +
+                      std::to_string(max_in_flight_) +
+                      " unfinished tasks; resume() first, or raise max_tasks_in_flight");
+    }
+    room_cv_.wait(lock);
+  }
+  leave();
+}
+
+void RuntimeCore::retire_ticket() noexcept {
+  abandoned_.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (done >= room_at_.load(std::memory_order_seq_cst)) {
+    { std::lock_guard<std::mutex> g(room_mutex_); }
+    room_cv_.notify_all();
+  }
 }
 
 std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
@@ -1658,9 +1700,11 @@ RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
   // A submitter waiting for room holds a ticket its task has not used yet.
+  // A submit refused while it waited for room (retire_ticket) counts in neither.
+  const uint64_t abandoned = abandoned_.load(std::memory_order_relaxed);
   s.submitted = submitted_.load(std::memory_order_relaxed) -
-                throttled_now_.load(std::memory_order_relaxed);
-  s.completed = completed_.load(std::memory_order_relaxed);
+                throttled_now_.load(std::memory_order_relaxed) - abandoned;
+  s.completed = completed_.load(std::memory_order_relaxed) - abandoned;
   s.throttled = throttled_.load(std::memory_order_relaxed);
   s.failed = failed_.load(std::memory_order_relaxed);
   s.decisions = decisions_.load(std::memory_order_relaxed);

@@ -344,11 +344,18 @@ class RuntimeCore final : public sched::Context {
   std::vector<TaskNode*> parked_;
   // engine/pause.cpp: a task submitted while paused is kept here, its submission's own pending
   // count standing for the pause (true), until the last resume lets it go.
-  bool hold(TaskNode* t) noexcept;
+  bool hold(TaskNode* t, uint64_t seq) noexcept;
+  // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
+  void warn_if_oversubscribed();
+  uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
   void let_go(std::vector<TaskNode*> held) noexcept;
+  // How many held tasks took their back-pressure ticket before `seq` (they can't finish before
+  // resume(): a submitter waiting for room behind them may wait forever).
+  size_t held_before(uint64_t seq) const;
   std::atomic<uint32_t> paused_{0};  // pauses not resumed yet (written under held_mutex_)
   mutable std::mutex held_mutex_;
   std::vector<TaskNode*> held_;
+  std::vector<uint64_t> held_tickets_;  // held_[i]'s back-pressure ticket
   std::atomic<uint32_t> withheld_{0};  // devices withheld now
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
@@ -425,8 +432,13 @@ class RuntimeCore final : public sched::Context {
   std::multiset<uint64_t> room_targets_;  // completed_ counts blocked submitters wait for
   std::atomic<uint64_t> throttled_{0};      // submits that waited for room
   std::atomic<uint32_t> throttled_now_{0};  // submitters waiting for room now
-  // Blocks the submitter holding ticket `seq` until it may enter (see submit()).
+  // Blocks the submitter holding ticket `seq` until it may enter (see submit()); throws
+  // Error(invalid_argument) when the room it waits for can only come after a resume().
   void wait_for_room(uint64_t seq);
+  // A ticket whose task was refused: counted as finished so that later tickets are not kept
+  // waiting for it, and left out of stats().
+  void retire_ticket() noexcept;
+  std::atomic<uint64_t> abandoned_{0};
   // Shutdown: until no task is unfinished at all.
   void wait_idle() noexcept;
   // What decisions over many devices read per device, dense (written once when a device joins).

@@ -30,18 +30,37 @@ bool RuntimeCore::resume() noexcept {
     const uint32_t p = paused_.load(std::memory_order_relaxed);
     if (p == 0) return false;
     paused_.store(p - 1, std::memory_order_relaxed);
-    if (p == 1) held.swap(held_);
+    if (p == 1) {
+      held.swap(held_);
+      held_tickets_.clear();
+    }
   }
   if (!held.empty()) let_go(std::move(held));
   return true;
 }
 
-bool RuntimeCore::hold(TaskNode* t) noexcept {
+bool RuntimeCore::hold(TaskNode* t, uint64_t seq) noexcept {
   if (t->kind != TaskKind::kernel) return false;  // a host view or a join: the caller waits on it
-  std::lock_guard<std::mutex> g(held_mutex_);
-  if (paused_.load(std::memory_order_relaxed) == 0) return false;  // resumed meanwhile
-  held_.push_back(t);
+  {
+    std::lock_guard<std::mutex> g(held_mutex_);
+    if (paused_.load(std::memory_order_relaxed) == 0) return false;  // resumed meanwhile
+    held_.push_back(t);
+    held_tickets_.push_back(seq);
+  }
+  // A submitter waiting for room looks again: what it waits for may now never come.
+  if (throttled_now_.load(std::memory_order_seq_cst) != 0) {
+    { std::lock_guard<std::mutex> g(room_mutex_); }
+    room_cv_.notify_all();
+  }
   return true;
+}
+
+size_t RuntimeCore::held_before(uint64_t seq) const {
+  if (paused_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> g(held_mutex_);
+  return static_cast<size_t>(
+      std::count_if(held_tickets_.begin(), held_tickets_.end(),
+                    [seq](uint64_t ticket) { return ticket < seq; }));
 }
 
 void RuntimeCore::let_go(std::vector<TaskNode*> held) noexcept {
