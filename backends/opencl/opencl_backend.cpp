@@ -209,6 +209,15 @@ using sdk::read_params;
 
 BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
   BlasParams r;
+  // The block is the whole of the parameters: one more after it would be ignored without a word
+  // (the runtime refuses such a task at submit; a host that calls the plugin directly may not).
+  if (a.num_params > 1) {
+    static const char* const kBlocks[kBlasOps] = {"hcr_gemm_params_t", "hcr_syrk_params_t",
+                                                  "hcr_trsm_params_t"};
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes one parameter, an " +
+                                                kBlocks[static_cast<int>(op)] + "; got " +
+                                                std::to_string(a.num_params));
+  }
   switch (op) {
     case BlasOp::gemm:
       if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
