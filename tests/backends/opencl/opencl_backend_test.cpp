@@ -932,6 +932,52 @@ TEST(OpenClBackend, StridedTilesRoundTripThroughDeviceMemory) {
     }
 }
 
+// What a kernel on a tile sees (README, "Tiles in a kernel"): its own buffer, packed, from the
+// tile's element (0, 0), rows of `cols` elements one after another (not the matrix's row stride,
+// which only the host's view of a tile has), and by default one work item per element. The kernel
+// learns the tile's shape and place only from its parameters.
+TEST(OpenClBackend, AUserKernelOnATileSeesItPackedFromItsFirstElement) {
+  REQUIRE_OPENCL_DEVICE();
+  Runtime rt(ocl_config());
+  const uint32_t dev = first_opencl(rt);
+  Kernel probe = rt.kernel("tile_probe").source("opencl", R"CL(
+// Element i of the tile at (row0, col0) is the matrix's (row0 + i / cols, col0 + i % cols), which
+// the host set to row * 100 + col + 1: negated where so, 1e9 where not.
+__kernel void tile_probe(__global float* t, int rows, int cols, int row0, int col0) {
+  size_t i = get_global_id(0);
+  float want = (row0 + (int)i / cols) * 100 + col0 + (int)i % cols + 1;
+  t[i] = get_global_size(0) == (size_t)(rows * cols) && t[i] == want ? -want : 1e9f;
+}
+)CL");
+  const size_t rows = 10, cols = 11, tr = 4, tc = 3;  // edge tiles 2 x 3, 4 x 2 and 2 x 2
+  auto M = rt.buffer<float>(rows, cols);
+  {
+    auto v = M.acquire(Access::write);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) v(r, c) = static_cast<float>(r * 100 + c + 1);
+  }
+  {
+    Tiles<float> t = M.partition(tr, tc);
+    for (size_t i = 0; i < t.rows(); ++i)
+      for (size_t j = 0; j < t.cols(); ++j) {
+        Buffer<float> tile = t(i, j);
+        EXPECT_EQ(tile.ld(), cols) << "the host's view of a tile keeps the matrix's row stride";
+        rt.submit(Task(probe)
+                      .read_write(tile)
+                      .param(static_cast<int>(tile.rows()))
+                      .param(static_cast<int>(tile.cols()))
+                      .param(static_cast<int>(i * tr))
+                      .param(static_cast<int>(j * tc))
+                      .on(dev));
+      }
+    M.unpartition().get();
+  }
+  auto out = M.to_vector();
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      ASSERT_EQ(out[r * cols + c], -static_cast<float>(r * 100 + c + 1)) << r << "," << c;
+}
+
 TEST(OpenClBackend, ManyTasks) {
   REQUIRE_OPENCL_DEVICE();
   test::TempDir cache;
