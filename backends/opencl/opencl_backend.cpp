@@ -9,6 +9,7 @@
 #include "cl_handle.hpp"
 #include "cl_info.hpp"
 #include "completion.hpp"
+#include "kernel_args.hpp"
 #include "opencl_options.hpp"
 #include "program_cache.hpp"
 #include "safe_file.hpp"
@@ -116,7 +117,7 @@ struct Kernel {
   KernelHandle kernel;
   cl_uint num_args = 0;
   std::mutex mutex;
-  std::vector<size_t> scalar_size;  // per kernel argument: the size that was accepted (0: none yet)
+  std::vector<ArgSpec> arg_specs;  // program kernels: what each argument takes, read once
 };
 
 struct Platform {
@@ -136,6 +137,8 @@ struct Device {
   uint64_t max_alloc = 0;
   uint32_t compute_units = 1;
   uint64_t base_align = 1;  // bytes; sub-buffer origins must be multiples of it
+  size_t max_parameter = 1024;  // CL_DEVICE_MAX_PARAMETER_SIZE: bytes of all kernel arguments
+  size_t address_bytes = 8;     // CL_DEVICE_ADDRESS_BITS / 8: a size_t kernel argument
   double peak_gflops = 0;
   bool fp64 = false;
   std::vector<Queue> compute;  // in order, profiling enabled
@@ -176,6 +179,15 @@ std::string dims_text(const size_t* v, cl_uint dims) {
   return s;
 }
 
+// Source programs are built with -cl-kernel-arg-info: the program then keeps each argument's name
+// and type (a cached binary too, where it is rebuilt with the same options), so that a launch that
+// does not fit names them (kernel_args.hpp). Part of the program cache key, as every option is.
+std::string with_arg_info(std::string options) {
+  if (options.find("-cl-kernel-arg-info") == std::string::npos)
+    options += options.empty() ? "-cl-kernel-arg-info" : " -cl-kernel-arg-info";
+  return options;
+}
+
 // A device property that only refines an estimate: 0 when the driver does not answer.
 template <class T>
 T optional_value(cl_device_id id, cl_device_info what) {
@@ -197,6 +209,15 @@ using sdk::read_params;
 
 BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
   BlasParams r;
+  // The block is the whole of the parameters: one more after it would be ignored without a word
+  // (the runtime refuses such a task at submit; a host that calls the plugin directly may not).
+  if (a.num_params > 1) {
+    static const char* const kBlocks[kBlasOps] = {"hcr_gemm_params_t", "hcr_syrk_params_t",
+                                                  "hcr_trsm_params_t"};
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes one parameter, an " +
+                                                kBlocks[static_cast<int>(op)] + "; got " +
+                                                std::to_string(a.num_params));
+  }
   switch (op) {
     case BlasOp::gemm:
       if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
@@ -460,7 +481,7 @@ class OpenClBackend final : public sdk::Backend {
         if (desc.source == nullptr)
           throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel '" + name + "': source is NULL");
         const std::string source(desc.source, desc.source_size);
-        const std::string opts = desc.build_options ? desc.build_options : "";
+        const std::string opts = with_arg_info(desc.build_options ? desc.build_options : "");
         Program p = program_from_source(d, source, opts, "kernel '" + name + "'");
         return make_kernel(device, name, std::move(p), desc.entry ? desc.entry : name);
       }
@@ -628,6 +649,10 @@ class OpenClBackend final : public sdk::Backend {
     // CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits.
     d->base_align =
         std::max<cl_uint>(8, device_value<cl_uint>(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8;
+    if (const auto bytes = optional_value<size_t>(id, CL_DEVICE_MAX_PARAMETER_SIZE); bytes != 0)
+      d->max_parameter = std::min<size_t>(bytes, 0xffff);  // a task's parameters are below 64 KiB
+    if (const auto bits = optional_value<cl_uint>(id, CL_DEVICE_ADDRESS_BITS); bits != 0)
+      d->address_bytes = bits / 8;
     d->fp64 = optional_value<cl_ulong>(id, CL_DEVICE_DOUBLE_FP_CONFIG) != 0 ||
               device_string(id, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     if (d->kind == HCR_DEVICE_CPU) {
@@ -871,7 +896,8 @@ class OpenClBackend final : public sdk::Backend {
     if (err != CL_SUCCESS) throw_cl(err, "clCreateKernel");
     HCR_CL_CHECK(clGetKernelInfo(k->kernel.get(), CL_KERNEL_NUM_ARGS, sizeof k->num_args,
                                  &k->num_args, nullptr));
-    k->scalar_size.assign(k->num_args, 0);
+    const Device& d = *devices_[device];
+    k->arg_specs = read_arg_specs(k->kernel.get(), k->num_args, d.max_parameter, d.address_bytes);
     return track(std::move(k));
   }
 
@@ -1152,27 +1178,6 @@ class OpenClBackend final : public sdk::Backend {
 
   // ---- user kernels -------------------------------------------------------------------------
 
-  // Sets scalar argument `index` from a parameter span of `span` bytes. The ABI gives each
-  // parameter's offset, not its size: the span runs to the next parameter and may include
-  // alignment padding. The kernel's own argument size decides; the one it accepts is remembered.
-  static void set_scalar(Kernel& k, cl_uint index, const unsigned char* data, size_t span,
-                         size_t param) {
-    size_t& known = k.scalar_size[index];
-    size_t size = known != 0 && known <= span ? known : span;
-    cl_int err = clSetKernelArg(k.kernel.get(), index, size, data);
-    while (err == CL_INVALID_ARG_SIZE && size > 1)
-      err = clSetKernelArg(k.kernel.get(), index, --size, data);
-    if (err == CL_SUCCESS) {
-      known = size;
-      return;
-    }
-    known = 0;
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                "kernel '" + k.name + "': parameter " + std::to_string(param) + " (" +
-                    std::to_string(span) + " bytes) does not fit kernel argument " +
-                    std::to_string(index) + ": " + cl_error_text("clSetKernelArg", err));
-  }
-
   void launch_program(const hcr_launch_args_t& a, Kernel& k) {
     Device& d = *devices_[a.device];
     const size_t expected = a.num_args + a.num_params;
@@ -1181,9 +1186,8 @@ class OpenClBackend final : public sdk::Backend {
                   "kernel '" + k.name + "' takes " + std::to_string(k.num_args) +
                       " arguments; the task gives " + std::to_string(a.num_args) +
                       " buffer(s) and " + std::to_string(a.num_params) + " parameter(s)");
-    if (a.num_params > 0 && (a.param_offsets == nullptr || a.params == nullptr))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "kernel '" + k.name + "': parameters without offsets or data");
+    // Buffers on pointers, parameters on values of their size (read when the kernel was made).
+    check_launch(k.name, k.arg_specs, a);
 
     // Work geometry: the task's grid, or one work item per element of the first written buffer.
     size_t global[3] = {1, 1, 1}, local[3] = {1, 1, 1};
@@ -1271,19 +1275,25 @@ class OpenClBackend final : public sdk::Backend {
         if (err != CL_SUCCESS)
           throw Error(HCR_ERROR_INVALID_ARGUMENT,
                       "kernel '" + k.name + "': buffer " + std::to_string(index) +
-                          " does not fit kernel argument " + std::to_string(index) +
+                          " does not fit " + describe_arg(index, k.arg_specs[index]) +
                           " (buffers come first, then the parameters): " +
                           cl_error_text("clSetKernelArg", err));
         ++index;
       }
+      // Each parameter at its argument's size where known (its span may end in padding, which
+      // check_launch found to be that), else the whole span, for the driver to judge.
       const auto* params = static_cast<const unsigned char*>(a.params);
-      for (size_t j = 0; j < a.num_params; ++j) {
+      for (size_t j = 0; j < a.num_params; ++j, ++index) {
         const size_t begin = a.param_offsets[j];
         const size_t end = j + 1 < a.num_params ? a.param_offsets[j + 1] : a.params_size;
-        if (end <= begin || end > a.params_size)
-          throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel '" + k.name + "': parameter " +
-                                                      std::to_string(j) + " has no bytes");
-        set_scalar(k, index++, params + begin, end - begin, j);
+        const ArgSpec& spec = k.arg_specs[index];
+        const size_t size = spec.size != 0 ? spec.size : end - begin;
+        cl_int err = clSetKernelArg(k.kernel.get(), index, size, params + begin);
+        if (err != CL_SUCCESS)
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      "kernel '" + k.name + "': parameter " + std::to_string(j) + " (" +
+                          describe_bytes(params + begin, end - begin) + ") does not fit " +
+                          describe_arg(index, spec) + ": " + cl_error_text("clSetKernelArg", err));
       }
       cl_int err = clEnqueueNDRangeKernel(q, k.kernel.get(), dims, nullptr, global,
                                           has_local ? local : nullptr, 0, nullptr, &ev);
