@@ -1,7 +1,8 @@
 // The arbiter across processes: `hcr serve` and tenant processes (tenant_helper.cpp). Two
 // processes finish every task through it; killing the arbiter mid-run leaves each tenant its own
 // share and loses nothing; killing a tenant (SIGKILL) mid-run gives its devices to the other;
-// `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on.
+// `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on, and a
+// --release-timeout that is not plain seconds.
 #include "arbiter_support.hpp"
 
 #include <poll.h>
@@ -179,6 +180,35 @@ TEST(ArbiterProcess, ServeRefusesASocketALiveArbiterAnswersOn) {
   EXPECT_TRUE(exists(sock(dir))) << "the live one's socket stays";
   srv->signal(SIGINT);
   EXPECT_EQ(srv->wait(), 0);
+}
+
+TEST(ArbiterProcess, ServeTakesOnlyPlainDecimalSecondsForTheReleaseTimeout) {
+  TempDir dir;
+  struct Case {
+    std::string value, error;
+  };
+  const std::string plain = "is not plain decimal seconds (such as 30 or 2.5): 0 (none), or 0.01 "
+                            "to 86400 seconds";
+  const std::string range = "is out of range: 0 (none), or 0.01 to 86400 seconds";
+  const std::vector<Case> cases = {
+      {"0x10", plain}, {"1e-9", plain}, {"1e3", plain}, {"-1", plain},     {"+5", plain},
+      {"inf", plain},  {"nan", plain},  {" 5", plain},  {"5s", plain},     {"", plain},
+      {".5", plain},   {"5.", plain},   {"1.2.3", plain}, {"0.001", range}, {"86401", range},
+      {"99999999999999999999", range}};
+  for (const Case& c : cases) {
+    Child serve({HCR_CLI, "serve", "--socket", sock(dir), "--release-timeout", c.value});
+    const std::string line = serve.line_with("--release-timeout");
+    EXPECT_NE(line.find("--release-timeout '" + c.value + "' " + c.error), std::string::npos)
+        << "'" << c.value << "': " << serve.output();
+    EXPECT_EQ(serve.wait(), 1) << "'" << c.value << "'";
+    EXPECT_FALSE(exists(sock(dir))) << "'" << c.value << "': it did not start";
+  }
+  for (const std::string ok : {"0", "2.5", "86400", "0.01"}) {
+    Child serve({HCR_CLI, "serve", "--socket", sock(dir), "--release-timeout", ok});
+    EXPECT_FALSE(serve.line_with("arbiter on").empty()) << ok << ": " << serve.output();
+    serve.signal(SIGTERM);
+    EXPECT_EQ(serve.wait(), 0) << ok;
+  }
 }
 
 }  // namespace
