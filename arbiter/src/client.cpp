@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,33 +33,63 @@ bool Client::send(const std::string& line) {
   return true;
 }
 
+namespace {
+
+timeval timeval_of(std::chrono::milliseconds ms) {
+  const int64_t v = std::max<int64_t>(1, ms.count());
+  return timeval{static_cast<time_t>(v / 1000), static_cast<suseconds_t>(v % 1000 * 1000)};
+}
+
+}  // namespace
+
 bool Client::start() {
   const std::vector<DeviceReport> devices = host_.devices();
   count_ = static_cast<uint32_t>(std::min(devices.size(), kMaxDevicesPerTenant));
   allowed_.assign(count_, true);
   own_.assign(count_, true);
   const std::string where = "arbiter '" + options_.socket + "'";
+  const std::string as_without = "; running on every device, as without one";
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (options_.socket.empty() || options_.socket.size() >= sizeof a.sun_path) {
-    host_.log(true, where + ": not a socket path (empty or too long); running on every device");
+    host_.log(true, where + ": not a socket path (empty or too long)" + as_without);
     return false;
   }
   std::memcpy(a.sun_path, options_.socket.c_str(), options_.socket.size() + 1);
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    host_.log(true, where + " does not answer (" + std::strerror(errno) +
-                        "); running on every device, as without one");
+  // On a Unix socket, connect() waits on a full backlog (an arbiter stopped, or overwhelmed) at
+  // most the send timeout: the connect timeout. Sends after it wait at most the join timeout.
+  const timeval connect_tv = timeval_of(options_.connect_timeout);
+  const timeval send_tv = timeval_of(options_.join_timeout);
+  int r = -1;
+  if (fd_ >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &connect_tv, sizeof connect_tv) == 0) {
+    do r = ::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+    while (r != 0 && errno == EINTR);
+  }
+  if (r != 0) {
+    const int e = errno;
+    host_.log(true, where + " does not answer (" +
+                        (e == EAGAIN ? "no connection accepted within " +
+                                           std::to_string(options_.connect_timeout.count()) +
+                                           " ms: stopped, or its backlog is full"
+                                     : std::string(std::strerror(e))) +
+                        ")" + as_without);
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     return false;
   }
-  bool sent = send(format(msg::Hello{kProtocolVersion, options_.weight}));
-  for (uint32_t i = 0; i < count_ && sent; ++i) sent = send(format(msg::Device{devices[i]}));
-  if (sent) send(format(msg::Joined{}));
+  if (::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_tv, sizeof send_tv) != 0) {
+    host_.log(true, where + ": SO_SNDTIMEO: " + std::strerror(errno) + as_without);
+    ::close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  std::string join = format(msg::Hello{kProtocolVersion, options_.weight});
+  for (uint32_t i = 0; i < count_; ++i) join += format(msg::Device{devices[i]});
   // The first grant: until it comes the runtime runs as without an arbiter. (A send that failed
   // still reads what the arbiter said before it closed: a refusal's reason.)
   const auto deadline = Clock::now() + options_.join_timeout;
+  send(join + format(msg::Joined{}));
   bool ok = true;
   while (ok && stats().grants == 0 && Clock::now() < deadline)
     ok = read_lines(true, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
@@ -68,9 +99,10 @@ bool Client::start() {
       std::lock_guard<std::mutex> g(stats_mutex_);
       why = error_;
     }
-    host_.log(true, where + (why.empty() ? std::string(" gave no grant in time")
+    host_.log(true, where + (why.empty() ? " gave no grant within " +
+                                               std::to_string(options_.join_timeout.count()) + " ms"
                                          : " refused: " + why) +
-                        "; running on every device, as without one");
+                        as_without);
     for (uint32_t d = 0; d < count_; ++d)
       if (!allowed_[d]) host_.allow(d, true);
     allowed_.assign(count_, true);

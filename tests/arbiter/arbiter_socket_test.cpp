@@ -1,7 +1,8 @@
 // The arbiter over its socket, in one process: a server thread and runtimes of simulated devices
 // as tenants. Two runtimes share four devices (own shares, lending, reclaim), never both on one
 // device; an arbiter that is not there, that refuses the peer, or that dies mid-run; a tenant
-// that vanishes holding devices; malformed messages.
+// that vanishes holding devices; malformed messages. Bounds: a connect to an arbiter that accepts
+// nobody.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
@@ -10,7 +11,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <future>
 
 namespace hcr::test {
 namespace {
@@ -319,6 +322,63 @@ TEST(ArbiterSocket, ATenantThatKeepsARevokedDeviceIsDroppedAfterTheTimeout) {
   EXPECT_NE(peer.until_closed().find("ERROR a revoked device not released within"),
             std::string::npos);
   EXPECT_TRUE(eventually([&] { return rt.stats().arbiter.held == 2; }));
+}
+
+// A socket that listens and never accepts, its backlog full: an arbiter stopped (SIGSTOP) with
+// runtimes queued at it, or overwhelmed. A connect to it waits (non-blocking: EAGAIN).
+class FullBacklog {
+ public:
+  explicit FullBacklog(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 0), 0);
+    for (int i = 0; i < 64 && !full_; ++i) {
+      const int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        queued_.push_back(c);
+        continue;
+      }
+      full_ = errno == EAGAIN;
+      ::close(c);
+    }
+  }
+  ~FullBacklog() {
+    close_listener();
+    for (int c : queued_) ::close(c);
+  }
+  bool full() const { return full_; }
+  /// Ends a connect that waits on it (ECONNREFUSED).
+  void close_listener() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool full_ = false;
+  std::vector<int> queued_;
+};
+
+TEST(ArbiterSocket, AConnectToAnArbiterThatAcceptsNobodyTimesOut) {
+  TempDir dir;
+  FullBacklog stopped(sock(dir));
+  ASSERT_TRUE(stopped.full());
+  FakeHost host(2);
+  arbiter::ClientOptions o;
+  o.socket = sock(dir);
+  o.connect_timeout = std::chrono::milliseconds(100);
+  o.join_timeout = std::chrono::milliseconds(100);
+  arbiter::Client client(host, o);
+  auto started = std::async(std::launch::async, [&] { return client.start(); });
+  const bool returned = started.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!returned) stopped.close_listener();  // lets the connect end, and the test
+  EXPECT_TRUE(returned) << "a runtime's start still waits for the connect after 30 s";
+  EXPECT_FALSE(started.get());
+  EXPECT_TRUE(host.logged("does not answer (no connection accepted within 100 ms")) << host.text();
+  EXPECT_TRUE(host.logged("running on every device")) << host.text();
 }
 
 }  // namespace

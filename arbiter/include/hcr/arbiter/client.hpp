@@ -46,7 +46,11 @@ class TenantHost {
 struct ClientOptions {
   std::string socket;
   double weight = 1;
-  /// How long start() waits for the arbiter's first grant.
+  /// How long start() waits for the arbiter to accept the connection (a stopped arbiter, or one
+  /// whose backlog is full, accepts nobody).
+  std::chrono::milliseconds connect_timeout{1000};
+  /// How long start() waits for the arbiter's first grant; also the longest any send to it may
+  /// block (an arbiter that stops reading is then taken as gone).
   std::chrono::milliseconds join_timeout{2000};
   /// Idle for this long (nothing unfinished) before the arbiter is told so: a burst's tail and
   /// the next burst's start do not lend the devices away and back.
