@@ -3,9 +3,12 @@
 #include <hcr/arbiter/client.hpp>
 #include <hcr/arbiter/protocol.hpp>
 
+#include "peer.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -56,6 +59,21 @@ bool Client::start() {
     return false;
   }
   std::memcpy(a.sun_path, options_.socket.c_str(), options_.socket.size() + 1);
+  // Whoever listens on the path learns this process's id on connect and its devices after: a
+  // socket file of another user is not even connected to (its process is checked below too).
+  struct stat st{};
+  if (::lstat(options_.socket.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      host_.log(true, where + " is not a socket: refused" + as_without);
+      return false;
+    }
+    if (!detail::trusted_uid(st.st_uid)) {
+      host_.log(true, where + ": the socket file belongs to " + detail::user_text(st.st_uid) +
+                          ", neither this user (" + detail::user_text(::geteuid()) +
+                          ") nor root: refused" + as_without);
+      return false;
+    }
+  }
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   // On a Unix socket, connect() waits on a full backlog (an arbiter stopped, or overwhelmed) at
   // most the send timeout: the connect timeout. Sends after it wait at most the join timeout.
@@ -78,8 +96,17 @@ bool Client::start() {
     fd_ = -1;
     return false;
   }
-  if (::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_tv, sizeof send_tv) != 0) {
-    host_.log(true, where + ": SO_SNDTIMEO: " + std::strerror(errno) + as_without);
+  ucred cred{};
+  std::string refusal;
+  if (!detail::peer_credentials(fd_, cred))
+    refusal = std::string("its credentials cannot be read (") + std::strerror(errno) + ")";
+  else if (!detail::trusted_uid(cred.uid))
+    refusal = "it runs as " + detail::user_text(cred.uid) + " (pid " + std::to_string(cred.pid) +
+              "), neither this user (" + detail::user_text(::geteuid()) + ") nor root";
+  else if (::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_tv, sizeof send_tv) != 0)
+    refusal = std::string("SO_SNDTIMEO: ") + std::strerror(errno);
+  if (!refusal.empty()) {
+    host_.log(true, where + ": " + refusal + ": refused" + as_without);
     ::close(fd_);
     fd_ = -1;
     return false;

@@ -81,7 +81,8 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   /// Connects, joins and applies the first grant. False (with a warning through the host) when
-  /// no arbiter answers or it refuses: nothing is withheld then.
+  /// no arbiter answers in time, it refuses, or it is not to be trusted (its socket file or its
+  /// process belongs to a user other than this one and root): nothing is withheld then.
   bool start();
   /// Leaves: the own share is allowed (every device when that is empty), the rest withheld, the
   /// connection closed. Idempotent.
