@@ -86,7 +86,8 @@ int cmd_serve(int argc, char** argv) {
     throw Error(ErrorCode::invalid_argument, e.what());
   }
   std::fprintf(stderr, "hcr serve: arbiter on '%s' (%zu user(s), %zu group(s) allowed)\n",
-               o.socket.c_str(), o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
+               server->path().c_str(),
+               o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
                o.groups.size());
   std::thread t([&] { server->run(); });
   int sig = 0;

@@ -3,6 +3,9 @@
 #include <hcr/arbiter/protocol.hpp>
 #include <hcr/arbiter/server.hpp>
 
+#include "peer.hpp"
+#include "safe_file.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
@@ -58,39 +62,87 @@ bool send_all(int fd, const std::string& s) {
   return true;
 }
 
+[[noreturn]] void refuse(const std::string& why) { throw std::runtime_error(why); }
+
 }  // namespace
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (!options_.log) options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
-  if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::getuid());
+  if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::geteuid());
+  try {
+    bind_socket();
+  } catch (...) {
+    for (int fd : {listen_fd_, wake_[0], wake_[1], dir_fd_})
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+}
+
+// The checks, then the socket bound, opened to the allowed, listening.
+void Server::bind_socket() {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::absolute(options_.socket).lexically_normal();
+  options_.socket = path.string();
   const sockaddr_un a = address(options_.socket);
+  name_ = path.filename().string();
+  if (name_.empty() || name_ == "." || name_ == "..")
+    refuse("arbiter socket path '" + options_.socket + "' does not name a file");
+  // The directory: nobody but this user and root may be able to replace the socket in it (or
+  // put their own there before it): the rule of the model directory and the plugin paths.
+  try {
+    const std::optional<files::TrustedDir> dir = files::TrustedDir::open(path.parent_path());
+    if (!dir)
+      refuse("arbiter socket '" + options_.socket + "': its directory '" +
+             path.parent_path().string() + "' does not exist");
+    dir_fd_ = ::fcntl(dir->fd(), F_DUPFD_CLOEXEC, 0);
+    if (dir_fd_ < 0) refuse(std::string("dup: ") + std::strerror(errno));
+  } catch (const files::FileError& e) {
+    refuse("arbiter socket '" + options_.socket + "' refused: its directory is not trusted: " +
+           e.what());
+  }
   struct stat st{};
-  if (::lstat(options_.socket.c_str(), &st) == 0) {
+  if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!S_ISSOCK(st.st_mode))
-      throw std::runtime_error("'" + options_.socket + "' exists and is not a socket: refused");
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+      refuse("'" + options_.socket + "' exists and is not a socket: refused");
+    // Something listening answers at once, or says its backlog is full (a stopped server).
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    const int r =
+        probe < 0 ? -1 : ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+    const bool live = r == 0 || (probe >= 0 && (errno == EAGAIN || errno == EINPROGRESS));
+    ucred cred{};
+    const bool known = r == 0 && detail::peer_credentials(probe, cred);
     if (probe >= 0) ::close(probe);
+    const std::string owner = "its socket file belongs to " + detail::user_text(st.st_uid);
     if (live)
-      throw std::runtime_error("an arbiter already answers on '" + options_.socket + "'");
-    ::unlink(options_.socket.c_str());  // stale: its server is gone
+      refuse("an arbiter already answers on '" + options_.socket + "' (" +
+             (known ? "pid " + std::to_string(cred.pid) + ", " + detail::user_text(cred.uid) + "; "
+                    : std::string()) +
+             owner + "): refused");
+    if (st.st_uid != ::geteuid())
+      refuse("'" + options_.socket + "' is a socket nobody answers on, but " + owner +
+             ", not this user (" + detail::user_text(::geteuid()) +
+             "): refused (remove it if it is stale)");
+    ::unlinkat(dir_fd_, name_.c_str(), 0);  // stale: its server is gone
     options_.log("replaced the stale socket file '" + options_.socket + "'");
   }
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    const int e = errno;
-    ::close(listen_fd_);
-    throw std::runtime_error("cannot bind '" + options_.socket + "': " + std::strerror(e));
-  }
-  // Permissions first (only the allowed may connect), the credentials check on every peer second.
-  const mode_t mode = options_.groups.empty() ? 0600 : 0660;
-  if (::chmod(options_.socket.c_str(), mode) != 0 || ::listen(listen_fd_, 64) != 0 ||
-      ::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    const int e = errno;
-    ::close(listen_fd_);
-    ::unlink(options_.socket.c_str());
-    throw std::runtime_error("cannot listen on '" + options_.socket + "': " + std::strerror(e));
+  if (listen_fd_ < 0) refuse(std::string("socket: ") + std::strerror(errno));
+  // Nobody can connect before listen(), after the access is set.
+  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
+    refuse("cannot bind '" + options_.socket + "': " + std::strerror(errno));
+  try {
+    if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+      refuse("'" + options_.socket + "' is not the socket just bound");
+    inode_ = st.st_ino;
+    // Permissions first (only the allowed may connect), the credentials check on every peer
+    // second.
+    if (::fchmodat(dir_fd_, name_.c_str(), options_.groups.empty() ? 0600 : 0660, 0) != 0)
+      refuse("cannot chmod '" + options_.socket + "': " + std::strerror(errno));
+    if (::listen(listen_fd_, 64) != 0 || ::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+      refuse("cannot listen on '" + options_.socket + "': " + std::strerror(errno));
+  } catch (...) {
+    ::unlinkat(dir_fd_, name_.c_str(), 0);
+    throw;
   }
 }
 
@@ -100,9 +152,12 @@ Server::~Server() {
     if (c->fd >= 0) ::close(c->fd);
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
-    ::unlink(options_.socket.c_str());
+    // Only the file it bound: another server may have replaced a socket of its own there since.
+    struct stat st{};
+    if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == inode_)
+      ::unlinkat(dir_fd_, name_.c_str(), 0);
   }
-  for (int fd : wake_)
+  for (int fd : {wake_[0], wake_[1], dir_fd_})
     if (fd >= 0) ::close(fd);
 }
 

@@ -1,13 +1,14 @@
 // The arbiter over its socket, in one process: a server thread and runtimes of simulated devices
 // as tenants. Two runtimes share four devices (own shares, lending, reclaim), never both on one
 // device; an arbiter that is not there, that refuses the peer, or that dies mid-run; a tenant
-// that vanishes holding devices; malformed messages. Bounds: a connect to an arbiter that accepts
-// nobody.
+// that vanishes holding devices; malformed messages; a socket directory others can write. Bounds:
+// a connect (or a new server's probe) to an arbiter that accepts nobody.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -379,6 +380,52 @@ TEST(ArbiterSocket, AConnectToAnArbiterThatAcceptsNobodyTimesOut) {
   EXPECT_FALSE(started.get());
   EXPECT_TRUE(host.logged("does not answer (no connection accepted within 100 ms")) << host.text();
   EXPECT_TRUE(host.logged("running on every device")) << host.text();
+}
+
+TEST(ArbiterSocket, ANewServerDoesNotWaitOnAStoppedOne) {
+  TempDir dir;
+  FullBacklog stopped(sock(dir));
+  ASSERT_TRUE(stopped.full());
+  auto made = std::async(std::launch::async, [&] {
+    try {
+      arbiter::ServerOptions o = options(sock(dir));
+      o.log = [](const std::string&) {};
+      arbiter::Server server(o);
+      return std::string("bound");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  const bool returned = made.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!returned) stopped.close_listener();
+  EXPECT_TRUE(returned) << "the new server's probe still waits after 30 s";
+  const std::string what = made.get();
+  EXPECT_NE(what.find("an arbiter already answers on '" + sock(dir) + "'"), std::string::npos)
+      << what;
+}
+
+TEST(ArbiterSocket, ASocketDirectoryOthersCanWriteIsRefused) {
+  TempDir dir;
+  const std::filesystem::path open = dir.path() / "open";
+  std::filesystem::create_directory(open);
+  const std::string path = (open / "arbiter.sock").string();
+  for (const mode_t mode : {mode_t{0777}, mode_t{01777}, mode_t{0770}}) {
+    ASSERT_EQ(::chmod(open.c_str(), mode), 0);
+    try {
+      arbiter::Server server(options(path));
+      ADD_FAILURE() << "bound in a directory of mode " << std::oct << mode;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("arbiter socket '" + path + "' refused: its directory is not trusted"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(open.string() + ": writable by its group or others (mode "),
+                std::string::npos)
+          << what;
+    }
+    struct stat st{};
+    EXPECT_NE(::lstat(path.c_str(), &st), 0) << "nothing is left there";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The arbiter between users. The tests run as root; a child process takes the part of another
 // user (nobody, 65534). A runtime refuses an arbiter of another user, says why, and sends it
-// nothing.
+// nothing; `hcr serve` refuses a socket directory or a socket file of another user, naming them.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
@@ -109,6 +109,15 @@ arbiter::ClientOptions client_options(const std::string& path) {
   return o;
 }
 
+std::string what_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(ArbiterTrust, ARuntimeRefusesAnArbiterOfAnotherUserAndSendsItNothing) {
   REQUIRE_ROOT();
   TempDir dir;
@@ -151,6 +160,59 @@ TEST(ArbiterTrust, ARuntimeRefusesAnArbiterOfAnotherUserAndSendsItNothing) {
     EXPECT_TRUE(host.logged("neither this user (uid 0 (root)) nor root: refused")) << host.text();
   }
   EXPECT_EQ(other.line(), "received 0") << "the other user's listener saw the runtime's devices";
+}
+
+TEST(ArbiterTrust, ServeRefusesASocketOfAnotherUserNamingThem) {
+  REQUIRE_ROOT();
+  TempDir dir;
+  const std::string path = (searchable(dir, "run") / "arbiter.sock").string();
+  {  // A live one: bound as root in a directory of root's, then listening as nobody.
+    AsUser other(
+        kNobody, {},
+        [&](int out) {
+          const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);  // kept across the change of user
+          const sockaddr_un a = address(path);
+          if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
+              ::chown(path.c_str(), kNobody, kNogroup) != 0 || ::dup2(fd, 100) != 100)
+            say(out, std::string("cannot bind: ") + std::strerror(errno));
+        },
+        [&](int out) {
+          if (::listen(100, 8) != 0)
+            return say(out, std::string("listen: ") + std::strerror(errno));
+          say(out, "listening");
+          ::pause();
+        });
+    ASSERT_EQ(other.line(), "listening");
+    const std::string what = what_of([&] { arbiter::Server s({.socket = path}); });
+    EXPECT_NE(what.find("an arbiter already answers on '" + path + "' (pid "), std::string::npos)
+        << what;
+    EXPECT_NE(what.find(", uid 65534 (nobody); its socket file belongs to uid 65534 (nobody))"),
+              std::string::npos)
+        << what;
+    other.end();
+  }
+  // Its server gone, the file stays another user's: not removed, named.
+  const std::string what = what_of([&] { arbiter::Server s({.socket = path}); });
+  EXPECT_NE(what.find("'" + path + "' is a socket nobody answers on, but its socket file belongs "
+                      "to uid 65534 (nobody), not this user (uid 0 (root)): refused (remove it "
+                      "if it is stale)"),
+            std::string::npos)
+      << what;
+  struct stat st{};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+}
+
+TEST(ArbiterTrust, ServeRefusesASocketDirectoryOfAnotherUser) {
+  REQUIRE_ROOT();
+  TempDir dir;
+  const std::filesystem::path theirs = searchable(dir, "theirs", kNobody);
+  const std::string what =
+      what_of([&] { arbiter::Server s({.socket = (theirs / "arbiter.sock").string()}); });
+  EXPECT_NE(what.find("its directory is not trusted: " + theirs.string() +
+                      ": owned by uid 65534, neither this user (uid 0) nor root"),
+            std::string::npos)
+      << what;
 }
 
 }  // namespace

@@ -26,7 +26,7 @@
 namespace hcr::arbiter {
 
 struct ServerOptions {
-  std::string socket;           ///< the socket file's path
+  std::string socket;           ///< the socket file's path (made absolute)
   std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
   std::vector<gid_t> groups;    ///< peers allowed by primary gid
   /// A tenant that has not released a revoked device this many seconds after the revoke is
@@ -47,10 +47,12 @@ struct ServerCounters {
 class Server {
  public:
   /// Binds the socket (mode 0600, or 0660 when groups are allowed). Throws std::runtime_error
-  /// naming the path when a live server answers there or it cannot bind; a stale socket file
-  /// (nobody answers) is replaced.
+  /// naming the path and the reason when its directory is not trusted (it or a directory above
+  /// it belongs to, or can be written by, a user other than this one and root: hcr::files'
+  /// rule), when a live server answers there, when a socket file of another user is there, or
+  /// when it cannot bind; a stale socket file of this user (nobody answers) is replaced.
   explicit Server(ServerOptions options);
-  ~Server();  ///< stops, closes every connection, removes the socket file
+  ~Server();  ///< stops, closes every connection, removes the socket file (if still its own)
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -61,6 +63,7 @@ class Server {
 
  private:
   struct Conn;
+  void bind_socket();
   void accept_one();
   void handle(Conn& c, std::string_view line);
   void drop(Conn& c, const std::string& why);
@@ -68,6 +71,9 @@ class Server {
   void say(const std::string& line);
 
   ServerOptions options_;
+  int dir_fd_ = -1;         // the socket's directory, checked (hcr::files::TrustedDir)
+  std::string name_;        // the socket's name in it
+  ino_t inode_ = 0;         // the socket file bound (removed at the end only if still there)
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
