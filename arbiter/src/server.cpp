@@ -11,11 +11,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -62,7 +65,41 @@ bool send_all(int fd, const std::string& s) {
   return true;
 }
 
+std::string octal(mode_t m) {
+  char b[8];
+  std::snprintf(b, sizeof b, "%04o", static_cast<unsigned>(m & 07777));
+  return b;
+}
+
 [[noreturn]] void refuse(const std::string& why) { throw std::runtime_error(why); }
+
+// A POSIX access ACL in the kernel's xattr form (linux/posix_acl_xattr.h: version 2, then
+// entries of tag, permissions and id, sorted by tag and id): the owner and each named user and
+// group may read and write; the owning group and others nothing.
+bool set_access_acl(const std::string& path, std::vector<uid_t> users, std::vector<gid_t> groups) {
+  std::sort(users.begin(), users.end());
+  users.erase(std::unique(users.begin(), users.end()), users.end());
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  std::string x;
+  auto le = [&](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) x += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto entry = [&](uint16_t tag, uint16_t perm, uint32_t id) {
+    le(tag, 2);
+    le(perm, 2);
+    le(id, 4);
+  };
+  constexpr uint32_t kNoId = UINT32_MAX;
+  le(2, 4);
+  entry(0x01, 6, kNoId);  // ACL_USER_OBJ
+  for (uid_t u : users) entry(0x02, 6, u);  // ACL_USER
+  entry(0x04, 0, kNoId);  // ACL_GROUP_OBJ
+  for (gid_t g : groups) entry(0x08, 6, g);  // ACL_GROUP
+  entry(0x10, 6, kNoId);  // ACL_MASK
+  entry(0x20, 0, kNoId);  // ACL_OTHER
+  return ::lsetxattr(path.c_str(), "system.posix_acl_access", x.data(), x.size(), 0) == 0;
+}
 
 }  // namespace
 
@@ -134,15 +171,54 @@ void Server::bind_socket() {
     if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
       refuse("'" + options_.socket + "' is not the socket just bound");
     inode_ = st.st_ino;
-    // Permissions first (only the allowed may connect), the credentials check on every peer
-    // second.
-    if (::fchmodat(dir_fd_, name_.c_str(), options_.groups.empty() ? 0600 : 0660, 0) != 0)
-      refuse("cannot chmod '" + options_.socket + "': " + std::strerror(errno));
+    open_access();
     if (::listen(listen_fd_, 64) != 0 || ::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
       refuse("cannot listen on '" + options_.socket + "': " + std::strerror(errno));
   } catch (...) {
     ::unlinkat(dir_fd_, name_.c_str(), 0);
     throw;
+  }
+}
+
+// Who may connect: the file's permissions let the allowed in (the credentials check on accept
+// is the gate either way); nobody else gets as far as connect().
+void Server::open_access() {
+  std::vector<uid_t> others;
+  for (uid_t u : options_.users)
+    if (u != ::geteuid()) others.push_back(u);
+  const auto fail = [&](const char* what) {
+    refuse("cannot " + std::string(what) + " '" + options_.socket + "': " + std::strerror(errno));
+  };
+  if (others.empty() && options_.groups.empty()) {
+    if (::fchmodat(dir_fd_, name_.c_str(), 0600, 0) != 0) fail("chmod");
+    return;
+  }
+  if (others.empty() && options_.groups.size() == 1 &&
+      ::fchownat(dir_fd_, name_.c_str(), static_cast<uid_t>(-1), options_.groups[0],
+                 AT_SYMLINK_NOFOLLOW) == 0) {
+    if (::fchmodat(dir_fd_, name_.c_str(), 0660, 0) != 0) fail("chmod");
+  } else if (!set_access_acl(options_.socket, others, options_.groups)) {
+    const int e = errno;
+    if (e != ENOTSUP && e != EOPNOTSUPP) {
+      errno = e;
+      fail("set the access ACL of");
+    }
+    if (::fchmodat(dir_fd_, name_.c_str(), 0666, 0) != 0) fail("chmod");
+    say("'" + options_.socket + "': its file system keeps no ACLs, so the socket is mode 0666: " +
+        "the credentials check on accept alone admits only the allowed users and groups");
+  }
+  // The allowed reach the socket only through directories they may search.
+  namespace fs = std::filesystem;
+  for (fs::path d = fs::path(options_.socket).parent_path();; d = d.parent_path()) {
+    struct stat st{};
+    if (::stat(d.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0 &&
+        !((st.st_mode & S_IXGRP) != 0 &&
+          std::find(options_.groups.begin(), options_.groups.end(), st.st_gid) !=
+              options_.groups.end()))
+      say("'" + d.string() + "' (mode " + octal(st.st_mode) + ", " +
+          detail::user_text(st.st_uid) + ", " + detail::group_text(st.st_gid) +
+          ") is not searchable by others: allowed users and groups may not reach the socket");
+    if (d == d.root_path() || d.empty()) break;
   }
 }
 
@@ -248,18 +324,18 @@ void Server::accept_one() {
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) return;
   ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+  if (!detail::peer_credentials(fd, cred)) {
     say(std::string("SO_PEERCRED: ") + std::strerror(errno) + "; peer refused");
     ::close(fd);
     return;
   }
-  const bool ok =
-      std::find(options_.users.begin(), options_.users.end(), cred.uid) != options_.users.end() ||
-      std::find(options_.groups.begin(), options_.groups.end(), cred.gid) != options_.groups.end();
+  const auto in = [](const auto& v, auto x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+  bool ok = in(options_.users, cred.uid) || in(options_.groups, cred.gid);
+  if (!ok && !options_.groups.empty())
+    for (gid_t g : detail::peer_groups(fd)) ok = ok || in(options_.groups, g);
   if (!ok) {
-    const std::string why = "uid " + std::to_string(cred.uid) + " gid " +
-                            std::to_string(cred.gid) + " (pid " + std::to_string(cred.pid) +
+    const std::string why = detail::user_text(cred.uid) + ", " + detail::group_text(cred.gid) +
+                            " (pid " + std::to_string(cred.pid) +
                             ") is not an allowed user or group: refused";
     say("peer " + why);
     send_all(fd, format(msg::Error{why}));

@@ -1,6 +1,7 @@
 // The arbiter between users. The tests run as root; a child process takes the part of another
 // user (nobody, 65534). A runtime refuses an arbiter of another user, says why, and sends it
-// nothing; `hcr serve` refuses a socket directory or a socket file of another user, naming them.
+// nothing; `hcr serve` refuses a socket directory or a socket file of another user, naming them;
+// an arbiter run by root lets the allowed users and groups in, and nobody else.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -90,6 +92,28 @@ class AsUser {
   pid_t pid_ = -1;
   int out_ = -1;
 };
+
+// A peer's whole join with the two devices of arbiter_sim(2); the arbiter's first line, or why
+// there is none.
+std::string join(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const sockaddr_un a = address(path);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
+    return std::string("connect: ") + std::strerror(errno);
+  std::string msg = "HELLO 1 1\n";
+  for (const arbiter::DeviceReport& d : FakeHost(2).devices())
+    msg += arbiter::format(arbiter::msg::Device{d});
+  msg += "JOINED\n";
+  if (::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(msg.size()))
+    return std::string("send: ") + std::strerror(errno);
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string l;
+  char c;
+  while (::recv(fd, &c, 1, 0) == 1 && c != '\n') l += c;
+  ::close(fd);
+  return l.empty() ? "closed without a word" : l;
+}
 
 // A directory under a test directory that others may search (the test directory is 0700).
 std::filesystem::path searchable(const TempDir& dir, const std::string& name, uid_t owner = 0) {
@@ -213,6 +237,72 @@ TEST(ArbiterTrust, ServeRefusesASocketDirectoryOfAnotherUser) {
                       ": owned by uid 65534, neither this user (uid 0) nor root"),
             std::string::npos)
       << what;
+}
+
+TEST(ArbiterTrust, ARootArbiterLetsAnAllowedUserIn) {
+  REQUIRE_ROOT();
+  TempDir dir;
+  const std::string path = (searchable(dir, "run") / "arbiter.sock").string();
+  arbiter::ServerOptions o;
+  o.socket = path;
+  o.users = {kNobody};
+  ServerThread srv(o);
+  AsUser allowed(kNobody, {}, nullptr, [&](int out) { say(out, join(path)); });
+  EXPECT_EQ(allowed.line().rfind("WELCOME 1 ", 0), 0u);
+  AsUser other(kNobody - 1, {}, nullptr, [&](int out) { say(out, join(path)); });
+  const std::string refused = other.line();
+  EXPECT_EQ(refused.find("WELCOME"), std::string::npos) << refused;
+  EXPECT_FALSE(refused.empty());
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0007, 0u) << "others get nothing from the mode bits";
+}
+
+TEST(ArbiterTrust, ARootArbiterLetsAnAllowedGroupIn) {
+  REQUIRE_ROOT();
+  TempDir dir;
+  const std::string path = (searchable(dir, "run") / "arbiter.sock").string();
+  constexpr gid_t kGroup = 54321;
+  arbiter::ServerOptions o;
+  o.socket = path;
+  o.groups = {kGroup};
+  ServerThread srv(o);
+  struct stat st{};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, kGroup);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  // A member through a supplementary group (its primary group is nogroup).
+  AsUser member(kNobody, {kGroup}, nullptr, [&](int out) { say(out, join(path)); });
+  EXPECT_EQ(member.line().rfind("WELCOME 1 ", 0), 0u);
+  AsUser outsider(kNobody, {}, nullptr, [&](int out) { say(out, join(path)); });
+  const std::string refused = outsider.line();
+  EXPECT_EQ(refused.find("WELCOME"), std::string::npos) << refused;
+  EXPECT_FALSE(refused.empty());
+}
+
+TEST(ArbiterTrust, ARootArbiterLetsSeveralUsersAndGroupsInByAnAcl) {
+  REQUIRE_ROOT();
+  TempDir dir;
+  const std::string path = (searchable(dir, "run") / "arbiter.sock").string();
+  constexpr gid_t kGroup = 54321;
+  arbiter::ServerOptions o;
+  o.socket = path;
+  o.users = {0, kNobody - 1, kNobody};
+  o.groups = {kGroup, kGroup + 1};
+  ServerThread srv(o);
+  if (::getxattr(path.c_str(), "system.posix_acl_access", nullptr, 0) < 0) {
+    EXPECT_TRUE(srv.logged("keeps no ACLs, so the socket is mode 0666")) << "no ACL, no word";
+  }
+  for (uid_t u : {kNobody, kNobody - 1}) {
+    AsUser allowed(u, {}, nullptr, [&](int out) { say(out, join(path)); });
+    EXPECT_EQ(allowed.line().rfind("WELCOME 1 ", 0), 0u) << "uid " << u;
+  }
+  AsUser member(kNobody - 2, {kGroup + 1}, nullptr, [&](int out) { say(out, join(path)); });
+  EXPECT_EQ(member.line().rfind("WELCOME 1 ", 0), 0u);
+  AsUser other(kNobody - 2, {}, nullptr, [&](int out) { say(out, join(path)); });
+  const std::string refused = other.line();
+  EXPECT_EQ(refused.find("WELCOME"), std::string::npos) << refused;
+  EXPECT_FALSE(refused.empty());
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ namespace hcr::arbiter {
 struct ServerOptions {
   std::string socket;           ///< the socket file's path (made absolute)
   std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
-  std::vector<gid_t> groups;    ///< peers allowed by primary gid
+  std::vector<gid_t> groups;    ///< peers allowed by group (primary or supplementary)
   /// A tenant that has not released a revoked device this many seconds after the revoke is
   /// dropped (its devices return to the pool; it falls back to its own share). 0: never. Set it
   /// above the longest task the tenants run: a release waits for the running task.
@@ -46,11 +46,16 @@ struct ServerCounters {
 
 class Server {
  public:
-  /// Binds the socket (mode 0600, or 0660 when groups are allowed). Throws std::runtime_error
-  /// naming the path and the reason when its directory is not trusted (it or a directory above
-  /// it belongs to, or can be written by, a user other than this one and root: hcr::files'
-  /// rule), when a live server answers there, when a socket file of another user is there, or
-  /// when it cannot bind; a stale socket file of this user (nobody answers) is replaced.
+  /// Binds the socket and opens it to the allowed users and groups only (below). Throws
+  /// std::runtime_error naming the path and the reason when its directory is not trusted (it or
+  /// a directory above it belongs to, or can be written by, a user other than this one and root:
+  /// hcr::files' rule), when a live server answers there, when a socket file of another user is
+  /// there, or when it cannot bind; a stale socket file of this user (nobody answers) is replaced.
+  ///
+  /// Access: mode 0600 when only this user is allowed; otherwise an access ACL names each allowed
+  /// user and group (one group and no other user: that group owns it, mode 0660), or, on a file
+  /// system without ACLs, mode 0666 with a log line. Either way each peer's credentials
+  /// (SO_PEERCRED: uid, primary and supplementary groups) are checked on accept.
   explicit Server(ServerOptions options);
   ~Server();  ///< stops, closes every connection, removes the socket file (if still its own)
   Server(const Server&) = delete;
@@ -64,6 +69,7 @@ class Server {
  private:
   struct Conn;
   void bind_socket();
+  void open_access();
   void accept_one();
   void handle(Conn& c, std::string_view line);
   void drop(Conn& c, const std::string& why);
