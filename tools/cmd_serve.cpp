@@ -67,6 +67,12 @@ int cmd_serve(int argc, char** argv) {
       }));
     } else if (a == "--release-timeout") {
       o.release_timeout = seconds_of(a, v, 0.01, 86400);
+    } else if (a == "--max-connections") {
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(v) < 1 || std::stoul(v) > 100000)
+        throw Error(ErrorCode::invalid_argument,
+                    "--max-connections '" + v + "' is not a whole number from 1 to 100000");
+      o.max_connections = std::stoul(v);
     } else {
       throw Error(ErrorCode::invalid_argument, "unknown option " + a);
     }
@@ -97,10 +103,12 @@ int cmd_serve(int argc, char** argv) {
   const arbiter::ServerCounters c = server->counters();
   server.reset();  // removes the socket file
   std::fprintf(stderr, "hcr serve: stopped by signal %d; %llu tenant(s) joined, %llu refused, "
-               "%llu dropped for a bad message\n",
+               "%llu dropped (a bad message, a join or a release not in time), %llu turned away "
+               "(too many connections)\n",
                sig, static_cast<unsigned long long>(c.joined),
                static_cast<unsigned long long>(c.refused),
-               static_cast<unsigned long long>(c.dropped));
+               static_cast<unsigned long long>(c.dropped),
+               static_cast<unsigned long long>(c.turned_away));
   return 0;
 }
 

@@ -1,5 +1,7 @@
 // The arbiter's socket loop: one thread, poll() over the listening socket, the tenants and a wake
-// pipe. A peer's bad message drops that peer (logged), never the server.
+// pipe. A peer's bad message drops that peer (logged), never the server; so does a join not
+// finished in time. Connections are capped, and running out of descriptors turns peers away
+// (logged once) rather than spinning on accept.
 #include <hcr/arbiter/protocol.hpp>
 #include <hcr/arbiter/server.hpp>
 
@@ -8,6 +10,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -26,10 +29,13 @@
 
 namespace hcr::arbiter {
 
+using Clock = std::chrono::steady_clock;
+
 struct Server::Conn {
   int fd = -1;
   uid_t uid = 0;
   pid_t pid = 0;
+  Clock::time_point since;  // connected
   std::string in;
   TenantId tenant = 0;  // 0 until JOINED
   bool hello = false;
@@ -63,6 +69,12 @@ bool send_all(int fd, const std::string& s) {
     off += static_cast<size_t>(n);
   }
   return true;
+}
+
+std::string seconds_text(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", s);
+  return b;
 }
 
 std::string octal(mode_t m) {
@@ -106,6 +118,7 @@ bool set_access_acl(const std::string& path, std::vector<uid_t> users, std::vect
 Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (!options_.log) options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
   if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::geteuid());
+  if (options_.max_connections == 0) options_.max_connections = 1;
   try {
     bind_socket();
   } catch (...) {
@@ -113,6 +126,13 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
       if (fd >= 0) ::close(fd);
     throw;
   }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      options_.max_connections + 16 > nofile.rlim_cur)
+    say("the open-file limit (" + std::to_string(nofile.rlim_cur) +
+        ") is below max_connections (" + std::to_string(options_.max_connections) +
+        ") + 16: peers beyond what it allows are turned away (raise it: ulimit -n, LimitNOFILE=)");
 }
 
 // The checks, then the socket bound, opened to the allowed, listening.
@@ -233,7 +253,7 @@ Server::~Server() {
     if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == inode_)
       ::unlinkat(dir_fd_, name_.c_str(), 0);
   }
-  for (int fd : {wake_[0], wake_[1], dir_fd_})
+  for (int fd : {wake_[0], wake_[1], spare_fd_, dir_fd_})
     if (fd >= 0) ::close(fd);
 }
 
@@ -255,14 +275,28 @@ void Server::say(const std::string& line) { options_.log(line); }
 void Server::run() {
   std::vector<pollfd> fds;
   char buf[4096];
+  const auto join_timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, options_.join_timeout)));
   while (!stop_.load()) {
+    // Sleep until something comes, a join's time is up, or accepting resumes; at most 1 s (a
+    // quarter of the release timeout, when there is one).
+    Clock::time_point now = Clock::now();
+    int wait_ms = options_.release_timeout > 0
+                      ? std::clamp(static_cast<int>(options_.release_timeout * 250), 1, 1000)
+                      : 1000;
+    const auto until = [&](Clock::time_point t) {
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - now).count();
+      wait_ms = static_cast<int>(std::clamp<int64_t>(ms, 0, wait_ms));
+    };
+    const bool accepting = now >= accept_paused_until_;
+    if (!accepting) until(accept_paused_until_);
     fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // -1: left out
     fds.push_back({wake_[0], POLLIN, 0});
-    for (auto& c : conns_) fds.push_back({c->fd, POLLIN, 0});
-    const int wait_ms = options_.release_timeout > 0
-                            ? std::clamp(static_cast<int>(options_.release_timeout * 250), 1, 1000)
-                            : 1000;
+    for (auto& c : conns_) {
+      fds.push_back({c->fd, POLLIN, 0});
+      if (c->tenant == 0) until(c->since + join_timeout);
+    }
     if (::poll(fds.data(), fds.size(), wait_ms) < 0) {
       if (errno == EINTR) continue;
       say(std::string("poll: ") + std::strerror(errno));
@@ -291,6 +325,12 @@ void Server::run() {
       if (!c.dead && c.in.size() >= kMaxLine)
         drop(c, "a line longer than " + std::to_string(kMaxLine - 1) + " bytes");
     }
+    // Joins not finished in time hold a connection for nothing: dropped.
+    now = Clock::now();
+    for (auto& c : conns_)
+      if (!c->dead && c->tenant == 0 && now - c->since >= join_timeout)
+        drop(*c, "did not finish joining (HELLO, DEVICE..., JOINED) within " +
+                     seconds_text(options_.join_timeout));
     // The gone leave: their devices return to the pool at once.
     for (auto& c : conns_)
       if (c->dead) {
@@ -306,13 +346,13 @@ void Server::run() {
     conns_.erase(std::remove_if(conns_.begin(), conns_.end(), [](auto& c) { return c->fd < 0; }),
                  conns_.end());
     // Revokes not answered in time: that tenant is dropped (it leaves on the next turn).
-    arb_.tick(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
+    arb_.tick(std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
     if (options_.release_timeout > 0)
       for (TenantId t : arb_.overdue(options_.release_timeout))
         for (auto& c : conns_)
           if (c->tenant == t && !c->dead)
             drop(*c, "a revoked device not released within " +
-                         std::to_string(options_.release_timeout) + " s");
+                         seconds_text(options_.release_timeout));
     send_changes();
     std::lock_guard<std::mutex> g(counters_mutex_);
     counters_.tenants = conns_.size();
@@ -320,9 +360,59 @@ void Server::run() {
   }
 }
 
+void Server::turn_away(int fd, const std::string& why) {
+  {  // counted before the peer can see it
+    std::lock_guard<std::mutex> g(counters_mutex_);
+    ++counters_.turned_away;
+  }
+  ++away_count_;
+  if (why != away_) {  // once per episode, not once per peer
+    say(why + "; turning new peers away until that changes");
+    away_ = why;
+  }
+  send_all(fd, format(msg::Error{why}));
+  ::close(fd);
+}
+
+void Server::accept_failed(int e) {
+  if (e == EINTR || e == EAGAIN || e == EWOULDBLOCK || e == ECONNABORTED || e == EPROTO) return;
+  if ((e == EMFILE || e == ENFILE) && spare_fd_ >= 0) {
+    // The spare descriptor makes room for one accept: that peer is told why and closed, and the
+    // listening socket is not left readable (poll() would report it again at once, for ever).
+    ::close(spare_fd_);
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      rlimit nofile{};
+      ::getrlimit(RLIMIT_NOFILE, &nofile);
+      turn_away(fd, std::string("the arbiter is out of file descriptors (") + std::strerror(e) +
+                        "; open-file limit " + std::to_string(nofile.rlim_cur) + ", " +
+                        std::to_string(conns_.size()) + " connections): refused");
+    }
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && spare_fd_ >= 0) return;
+  }
+  // Nothing accepted, so the listening socket stays readable: it is left out of poll() for a
+  // while rather than spun on.
+  accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+  const std::string why = std::string("accept: ") + std::strerror(e) + " (" +
+                          std::to_string(conns_.size()) + " connections)";
+  if (why != away_) {
+    say(why + "; accepting again in 100 ms");
+    away_ = why;
+  }
+}
+
 void Server::accept_one() {
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return accept_failed(errno);
+  if (conns_.size() >= options_.max_connections)
+    return turn_away(fd, "the arbiter serves at most " + std::to_string(options_.max_connections) +
+                             " connections at once: refused");
+  if (!away_.empty()) {
+    say("accepting peers again (" + std::to_string(away_count_) + " turned away meanwhile)");
+    away_.clear();
+    away_count_ = 0;
+  }
   ucred cred{};
   if (!detail::peer_credentials(fd, cred)) {
     say(std::string("SO_PEERCRED: ") + std::strerror(errno) + "; peer refused");
@@ -337,17 +427,20 @@ void Server::accept_one() {
     const std::string why = detail::user_text(cred.uid) + ", " + detail::group_text(cred.gid) +
                             " (pid " + std::to_string(cred.pid) +
                             ") is not an allowed user or group: refused";
+    {
+      std::lock_guard<std::mutex> g(counters_mutex_);
+      ++counters_.refused;
+    }
     say("peer " + why);
     send_all(fd, format(msg::Error{why}));
     ::close(fd);
-    std::lock_guard<std::mutex> g(counters_mutex_);
-    ++counters_.refused;
     return;
   }
   auto c = std::make_unique<Conn>();
   c->fd = fd;
   c->uid = cred.uid;
   c->pid = cred.pid;
+  c->since = Clock::now();
   conns_.push_back(std::move(c));
 }
 

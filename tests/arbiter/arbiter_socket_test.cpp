@@ -2,7 +2,8 @@
 // as tenants. Two runtimes share four devices (own shares, lending, reclaim), never both on one
 // device; an arbiter that is not there, that refuses the peer, or that dies mid-run; a tenant
 // that vanishes holding devices; malformed messages; a socket directory others can write. Bounds:
-// a connect (or a new server's probe) to an arbiter that accepts nobody.
+// a connect (or a new server's probe) to an arbiter that accepts nobody, a join never finished,
+// more peers than the server takes.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
@@ -212,14 +213,11 @@ class Raw {
   int fd_ = -1;
 };
 
-// A raw peer's HELLO and the keys of arbiter_sim(2)'s two devices, as a runtime reports them.
-void hello_with_the_sim_devices(Raw& peer) {
+// A raw peer's HELLO and the keys of arbiter_sim(n)'s devices, as a runtime reports them.
+void hello_with_the_sim_devices(Raw& peer, int n = 2) {
   peer.send("HELLO 1 1\n");
-  for (char i : {'0', '1'}) {
-    const std::string n(1, i);
-    const std::string key = "sim/" + n + "/d" + n + "/sim:d" + n;
-    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
-  }
+  for (const arbiter::DeviceReport& d : FakeHost(n).devices())
+    peer.send(arbiter::format(arbiter::msg::Device{d}));
 }
 
 TEST(ArbiterSocket, MalformedMessagesDropThatPeerOnly) {
@@ -426,6 +424,56 @@ TEST(ArbiterSocket, ASocketDirectoryOthersCanWriteIsRefused) {
     struct stat st{};
     EXPECT_NE(::lstat(path.c_str(), &st), 0) << "nothing is left there";
   }
+}
+
+TEST(ArbiterSocket, AJoinThatNeverFinishesIsDropped) {
+  TempDir dir;
+  arbiter::ServerOptions o = options(sock(dir));
+  o.join_timeout = 0.2;
+  ServerThread srv(o);
+  Raw silent(sock(dir));  // connects and says nothing
+  Raw half(sock(dir));    // starts a join and never ends it
+  half.send("HELLO 1 1\n");
+  for (Raw* peer : {&silent, &half}) {
+    const std::string got = peer->until_closed();
+    EXPECT_NE(got.find("ERROR did not finish joining (HELLO, DEVICE..., JOINED) within 0.2 s"),
+              std::string::npos)
+        << got;
+  }
+  EXPECT_TRUE(eventually([&] { return srv.server().counters().tenants == 0; }));
+  EXPECT_EQ(srv.server().counters().dropped, 2u);
+  EXPECT_TRUE(srv.logged("did not finish joining"));
+  // A runtime sends its whole join at once.
+  Runtime rt(arbiter_sim(2, sock(dir)));
+  EXPECT_TRUE(rt.stats().arbiter.joined);
+}
+
+TEST(ArbiterSocket, PeersBeyondTheConnectionLimitAreTurnedAwayAndTheServerSaysSoOnce) {
+  TempDir dir;
+  arbiter::ServerOptions o = options(sock(dir));
+  o.max_connections = 2;
+  o.join_timeout = 600;
+  ServerThread srv(o);
+  Raw a(sock(dir)), b(sock(dir));  // accepted in their order: the two it takes
+  Raw c(sock(dir)), d(sock(dir));
+  for (Raw* peer : {&c, &d}) {
+    const std::string got = peer->until_closed();
+    EXPECT_NE(got.find("ERROR the arbiter serves at most 2 connections at once: refused"),
+              std::string::npos)
+        << got;
+  }
+  size_t said = 0;
+  for (const std::string& l : srv.lines())
+    said += l.find("at most 2 connections") != std::string::npos;
+  EXPECT_EQ(said, 1u) << "one line for the episode, not one per peer";
+  EXPECT_EQ(srv.server().counters().turned_away, 2u);
+  a.close();
+  ASSERT_TRUE(eventually([&] { return srv.server().counters().tenants == 1; }));
+  Raw e(sock(dir));
+  hello_with_the_sim_devices(e);
+  e.send("JOINED\n");
+  EXPECT_EQ(e.line().rfind("WELCOME 1 ", 0), 0u);
+  EXPECT_TRUE(srv.logged("accepting peers again (2 turned away meanwhile)"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -33,13 +34,20 @@ struct ServerOptions {
   /// dropped (its devices return to the pool; it falls back to its own share). 0: never. Set it
   /// above the longest task the tenants run: a release waits for the running task.
   double release_timeout = 0;
+  /// Connections at once, tenants and peers still joining. A peer beyond is told so (ERROR) and
+  /// closed, and the server logs it; so is one accepted while out of file descriptors.
+  size_t max_connections = 256;
+  /// A peer that has not finished joining (HELLO, DEVICE..., JOINED) this many seconds after it
+  /// connected is dropped: a runtime sends all of it at once.
+  double join_timeout = 5;
   /// Diagnostics (a tenant joined, left, was refused or dropped, and why). Default: stderr.
   std::function<void(const std::string&)> log;
 };
 
 struct ServerCounters {
   uint64_t joined = 0, left = 0, refused = 0;
-  uint64_t dropped = 0;  ///< for a bad message, or a release overdue (release_timeout)
+  uint64_t dropped = 0;      ///< for a bad message, a join not finished or a release overdue
+  uint64_t turned_away = 0;  ///< at max_connections, or out of file descriptors
   size_t tenants = 0;  ///< connected now (joined or joining)
   ArbitrationCounters arbitration;
 };
@@ -71,6 +79,8 @@ class Server {
   void bind_socket();
   void open_access();
   void accept_one();
+  void accept_failed(int error);
+  void turn_away(int fd, const std::string& why);
   void handle(Conn& c, std::string_view line);
   void drop(Conn& c, const std::string& why);
   void send_changes();
@@ -81,9 +91,13 @@ class Server {
   std::string name_;        // the socket's name in it
   ino_t inode_ = 0;         // the socket file bound (removed at the end only if still there)
   int listen_fd_ = -1;
+  int spare_fd_ = -1;       // closed to accept (and turn away) a peer when out of descriptors
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Conn>> conns_;
+  std::chrono::steady_clock::time_point accept_paused_until_{};
+  std::string away_;        // why peers are being turned away now ("": they are not)
+  uint64_t away_count_ = 0;
   Arbitration arb_;
   mutable std::mutex counters_mutex_;
   ServerCounters counters_;
