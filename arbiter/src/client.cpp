@@ -255,7 +255,8 @@ void Client::loop() {
     // Demand: busy at once, idle after a quiet spell.
     const auto now = Clock::now();
     bool ok = true;
-    if (host_.unfinished() > 0) {
+    const bool has_work = host_.unfinished() > 0;
+    if (has_work) {
       idle_since_ = {};
       if (!reported_busy_) {
         ok = send(format(msg::Busy{}));
@@ -288,7 +289,39 @@ void Client::loop() {
       fall_back("arbiter '" + options_.socket + "' lost (a send failed)");
       return;
     }
+    starved(has_work, now);
   }
+}
+
+// Work and no device: said once per episode, as a warning the first time (then at info), so that
+// tasks that wait for another tenant are not a silent hang. At once when its own share is empty
+// (only a tenant going idle lends it a device); after `starved_after` otherwise (a reclaim takes
+// one task's time, longer only when a holder does not release).
+void Client::starved(bool has_work, Clock::time_point now) {
+  const bool none =
+      count_ > 0 && std::find(allowed_.begin(), allowed_.end(), true) == allowed_.end();
+  if (!has_work || !none) {
+    starved_since_ = {};
+    starved_said_ = false;
+    return;
+  }
+  if (starved_since_ == Clock::time_point{}) starved_since_ = now;
+  if (starved_said_) return;
+  const auto own = static_cast<size_t>(std::count(own_.begin(), own_.end(), true));
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - starved_since_);
+  if (own > 0 && waited < options_.starved_after) return;
+  starved_said_ = true;
+  const std::string where =
+      "arbiter '" + options_.socket + "': tenant " + std::to_string(stats().tenant);
+  host_.log(!starved_warned_,
+            own == 0 ? where + " has work and no device: its own share is empty (more tenants "
+                               "than devices) and the other tenants hold every device it has; "
+                               "its tasks wait until one goes idle and lends it one"
+                     : where + " has had work and no device for " +
+                           std::to_string(waited.count()) + " ms: the " + std::to_string(own) +
+                           " device(s) of its own share are still held by other tenants (not "
+                           "released yet); its tasks wait for them");
+  starved_warned_ = true;
 }
 
 // Without the arbiter: its own share (every device when it has none), borrowed devices withheld

@@ -3,7 +3,7 @@
 // device; an arbiter that is not there, that refuses the peer, or that dies mid-run; a tenant
 // that vanishes holding devices; malformed messages; a socket directory others can write. Bounds:
 // a connect (or a new server's probe) to an arbiter that accepts nobody, a join never finished,
-// more peers than the server takes.
+// more peers than the server takes, a runtime left with no device.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
@@ -474,6 +474,32 @@ TEST(ArbiterSocket, PeersBeyondTheConnectionLimitAreTurnedAwayAndTheServerSaysSo
   e.send("JOINED\n");
   EXPECT_EQ(e.line().rfind("WELCOME 1 ", 0), 0u);
   EXPECT_TRUE(srv.logged("accepting peers again (2 turned away meanwhile)"));
+}
+
+TEST(ArbiterSocket, ARuntimeLeftWithNoDeviceSaysSoOnce) {
+  TempDir dir;
+  ServerThread srv(options(sock(dir)));
+  // A busy peer with the runtime's one device, joined first: its own share.
+  Raw peer(sock(dir));
+  hello_with_the_sim_devices(peer, 1);
+  peer.send("JOINED\nBUSY\n");
+  EXPECT_EQ(peer.line().rfind("WELCOME 1 ", 0), 0u);
+  LogCapture log(LogLevel::warn);
+  Runtime rt(arbiter_sim(1, sock(dir)));
+  ASSERT_TRUE(rt.stats().arbiter.joined);
+  EXPECT_EQ(rt.stats().arbiter.own, 0u) << "one device, two tenants: the first has it";
+  Ledger l(1);
+  Kernel k = ledger_kernel(rt, l);
+  Event e = rt.submit(Task(k).param(0));
+  EXPECT_TRUE(eventually([&] { return log.contains("has work and no device"); }))
+      << "the task waits without a word";
+  EXPECT_TRUE(log.contains("its own share is empty (more tenants than devices)"));
+  peer.close();  // the device returns: the task runs
+  e.get();
+  EXPECT_TRUE(l.all_once());
+  size_t said = 0;
+  for (const std::string& line : log.lines()) said += line.find("no device") != std::string::npos;
+  EXPECT_EQ(said, 1u);
 }
 
 }  // namespace

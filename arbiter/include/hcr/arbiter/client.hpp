@@ -57,6 +57,9 @@ struct ClientOptions {
   std::chrono::milliseconds idle_after{3};
   /// How often the runtime's demand and pending releases are looked at.
   std::chrono::microseconds poll{1000};
+  /// With work and no device for this long, the runtime says so (once, as a warning; at once
+  /// when its own share is empty: only another tenant going idle lends it one).
+  std::chrono::milliseconds starved_after{1000};
 };
 
 struct ClientStats {
@@ -94,6 +97,7 @@ class Client {
   bool read_lines(bool wait, std::chrono::milliseconds timeout);
   void apply(uint64_t seq, const std::vector<uint32_t>& held, const std::vector<uint32_t>& own);
   void fall_back(const std::string& why);
+  void starved(bool has_work, std::chrono::steady_clock::time_point now);
   bool send(const std::string& line);
 
   TenantHost& host_;
@@ -113,6 +117,9 @@ class Client {
   std::vector<Pending> pending_;  // revoked, not yet released
   bool reported_busy_ = false;
   std::chrono::steady_clock::time_point idle_since_{};
+  std::chrono::steady_clock::time_point starved_since_{};  // with work and no device since
+  bool starved_said_ = false;      // this episode was reported
+  bool starved_warned_ = false;    // a warning was given (later episodes: info)
   bool fell_back_ = false;
   mutable std::mutex stats_mutex_;
   ClientStats stats_;
