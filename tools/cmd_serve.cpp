@@ -18,8 +18,13 @@ namespace {
 // A user or group by name or number; throws naming the value.
 template <class Id, class Lookup>
 Id id_of(const std::string& what, const std::string& v, Lookup lookup) {
-  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
-    return static_cast<Id>(std::stoul(v));
+  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+    // An id is below 2^32 - 1 ((uid_t)-1 means "none"): anything longer is no id.
+    if (v.size() > 10 || std::stoull(v) >= 0xffffffffull)
+      throw Error(ErrorCode::invalid_argument,
+                  "--allow-" + what + " '" + v + "': not a " + what + " id (0 to 4294967294)");
+    return static_cast<Id>(std::stoull(v));
+  }
   if (auto id = lookup(v.c_str())) return *id;
   throw Error(ErrorCode::invalid_argument, "--allow-" + what + " '" + v + "': no such " + what);
 }
