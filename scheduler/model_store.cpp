@@ -76,7 +76,7 @@ void load_from(CostModel& model, const files::TrustedDir& dir, std::vector<std::
   std::stable_partition(found.begin(), found.end(), [](const File& f) { return !f.of_record; });
   for (auto& f : found) {
     try {
-      model.load_text(f.text, dir.file(f.name).string());
+      model.load_text(f.text, dir.file(f.name).string(), &warnings);
     } catch (const std::exception& e) {
       warnings.push_back(std::string("ignoring cost model file ") + e.what());
     }
@@ -102,7 +102,9 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
                                    [](const CostModel::SavedCell& c) {
                                      return c.fresh_count > 0 || c.joules_fresh_count > 0;
                                    });
-    if (text && !fresh) continue;  // the file holds all this model learned of it, and maybe more
+    // The file holds all this model learned of it, and maybe more; unless it was loaded cut short
+    // or over the caps, and must be written within them.
+    if (text && !fresh && !model.needs_rewrite(arch)) continue;
     std::string why;
     std::string merged = CostModel::merged_text(
         arch, cells, text ? std::optional<std::string_view>(*text) : std::nullopt, path, &why);
