@@ -5,6 +5,7 @@
 #include "safe_file.hpp"
 
 #include <hcr/log.hpp>
+#include <hcr/sched.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -163,6 +164,26 @@ void CostModel::load(const fs::path& dir, std::vector<std::string>& warnings) {
 
 void CostModel::load_file(const fs::path& file) {
   load_text(files::read_file(file, kMaxModelFileBytes), file.string());
+}
+
+std::string check_model_file(std::string_view name, std::string_view text) {
+  const std::string origin(name);
+  if (text.size() > kMaxModelParseBytes)
+    return origin + ": " + std::to_string(text.size()) + " bytes, more than the " +
+           std::to_string(kMaxModelParseBytes) + " a model file is read up to";
+  try {
+    CostModel model;  // loaded as a model directory's file is, and thrown away
+    std::vector<std::string> warnings;
+    model.load_text(text, origin, &warnings);
+    if (!warnings.empty()) return warnings.front();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  const std::optional<std::string> arch = CostModel::arch_of(text);
+  if (!arch || CostModel::file_name(*arch) != name)
+    return origin + ": holds architecture '" + arch.value_or("") + "', whose file is " +
+           CostModel::file_name(arch.value_or(""));
+  return {};
 }
 
 void load_models(const std::string& dir, CostModel& model, LinkModel& links,

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <new>
 #include <map>
 #include <random>
@@ -519,6 +521,59 @@ TEST(Cluster, RanksStartWarmFromModelsLearnedElsewhere) {
   }
   // Every rank has the file now: a second exchange adopts nothing (and replaces nothing).
   EXPECT_EQ(mpi::share_models(c, MPI_COMM_WORLD), 0u) << "a second exchange adopted again";
+}
+
+// A model file another rank sends is adopted only once the model loader takes it whole: a corrupt
+// one (a bad cell, cut short, an architecture its name does not say) is refused with a warning
+// naming the rank it came from and why, and the rank keeps its own models; good ones still come.
+TEST(Cluster, ACorruptModelFromAnotherRankIsRefused) {
+  test::TempDir base;  // each rank's own
+  Config c = test::cpu_config(1, "dmda");
+  c.model_dir = base.path().string();
+  const std::string dir = sched::model_directory(c);
+  std::filesystem::create_directories(dir);
+  const int rank = world_rank();
+  auto model = [](const std::string& arch, const std::string& sample) {
+    return "format = 'hcr-cost-model'\nversion = 1\narch = '" + arch +
+           "'\n[[cell]]\nkernel = 'k'\nfootprint = '0x1'\nsize = 1.0\ncount = 1\nsamples = [" +
+           sample + "]\n";
+  };
+  auto slurp = [&](const std::string& name) {
+    std::ifstream in(std::filesystem::path(dir) / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Every rank has its own "shared" model (rank 0's is corrupt: no rank takes it anyway).
+  const std::string own = model("shared", rank == 0 ? "-1.0" : std::to_string(rank) + ".0");
+  std::ofstream(std::filesystem::path(dir) / "shared.model.toml") << own;
+  if (rank == 0) {
+    std::ofstream(std::filesystem::path(dir) / "good.model.toml") << model("good", "0.5");
+    std::ofstream(std::filesystem::path(dir) / "bad.model.toml") << model("bad", "-4.0");
+    std::ofstream(std::filesystem::path(dir) / "other.model.toml") << model("elsewhere", "0.5");
+    const std::string whole = model("cut", "0.5");
+    std::ofstream(std::filesystem::path(dir) / "cut.model.toml") << whole.substr(0, 70);
+  }
+  test::LogCapture log(LogLevel::warn);
+  const size_t adopted = mpi::share_models(c, MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(adopted, 0u);
+  } else {
+    EXPECT_EQ(adopted, 1u) << "only good.model.toml is a model";
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "good.model.toml"));
+    for (const char* name : {"bad.model.toml", "other.model.toml", "cut.model.toml"})
+      EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / name))
+          << name << " adopted";
+    const std::string from = "rank " + std::to_string(rank) + " refuses rank 0's ";
+    EXPECT_TRUE(log.contains(from + "bad.model.toml"));
+    EXPECT_TRUE(log.contains("bad.model.toml:4: samples must be non-negative"));
+    EXPECT_TRUE(log.contains(from + "other.model.toml"));
+    EXPECT_TRUE(log.contains("holds architecture 'elsewhere'"));
+    EXPECT_TRUE(log.contains(from + "cut.model.toml"));
+    EXPECT_EQ(slurp("shared.model.toml"), own) << "its own model was replaced";
+    std::vector<std::string> warnings;
+    const auto rows = sched::read_models(dir, warnings);
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+    EXPECT_EQ(rows.size(), 2u);  // its own and the good one
+  }
 }
 
 // Data that arrives before its receive can take it waits in a temporary; under a 1-byte cap only

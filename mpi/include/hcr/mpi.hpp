@@ -283,9 +283,12 @@ HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD, Nod
 /// exist, as they load their models when they start). Every rank sends the model files of its
 /// host's model directory (sched::model_directory(config): one file per device architecture),
 /// and adopts each file its own directory lacks, so a rank starts warm from what an identical
-/// architecture measured on another host; a file the rank has is never replaced. With the
-/// model directory "off", a rank sends and adopts nothing. Returns the files adopted. An
-/// unusable directory is skipped with a warning.
+/// architecture measured on another host; a file the rank has is never replaced. A file is adopted
+/// only when the model loader takes it whole (sched::check_model_file: format and version, every
+/// cell's fields, the architecture its name says, no more bytes or cells than a model keeps); one
+/// refused is a warning naming the rank it came from and why, and the next rank's copy of that
+/// name, if any, is tried. With the model directory "off", a rank sends and adopts nothing.
+/// Returns the files adopted. An unusable directory is skipped with a warning.
 HCR_MPI_API size_t share_models(const Config& config, MPI_Comm comm = MPI_COMM_WORLD);
 
 /// Each rank's throughput, measured, for Cluster::distribute_weighted (collective over `comm`,
