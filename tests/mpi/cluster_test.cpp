@@ -624,6 +624,7 @@ TEST(Cluster, EarlyArrivalsUnderATinyMemoryCap) {
 
 // Rank 1 skips a submit: rank 0, which waits for its data, fails that receive after the timeout
 // with an error naming rank 1 and the buffer, and the task that needed the data fails with it.
+// wait_all on every rank says why first: the ranks submitted different tasks.
 TEST(Cluster, ATimeoutNamesTheRankThatNeverSent) {
   Runtime rt(test::cpu_config(1));
   mpi::Options o;
@@ -635,18 +636,71 @@ TEST(Cluster, ATimeoutNamesTheRankThatNeverSent) {
   Event e;
   if (cl.rank() != 1)
     e = cl.submit(mpi::Task(mix).read_write(y).read(x).param(uint64_t{0}).param(uint64_t{0}));
+  Error err = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+  const std::string what = err.what();
+  EXPECT_NE(what.find("Tasks submitted in all: 0 on rank 1; 1 on rank"), std::string::npos) << what;
   if (cl.rank() == 0) {
-    Error err = test::expect_error([&] { cl.wait_all(); });
-    EXPECT_EQ(err.code(), ErrorCode::communication);
-    const std::string what = err.what();
+    EXPECT_NE(what.find("On this rank that left: "), std::string::npos) << what;
     EXPECT_NE(what.find("no data from rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("buffer 0"), std::string::npos) << what;
     Error task_err = test::expect_error([&] { e.get(); });
     EXPECT_EQ(task_err.code(), ErrorCode::dependency);
     EXPECT_NE(std::string(task_err.what()).find("no data from rank 1"), std::string::npos);
-  } else {
-    cl.wait_all();
   }
+}
+
+// Ranks that register a buffer with different owners each take the task that writes it for their
+// own: it ran on every rank, and the job ended as if nothing were wrong. wait_all fails on every
+// rank naming the buffer and each rank's owner, and so does every wait_all after.
+TEST(Cluster, RanksThatDisagreeOnAnOwnerFailLoudly) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  Kernel mix = mix_kernel(rt);
+  auto y = cl.buffer<int64_t>(1, 4, 0);  // buffer 0, as every rank sees it
+  auto x = rt.buffer<int64_t>(1, 4);
+  cl.distribute(x, cl.rank());  // buffer 1: every rank takes it for its own
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));
+  Error e = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  const std::string what = e.what();
+  EXPECT_NE(what.find("hcr::mpi rank " + std::to_string(cl.rank()) + ": the ranks' calls differ"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("Buffer 1 (1x4 i64 here): its owner is rank 0 on rank 0; rank 1 on rank 1"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("tasks ran on more than one rank"), std::string::npos) << what;
+  EXPECT_EQ(cl.stats().tasks_run, 1u) << "every rank ran the task";
+  EXPECT_EQ(std::string(test::expect_error([&] { cl.wait_all(); }).what()), what);
+}
+
+// Ranks that place a task differently (each names itself in on_rank) each run it: wait_all fails
+// on every rank, naming the tasks since the last wait_all that agreed.
+TEST(Cluster, RanksThatDisagreeOnWhereATaskRunsFailLoudly) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  Kernel mix = mix_kernel(rt);
+  Kernel nothing = rt.kernel("nothing").cpu([](TaskContext&) {});
+  auto x = cl.buffer<int64_t>(1, 4, 0);
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));  // task 0
+  cl.wait_all();                                                                  // agreed
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));  // task 1
+  cl.submit(mpi::Task(nothing).on_rank(cl.rank()));                               // task 2
+  Error e = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  const std::string what = e.what();
+  EXPECT_NE(what.find("found by wait_all #2"), std::string::npos) << what;
+  EXPECT_NE(what.find("Tasks 1 to 2 (by submission order): the ranks run them elsewhere"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("Tasks run since wait_all #1: 1 on rank"), std::string::npos) << what;
+  EXPECT_NE(what.find("; 2 on rank 0 (" + std::to_string(cl.size() + 1) +
+                      " in all, for 2 "
+                      "submitted)"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("tasks ran on more than one rank"), std::string::npos) << what;
 }
 
 // A writer that failed on one rank fails the reader on another, with the writer's error.
