@@ -408,7 +408,7 @@ std::exception_ptr ClusterImpl::check_agreement(bool only_if_new) {
   }
   // They differ (every rank knows it now): each sends what it registered since the last check, to
   // name the first buffer whose owner or shape differs.
-  constexpr uint64_t kMaxCompared = uint64_t{1} << 20;
+  constexpr uint64_t kMaxCompared = uint64_t{1} << 16;  // per rank: Iallgatherv counts are ints
   auto b = std::make_unique<Agreement>();
   b->counts.resize(static_cast<size_t>(size_));
   b->displs.resize(static_cast<size_t>(size_));
