@@ -692,9 +692,22 @@ std::string format_model(const std::string& arch,
 std::string CostModel::file_name(const std::string& arch) { return file_name_for(arch); }
 
 std::optional<std::string> CostModel::arch_of(std::string_view text) {
+  auto arch_in = [](std::string_view t) -> std::optional<std::string> {
+    try {
+      return toml::parse(t)["arch"].value<std::string>();
+    } catch (const toml::parse_error&) {
+      return std::nullopt;
+    }
+  };
+  // `arch` is a top-level key, and TOML has those before the first table header: the text up to
+  // the first line that opens one says it, however large the file (loading a directory asks
+  // every file). Where that prefix does not parse (such a line inside a multi-line value), the
+  // text within the parse bound.
+  if (const size_t header = text.find("\n["); header != std::string_view::npos)
+    if (auto arch = arch_in(text.substr(0, header + 1))) return arch;
   try {
-    return toml::parse(text)["arch"].value<std::string>();
-  } catch (const toml::parse_error&) {
+    return arch_in(bounded(text, "arch_of"));
+  } catch (const std::runtime_error&) {  // no cell boundary within the bound
     return std::nullopt;
   }
 }

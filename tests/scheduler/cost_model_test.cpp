@@ -489,6 +489,19 @@ TEST(CostModel, AHugeFileIsReadOnlyUpToTheParseBound) {
   EXPECT_TRUE(none.rows().empty());
 }
 
+// What architecture a file holds (asked of every file when a directory loads) is read from its
+// head, before the first table: not by parsing the whole of a file that may be huge. Whatever
+// follows is not read.
+TEST(CostModel, TheArchitectureOfAFileIsReadFromItsHead) {
+  const std::string head = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
+  EXPECT_EQ(CostModel::arch_of(head + "[[cell]]\nkernel = 'k'\n" + std::string(64, '\x01')),
+            std::optional<std::string>("gpu"));
+  // A line opening a table inside a multi-line value: read within the parse bound instead.
+  EXPECT_EQ(CostModel::arch_of("note = '''\n[x]\n'''\n" + head + "[[cell]]\nkernel = 'k'\n"),
+            std::optional<std::string>("gpu"));
+  EXPECT_EQ(CostModel::arch_of("not toml ["), std::nullopt);
+}
+
 TEST(LinkModel, FileTextRoundTripByNodeNames) {
   LinkModel a;
   a.resize(3);
