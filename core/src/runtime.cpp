@@ -150,7 +150,6 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   task_timeout_ = config_.task_timeout;
   task_timeout_duration_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(task_timeout_));
-  max_in_flight_ = config_.max_tasks_in_flight;
   if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
@@ -161,9 +160,9 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
-  while (resume()) {
+  while (pause_.resume()) {
   }  // what a pause still holds runs: the end drains every task
-  wait_idle();
+  graph_.wait_idle();
   if (context_policy_ != nullptr) context_policy_->stop();  // (reserves: nothing left to pump)
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
@@ -720,8 +719,8 @@ Runtime::Runtime(Config config)
 Runtime::~Runtime() {
   if (!core_) return;
   // Views this thread still holds would keep the wait below from ever ending.
-  core_->end_views_of_this_thread();
-  core_->end_async_accesses();  // likewise for acquire_async accesses never released
+  core_->host().end_views_of_this_thread();
+  core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
   core_->shutdown();
 }
 
@@ -774,18 +773,18 @@ void Runtime::wait_all() {
     throw Error(ErrorCode::invalid_argument,
                 "Runtime::wait_all inside kernel '" + t->kernel->name +
                     "' would wait forever: the kernel's own task is unfinished work");
-  core_->check_no_view_held("Runtime::wait_all");
-  core_->check_not_held("Runtime::wait_all", nullptr);
+  core_->host().check_no_view_held("Runtime::wait_all");
+  core_->pauses().check_not_held("Runtime::wait_all", nullptr);
   core_->wait_all();
 }
 
 void Runtime::pause() {
   core_->check_alive("Runtime::pause");
-  core_->pause();
+  core_->pauses().pause();
 }
 
 void Runtime::resume() {
-  if (!core_->resume())
+  if (!core_->pauses().resume())
     throw Error(ErrorCode::invalid_argument, "Runtime::resume without a Runtime::pause to end");
 }
 

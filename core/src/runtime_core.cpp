@@ -38,31 +38,6 @@ struct ReadyList {
 };
 thread_local ReadyList tl_ready;
 
-void note_dependency_failure(TaskNode* s, const std::exception_ptr& cause) noexcept {
-  s->lock.lock();
-  if (!s->dep_error) s->dep_error = cause;
-  s->lock.unlock();
-}
-
-// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's. Returns
-// whether succ now waits for pred (false: pred had finished).
-bool add_edge(TaskNode* pred, TaskNode* succ, bool data) {
-  if (pred == succ) return false;
-  pred->lock.lock();
-  if (!pred->finished) {
-    pred->successors.push_back({succ, data});
-    succ->pending.fetch_add(1, std::memory_order_relaxed);
-    succ->waited = true;  // (the submitting thread's, read once the task is ready)
-    pred->lock.unlock();
-    return true;
-  }
-  bool failed = pred->failed;
-  std::exception_ptr cause = failed ? pred->error : nullptr;
-  pred->lock.unlock();
-  if (data && failed) note_dependency_failure(succ, cause);
-  return false;
-}
-
 // Failures of the device or its driver, which another device may not share. A kernel's own
 // exception, bad arguments or a missing kernel would fail anywhere.
 bool device_side(ErrorCode c) {
@@ -106,17 +81,6 @@ std::string what(const std::exception_ptr& e) {
   }
 }
 
-std::exception_ptr dependency_error(const std::exception_ptr& cause) {
-  try {
-    std::rethrow_exception(cause);
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::dependency) return cause;  // keep the root cause's message
-  } catch (...) {
-  }
-  return std::make_exception_ptr(
-      Error(ErrorCode::dependency, "a task this one depends on failed: " + what(cause)));
-}
-
 // The footprint must mean the same in every process (cost models persist): shapes and types only;
 // the kernel is part of the model's key already.
 void compute_footprint(TaskNode* t) noexcept {
@@ -140,335 +104,54 @@ void RuntimeCore::check_alive(std::string_view what) const {
                 what.empty() ? "the runtime has ended" : std::string(what) + ": the runtime has ended");
 }
 
-// ---- host views -------------------------------------------------------------------------------
-
-namespace {
-bool is_tile_of(const BufferState* tile, const BufferState* whole) noexcept {
-  for (const BufferState* p = tile->parent.get(); p != nullptr; p = p->parent.get())
-    if (p == whole) return true;
-  return false;
-}
-}  // namespace
-
-void RuntimeCore::view_granted(TaskNode* token) {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  views_.emplace_back(token, std::this_thread::get_id());
-  views_held_.store(views_.size(), std::memory_order_relaxed);
-}
-
-void RuntimeCore::view_released(TaskNode* token) noexcept {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (size_t i = 0; i < views_.size(); ++i)
-    if (views_[i].first == token) {
-      views_[i] = views_.back();
-      views_.pop_back();
-      views_held_.store(views_.size(), std::memory_order_relaxed);
-      return;
-    }
-}
-
-void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_) {
-    if (holder != me) continue;  // another thread's view: it will be released there
-    const ArgRec& held = token->args[0];
-    std::string why;
-    if (held.buffer == &b) {
-      if (writes(mode) || writes(held.access))  // two reads share; anything else waits
-        why = "this thread holds a " + std::string(access_name(held.access)) + " view of it";
-    } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
-      // Partition and unpartition order tiles and the whole by a join that writes both.
-      why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +
-            describe(*held.buffer) + (is_tile_of(&b, held.buffer) ? ", which it is a tile of"
-                                                                 : ", one of its tiles");
-    }
-    if (!why.empty())
-      throw Error(ErrorCode::invalid_argument,
-                  "acquire(" + std::string(access_name(mode)) + ") of a " + describe(b) +
-                      " would wait forever: " + why + "; release that view first");
-  }
-}
-
 void RuntimeCore::check_wait(const TaskNode* target) const {
-  if (paused_.load(std::memory_order_relaxed) != 0) check_not_held("Event::wait", target);
-  // No view anywhere: nothing to look at. A view this thread acquired is counted here already (it
-  // was registered on this thread before acquire returned).
-  if (views_held_.load(std::memory_order_relaxed) == 0) return;
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (auto& [token, holder] : views_)
-      if (holder == me) mine.push_back(token);
-  }
-  // Everything reachable from a view this thread holds through successor edges waits for that
-  // view, so it stays pending (and alive) while this thread looks; a walk too large to finish
-  // quickly is given up (the wait then simply waits).
-  constexpr size_t kMaxWalk = 100000;
-  for (TaskNode* view : mine) {
-    std::vector<TaskNode*> stack{view};
-    std::unordered_set<const TaskNode*> seen{view};
-    while (!stack.empty() && seen.size() < kMaxWalk) {
-      TaskNode* n = stack.back();
-      stack.pop_back();
-      boost::container::small_vector<Edge, 8> next;
-      n->lock.lock();
-      next.assign(n->successors.begin(), n->successors.end());
-      n->lock.unlock();
-      for (const Edge& e : next) {
-        if (e.task == target) {
-          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) about one long sum.
-          std::string msg = "Event::wait would wait forever: the ";
-          if (target->kernel) {
-            msg += "task of kernel '";
-            msg += target->kernel->name;
-            msg += "'";
-          } else {
-            msg += "operation";
-          }
-          msg += " depends on the ";
-          msg += access_name(view->args[0].access);
-          msg += " view of a ";
-          msg += describe(*view->args[0].buffer);
-          msg += " this thread holds (Buffer::acquire); release that view first";
-          throw Error(ErrorCode::invalid_argument, msg);
-        }
-        if (seen.insert(e.task).second) stack.push_back(e.task);
-      }
-    }
-  }
-}
-
-void RuntimeCore::check_no_view_held(std::string_view what) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me)
-      throw Error(ErrorCode::invalid_argument,
-                  std::string(what) + " would wait forever: this thread holds a " +
-                      access_name(token->args[0].access) + " view of a " +
-                      describe(*token->args[0].buffer) +
-                      " (Buffer::acquire), which counts as unfinished work until released");
-}
-
-void RuntimeCore::end_views_of_this_thread() noexcept {
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (size_t i = 0; i < views_.size();)
-      if (views_[i].second == me) {
-        retain(views_[i].first);
-        mine.push_back(views_[i].first);
-        views_[i] = views_.back();
-        views_.pop_back();
-        views_held_.store(views_.size(), std::memory_order_relaxed);
-      } else {
-        ++i;
-      }
-  }
-  for (TaskNode* t : mine) {
-    HCR_LOG(error, "the runtime ends while this thread holds a "
-                       << access_name(t->args[0].access) << " view of a "
-                       << describe(*t->args[0].buffer)
-                       << " (Buffer::acquire): the view is released now, tasks waiting for it run; "
-                          "release views before the runtime ends");
-    // Whoever moves `granted` from 1 ends the access: the HostView's own release later only
-    // drops its reference.
-    if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, nullptr);
-    release(t);
-  }
-}
-
-void RuntimeCore::grant_async(TaskNode* t) noexcept {
-  retain(t);  // the token the callback gets
-  bool open = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    if (!async_closing_) {
-      retain(t);  // the list's
-      async_open_.push_back(t);
-      t->granted.store(1, std::memory_order_release);
-      open = true;
-    }
-  }
-  if (!open) {
-    release(t);
-    // finish() hands the callback this error (the access was never granted).
-    finish(t, std::make_exception_ptr(
-                  Error(ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
-                                                 ": the runtime ended before it was granted")));
-    return;
-  }
-  retain(t);  // ours across the call: the callback may release the token at once
-  try {
-    t->grant_fn(t->grant_user, t->view->host, t, nullptr);
-  } catch (...) {
-    HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
-    end_async(t, std::current_exception());  // nothing if it was released while unwinding
-  }
-  release(t);
-}
-
-void RuntimeCore::end_async(TaskNode* t, std::exception_ptr e) noexcept {
-  if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, std::move(e));
-}
-
-void RuntimeCore::async_released(TaskNode* t) noexcept {
-  bool listed = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    for (size_t i = 0; i < async_open_.size(); ++i)
-      if (async_open_[i] == t) {
-        async_open_[i] = async_open_.back();
-        async_open_.pop_back();
-        listed = true;
-        break;
-      }
-  }
-  if (listed) release(t);
-}
-
-void RuntimeCore::end_async_accesses() noexcept {
-  std::vector<TaskNode*> open;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    async_closing_ = true;
-    open.swap(async_open_);
-  }
-  for (TaskNode* t : open) {
-    HCR_LOG(error, "the runtime ends while an acquire_async access ("
-                       << access_name(t->args[0].access) << ") of a "
-                       << describe(*t->args[0].buffer)
-                       << " is unreleased: it is ended now, tasks waiting for it run; release "
-                          "async accesses before the runtime ends");
-    end_async(t, nullptr);  // the holder's release later only drops its reference
-    release(t);
-  }
-}
-
-bool RuntimeCore::holds_view() const noexcept {
-  if (views_held_.load(std::memory_order_relaxed) == 0) return false;
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me) return true;
-  return false;
+  pause_.check_not_held("Event::wait", target);
+  host_.check_wait(target);
 }
 
 void RuntimeCore::submit(TaskNode* t) {
-  t->submitted = true;
   if (timing_.load(std::memory_order_relaxed) && !t->footprint_valid) compute_footprint(t);
-  // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
-  // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
-  // open_, which this submit writes below anyway.
-  const uint64_t seq = submitted_.fetch_add(1, std::memory_order_relaxed);
-  if (max_in_flight_ != 0 &&
-      static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
-          static_cast<int64_t>(max_in_flight_)) {
-    try {
-      wait_for_room(seq);
-    } catch (...) {  // room can never come (tasks held by a pause fill the window)
-      retire_ticket();
-      t->submitted = false;
-      release(t);
-      throw;
-    }
-  }
-  // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
-  // load and the count may have been looked at without this task: it then counts in the new one
-  // instead, so that a wait_all beginning after this submit returns always waits for it. A task
-  // submitted by a running kernel counts with that kernel's task instead, whose count stays open
-  // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
-  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == this) {
-    open_[parent->epoch].fetch_add(1, std::memory_order_seq_cst);
-    t->epoch = parent->epoch;
-  } else {
-    uint64_t e = epoch_.load(std::memory_order_seq_cst);
-    for (;;) {
-      open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
-      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
-      if (now == e) break;
-      if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
-      e = now;
-    }
-    t->epoch = static_cast<uint8_t>(e & 1);
-  }
-
-  // One registration per distinct buffer, with the union of its access modes. Inputs no unfinished
-  // task still writes are noted: should the task wait for others, they can move now.
-  boost::container::small_vector<Ref<BufferState>, 3> available;
-  const bool move_early = t->kind == TaskKind::kernel && data_.active() && config_.prefetch;
-  const size_t n = t->args.size();
-  for (size_t i = 0; i < n; ++i) {
-    BufferState* b = t->args[i].buffer;
-    int mode = static_cast<int>(t->args[i].access);
-    bool first = true;
-    for (size_t j = 0; j < n; ++j) {
-      if (t->args[j].buffer != b) continue;
-      if (j < i) {
-        first = false;
-        break;
-      }
-      mode |= static_cast<int>(t->args[j].access);
-    }
-    if (first) {
-      t->uargs.push_back({b, static_cast<Access>(mode)});
-      t->bytes += b->bytes();
-      if (!register_access(*b, t, static_cast<Access>(mode)) && move_early &&
-          reads(static_cast<Access>(mode)))
-        available.push_back(Ref<BufferState>::share(b));
-    }
-  }
-  for (TaskNode* before : t->after) {
-    add_edge(before, t, true);
-    release(before);
-  }
-  t->after.clear();
-  // Still waiting (beyond the submission's own count, so `t` stays ours): what it reads and is
-  // ready starts moving to where it will run, as prefetch_for_successors does for what its
-  // predecessors write (a producer that finished before this submit leaves it no one to do so).
-  if (!available.empty() && t->pending.load(std::memory_order_relaxed) > 1)
-    if (const int64_t node = expected_node(t); node >= 0)
-      data_.prefetch({available.data(), available.size()}, t->priority,
-                     static_cast<uint32_t>(node), t->context);
-  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t, seq)) return;
-  if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
+  graph_.submit(t);
 }
 
-bool RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
-  b.lock.lock();
-  const bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
-  if (writes(mode)) {
-    if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
-    for (TaskNode* r : b.readers) {
-      add_edge(r, t, false);
-      release(r);
-    }
-    b.readers.clear();
-    b.prune_readers_at = 16;
-    retain(t);
-    if (b.last_writer) release(b.last_writer);
-    b.last_writer = t;
-  } else {
-    // Forget finished readers so the list stays short; the next sweep waits until the list has
-    // doubled, so many readers still running (submitted faster than they run) cost O(1) each
-    // rather than a sweep of all of them per new reader.
-    if (b.readers.size() >= b.prune_readers_at) {
-      size_t keep = 0;
-      for (TaskNode* r : b.readers) {
-        if (r->state.load(std::memory_order_acquire) == kPending) b.readers[keep++] = r;
-        else release(r);
-      }
-      b.readers.resize(keep);
-      b.prune_readers_at = std::max<size_t>(16, 2 * keep);
-    }
-    retain(t);
-    b.readers.push_back(t);
+void RuntimeCore::waiting_with_inputs(TaskNode* t,
+                                      std::span<const Ref<BufferState>> inputs) noexcept {
+  if (const int64_t node = expected_node(t); node >= 0)
+    data_.prefetch(inputs, t->priority, static_cast<uint32_t>(node), t->context);
+}
+
+bool RuntimeCore::moves_inputs_early(const TaskNode& t) const noexcept {
+  return t.kind == TaskKind::kernel && data_.active() && config_.prefetch;
+}
+
+bool RuntimeCore::may_wait_for_room() const noexcept {
+  return running_cpu_task() == nullptr && !host_.holds_view();
+}
+
+// Tasks a resume made ready: placed together, highest priority first, while no device takes work
+// (their pumps are held, as by a pumper that has not finished yet), so each device then starts
+// the most urgent of what it was given.
+void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
+  {
+    std::vector<sched::TaskRef> refs(now.begin(), now.end());
+    pol()->ready_together(refs);  // (priorities it gives count below)
   }
-  b.lock.unlock();
-  return waits;
+  // Highest priority first (submission order among equals): a policy with one queue for all
+  // devices hands them out in this order.
+  std::stable_sort(now.begin(), now.end(),
+                   [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
+  // Every device's pump is ours until all of them are placed: a device finishing a task meanwhile
+  // leaves its request to us, as to any pumper still at work.
+  const size_t n = device_count();
+  std::vector<char> ours(n, 0);
+  for (size_t d = 0; d < n; ++d)
+    ours[d] = !dev_[d]->pumping.exchange(true, std::memory_order_seq_cst);
+  for (TaskNode* t : now) ready(t);
+  for (size_t d = 0; d < n; ++d) {
+    if (!ours[d]) continue;
+    dev_[d]->pumping.store(false, std::memory_order_seq_cst);
+    if (usable(d)) pump(*dev_[d]);
+  }
 }
 
 void RuntimeCore::ready(TaskNode* t) noexcept {
@@ -681,7 +364,7 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   } else if (t->kind == TaskKind::join) {
     finish(t, nullptr);
   } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
-    grant_async(t);
+    host_.grant_async(t);
   } else {  // host access: granted until Buffer's HostView releases it
     t->granted.store(1, std::memory_order_release);
     t->granted.notify_all();
@@ -1332,39 +1015,7 @@ LoadReport RuntimeCore::report_snapshot() const {
 
 void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   if (t->data_node >= 0) data_.commit(t, !e);
-  if (e) {
-    t->error = e;
-    failed_.fetch_add(1, std::memory_order_relaxed);
-  }
-  // Counted before any successor can run, so stats() read after waiting for a later task (which
-  // waited for this one) include it. A submitter blocked for room is woken once the count it
-  // waits for is reached (seq_cst against its publishing room_at_, then reading completed_).
-  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (done >= room_at_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> g(room_mutex_); }
-    room_cv_.notify_all();
-  }
-  boost::container::small_vector<Edge, 2> successors;
-  t->lock.lock();
-  t->finished = true;
-  t->failed = static_cast<bool>(e);
-  successors.swap(t->successors);
-  t->lock.unlock();
-  // Successors this completion makes ready reach the policy highest priority first (among
-  // tasks ready at once, the application's priority decides who is placed first).
-  if (!e && !successors.empty() && data_.active() && config_.prefetch)
-    prefetch_for_successors(t, successors);
-  boost::container::small_vector<TaskNode*, 4> now_ready;
-  for (const Edge& s : successors) {
-    if (e && s.data) note_dependency_failure(s.task, e);
-    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now_ready.push_back(s.task);
-  }
-  if (now_ready.size() > 1)
-    std::stable_sort(now_ready.begin(), now_ready.end(),
-                     [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
-  for (TaskNode* r : now_ready) ready(r);
-  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
-  t->state.notify_all();
+  graph_.settle(t, e);
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
     if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told
       t->granted.store(2, std::memory_order_relaxed);
@@ -1379,28 +1030,15 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
       t->granted.notify_all();
     }
   }
-  // Done with its buffers: their references go now, not with the node. A buffer's dependency
-  // frontier (last_writer, readers) keeps the node while the buffer lives, so references held
-  // until then made a cycle that leaked every buffer a task had used, and the runtime with them
-  // (LeakSanitizer). Before the count below, so that wait_all() covers what freeing them does.
-  for (const ArgRec& a : t->args) release(a.buffer);
-  t->args.clear();
-  t->uargs.clear();
-  std::atomic<int64_t>& open = open_[t->epoch];
-  if (open.fetch_sub(1, std::memory_order_acq_rel) == 1) open.notify_all();
-  release(t);  // the reference held while the task ran
+  graph_.close(t);
 }
 
-// Why this waits for exactly the tasks submitted before it began: a task T whose submit returned
-// counted itself in the parity of epoch E and then saw the epoch still at E. The first wait_all to
-// move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
-// operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
-// finished before this one could take the mutex.
 // A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
 // `t` wrote for it starts moving there now, while the others finish, rather than once the last of
 // them is done (the copies overlap their computation). Before the successors' counts drop: until
 // then each waits for `t`, so it is alive.
-void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::small_vector<Edge, 2>& successors) noexcept {
+void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
+  if (!data_.active() || !config_.prefetch) return;
   const int32_t ran = t->device.load(std::memory_order_relaxed);
   const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
   for (const Edge& e : successors) {
@@ -1431,64 +1069,8 @@ int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
 }
 
 void RuntimeCore::wait_all() noexcept {
-  {
-    std::lock_guard<std::mutex> g(epoch_mutex_);
-    std::atomic<int64_t>& open = open_[epoch_.fetch_add(1, std::memory_order_seq_cst) & 1];
-    for (int64_t v; (v = open.load(std::memory_order_acquire)) != 0;)
-      open.wait(v, std::memory_order_acquire);
-  }
+  graph_.wait_all();
   return_freed_memory();  // after a burst of tasks: back to where the process was before it
-}
-
-void RuntimeCore::wait_idle() noexcept {
-  while (open_[0].load(std::memory_order_acquire) != 0 ||
-         open_[1].load(std::memory_order_acquire) != 0)
-    wait_all();
-}
-
-void RuntimeCore::wait_for_room(uint64_t seq) {
-  // Threads that must not wait: a kernel (the tasks in flight may need its worker, or be its own
-  // successors), and a thread holding a host view (the tasks in flight may wait for its release).
-  // They go over the bound.
-  if (running_cpu_task() != nullptr || holds_view()) return;
-  // Wait for room for a batch (a sixteenth of the bound), not for one task: a submitter kept at
-  // the bound would otherwise be woken once per completion.
-  const uint64_t target = seq + 1 - max_in_flight_ + max_in_flight_ / 16;
-  std::unique_lock<std::mutex> lock(room_mutex_);
-  if (completed_.load(std::memory_order_seq_cst) >= target) return;
-  throttled_.fetch_add(1, std::memory_order_relaxed);
-  throttled_now_.fetch_add(1, std::memory_order_relaxed);
-  auto it = room_targets_.insert(target);
-  room_at_.store(*room_targets_.begin(), std::memory_order_seq_cst);
-  auto leave = [&] {
-    room_targets_.erase(it);
-    room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
-                   std::memory_order_seq_cst);
-    throttled_now_.fetch_sub(1, std::memory_order_relaxed);
-  };
-  // hold() wakes us when a pause takes another task: room may have become impossible.
-  while (completed_.load(std::memory_order_seq_cst) < target) {
-    if (const size_t held = held_before(seq); held > seq - target) {
-      leave();
-      throw Error(ErrorCode::invalid_argument,
-                  "Runtime::submit would wait forever: " + std::to_string(held) +
-                      " task(s) submitted since Runtime::pause() wait for Runtime::resume() "
-                      "and fill the window of [runtime] max_tasks_in_flight = " +
-                      std::to_string(max_in_flight_) +
-                      " unfinished tasks; resume() first, or raise max_tasks_in_flight");
-    }
-    room_cv_.wait(lock);
-  }
-  leave();
-}
-
-void RuntimeCore::retire_ticket() noexcept {
-  abandoned_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (done >= room_at_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> g(room_mutex_); }
-    room_cv_.notify_all();
-  }
 }
 
 std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
@@ -1699,14 +1281,11 @@ static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::qu
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
-  // A submitter waiting for room holds a ticket its task has not used yet.
-  // A submit refused while it waited for room (retire_ticket) counts in neither.
-  const uint64_t abandoned = abandoned_.load(std::memory_order_relaxed);
-  s.submitted = submitted_.load(std::memory_order_relaxed) -
-                throttled_now_.load(std::memory_order_relaxed) - abandoned;
-  s.completed = completed_.load(std::memory_order_relaxed) - abandoned;
-  s.throttled = throttled_.load(std::memory_order_relaxed);
-  s.failed = failed_.load(std::memory_order_relaxed);
+  const TaskGraph::Counts counts = graph_.counts();
+  s.submitted = counts.submitted;
+  s.completed = counts.completed;
+  s.throttled = counts.throttled;
+  s.failed = counts.failed;
   s.decisions = decisions_.load(std::memory_order_relaxed);
   s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.data = data_.counters();

@@ -3,7 +3,11 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/host_access.hpp"
 #include "engine/landed_tasks.hpp"
+#include "engine/pause.hpp"
+#include "engine/task_end.hpp"
+#include "engine/task_graph.hpp"
 #include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
@@ -74,7 +78,10 @@ struct DeviceState {
   std::atomic<uint64_t> protocol_errors{0};
 };
 
-class RuntimeCore final : public sched::Context {
+class RuntimeCore final : public sched::Context,
+                          public TaskEnd,
+                          public GraphStages,
+                          public PlaceTogether {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore() override;
@@ -108,9 +115,7 @@ class RuntimeCore final : public sched::Context {
                       uint64_t* bytes) const noexcept override;
   void locate(const void* buffer, uint64_t valid[2], uint64_t arriving[2]) const noexcept override;
   bool direct_copy(uint32_t from, uint32_t to) const noexcept override;
-  uint64_t submitted() const noexcept override {
-    return submitted_.load(std::memory_order_relaxed);
-  }
+  uint64_t submitted() const noexcept override { return graph_.submitted(); }
   double idle_watts(sched::DeviceId d) const noexcept override { return energy_.idle_watts(d); }
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
@@ -142,11 +147,8 @@ class RuntimeCore final : public sched::Context {
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
-  /// Registers `t`'s access to `b` in the buffer's dependency frontier. Returns whether `t` now
-  /// waits for the task that last wrote `b` (false also for an access that does not read).
-  bool register_access(BufferState& b, TaskNode* t, Access mode);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
-  void finish(TaskNode* t, std::exception_ptr e) noexcept;
+  void finish(TaskNode* t, std::exception_ptr e) noexcept override;
   /// Returns once every task whose submit() returned before this call began has finished
   /// (Runtime::wait_all): tasks submitted meanwhile may or may not have.
   void wait_all() noexcept;
@@ -168,20 +170,23 @@ class RuntimeCore final : public sched::Context {
   /// back (false: it takes work again, and the tasks that only it could run are placed again).
   /// False when d is not in the state asked to leave (a quarantined device stays out).
   bool set_withheld(uint32_t d, bool withheld) noexcept;
-  /// Runtime::pause/resume (engine/pause.cpp): every kernel task submitted while paused waits, as
+  /// Runtime::pause/resume (engine/pause.hpp): every kernel task submitted while paused waits, as
   /// for one more predecessor, until the last resume(); those then ready are placed together,
   /// highest priority first, before a device takes any of them. Pauses nest.
-  void pause() noexcept;
-  /// False when not paused.
-  bool resume() noexcept;
-  /// Throws Error(invalid_argument) naming `what` when it would wait forever for a task held by
-  /// a pause: `target` held (null: any), or a held task writing `b` (read) or using it (write).
-  void check_not_held(std::string_view what, const TaskNode* target) const;
-  void check_not_held(const BufferState& b, Access mode) const;
+  Pause& pauses() noexcept { return pause_; }
+  const Pause& pauses() const noexcept { return pause_; }
   /// Tasks submitted and not finished (the arbiter's busy/idle).
-  uint64_t unfinished() const noexcept {
-    return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_relaxed);
-  }
+  uint64_t unfinished() const noexcept { return graph_.unfinished(); }
+
+  // GraphStages: what the task graph hands on.
+  void ready(TaskNode* t) noexcept override;
+  void waiting_with_inputs(TaskNode* t,
+                           std::span<const Ref<BufferState>> inputs) noexcept override;
+  void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
+  bool moves_inputs_early(const TaskNode& t) const noexcept override;
+  bool may_wait_for_room() const noexcept override;
+  // PlaceTogether: tasks a resume made ready.
+  void place_together(std::vector<TaskNode*> ready) noexcept override;
   /// Tasks handed to device d, plus one while a pumper may be handing it one: the node arbiter
   /// releases a withheld device at 0 (as remove_device waits).
   uint32_t occupied(uint32_t d) const noexcept {
@@ -222,44 +227,16 @@ class RuntimeCore final : public sched::Context {
   std::vector<Device> devices_snapshot() const;
   LoadReport report_snapshot() const;
 
-  // Host views (Buffer::acquire) not yet released, with the thread that acquired each. A thread
-  // that holds a view and then waits for something that waits for the view never returns: these
-  // turn the cases that can be seen from here into errors. A view handed to another thread still
-  // counts as its acquiring thread's.
-  void view_granted(TaskNode* token);
-  void view_released(TaskNode* token) noexcept;
-  /// Throws when this thread holds a view that an acquire of `b` for `mode` would wait for.
-  void check_view_conflict(const BufferState& b, Access mode) const;
-  /// Throws when this thread holds any view (`what` would wait for its release).
-  void check_no_view_held(std::string_view what) const;
-  /// Whether this thread holds a view (a lock only when some view exists).
-  bool holds_view() const noexcept;
-  /// Runtime destruction: ends the views this thread still holds, with an error for each, so
-  /// that the destructor's wait can end.
-  void end_views_of_this_thread() noexcept;
-  // Async host accesses (Buffer::acquire_async). Granted ones not yet released are listed (a
-  // reference each) so that the runtime's end can end them; after that, an access that becomes
-  // grantable fails with ErrorCode::shutdown instead of reaching its callback with data.
-  /// Called by host_task_ready: calls the access's callback with the data (or fails the access).
-  void grant_async(TaskNode* t) noexcept;
-  /// Ends a granted access (granted 1 -> 2) with `e`; nothing when it has ended already.
-  void end_async(TaskNode* t, std::exception_ptr e) noexcept;
-  /// The holder released `t`: it leaves the list of open accesses.
-  void async_released(TaskNode* t) noexcept;
-  /// Runtime destruction: ends every granted access (an error logged for each) and makes later
-  /// grants fail, so that the destructor's wait can end.
-  void end_async_accesses() noexcept;
-  /// Throws when waiting for `target` on this thread would never end: it depends on a host view
-  /// this thread holds.
+  /// Host views and async accesses (engine/host_access.hpp).
+  HostAccesses& host() noexcept { return host_; }
+  const HostAccesses& host() const noexcept { return host_; }
+  /// Throws when waiting for `target` on this thread would never end: held by a pause, or behind
+  /// a host view this thread holds.
   void check_wait(const TaskNode* target) const;
 
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
-  void ready(TaskNode* t) noexcept;
-  // `t` finished: copies what it wrote towards where its waiting successors are expected to run.
-  void prefetch_for_successors(TaskNode* t,
-                               const boost::container::small_vector<Edge, 2>& successors) noexcept;
   // The memory node where a task not yet ready is expected to run (its pin, or the policy's
   // expected_device), or -1 when nobody can say yet.
   int64_t expected_node(TaskNode* t) noexcept;
@@ -342,24 +319,15 @@ class RuntimeCore final : public sched::Context {
   void give_back(TaskNode* t, DeviceState& d) noexcept;
   std::mutex parked_mutex_;
   std::vector<TaskNode*> parked_;
-  // engine/pause.cpp: a task submitted while paused is kept here, its submission's own pending
-  // count standing for the pause (true), until the last resume lets it go.
-  bool hold(TaskNode* t, uint64_t seq) noexcept;
   // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
   void warn_if_oversubscribed();
   uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
-  void let_go(std::vector<TaskNode*> held) noexcept;
-  // How many held tasks took their back-pressure ticket before `seq` (they can't finish before
-  // resume(): a submitter waiting for room behind them may wait forever).
-  size_t held_before(uint64_t seq) const;
-  std::atomic<uint32_t> paused_{0};  // pauses not resumed yet (written under held_mutex_)
-  mutable std::mutex held_mutex_;
-  std::vector<TaskNode*> held_;
-  std::vector<uint64_t> held_tickets_;  // held_[i]'s back-pressure ticket
   std::atomic<uint32_t> withheld_{0};  // devices withheld now
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
+  TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
+  Pause pause_{graph_, *this};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
   std::atomic<uint32_t> ndev_{0};
@@ -401,46 +369,13 @@ class RuntimeCore final : public sched::Context {
   std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
-  std::mutex async_mutex_;
-  std::vector<TaskNode*> async_open_;  // granted, not released (references held)
-  bool async_closing_ = false;
-  mutable std::mutex views_mutex_;
-  std::vector<std::pair<TaskNode*, std::thread::id>> views_;  // borrowed: the HostView holds a ref
-  std::atomic<size_t> views_held_{0};  // views_.size(), read without the lock by check_wait
+  HostAccesses host_{*this};
 
   std::atomic<bool> alive_{true};
   std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
   std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
 
-  // wait_all: each task counts in open_[parity of the epoch current when it was submitted]; a
-  // wait_all moves the epoch on and waits for the previous one's count to drain, while new tasks
-  // count in the other. One wait_all moves the epoch at a time (epoch_mutex_), so the count it
-  // waits for receives no new task. Read by every submit, written by wait_all: a line of its own.
-  alignas(64) std::atomic<uint64_t> epoch_{0};
-  std::mutex epoch_mutex_;
-  // Touched by submitting and finishing threads alike.
-  alignas(64) std::atomic<int64_t> open_[2] = {0, 0};
-  std::atomic<uint64_t> completed_{0};
-  // Back-pressure: the smallest completed_ a blocked submitter waits for (max: none waits).
-  std::atomic<uint64_t> room_at_{UINT64_MAX};
-  alignas(64) std::atomic<uint64_t> submitted_{0};  // tickets, in submission order
-  std::atomic<uint64_t> failed_{0};
-  uint64_t max_in_flight_ = 0;  // [runtime] max_tasks_in_flight (0: no bound)
-  std::mutex room_mutex_;
-  std::condition_variable room_cv_;
-  std::multiset<uint64_t> room_targets_;  // completed_ counts blocked submitters wait for
-  std::atomic<uint64_t> throttled_{0};      // submits that waited for room
-  std::atomic<uint32_t> throttled_now_{0};  // submitters waiting for room now
-  // Blocks the submitter holding ticket `seq` until it may enter (see submit()); throws
-  // Error(invalid_argument) when the room it waits for can only come after a resume().
-  void wait_for_room(uint64_t seq);
-  // A ticket whose task was refused: counted as finished so that later tickets are not kept
-  // waiting for it, and left out of stats().
-  void retire_ticket() noexcept;
-  std::atomic<uint64_t> abandoned_{0};
-  // Shutdown: until no task is unfinished at all.
-  void wait_idle() noexcept;
   // What decisions over many devices read per device, dense (written once when a device joins).
   struct DeviceHot {
     uint32_t node = 0;   // its memory node
@@ -460,8 +395,6 @@ class RuntimeCore final : public sched::Context {
   std::atomic<int64_t> decision_ns_{0};
 };
 
-/// Error for a task whose data predecessor failed, carrying the original message.
-std::exception_ptr dependency_error(const std::exception_ptr& cause);
 /// The message of any exception_ptr.
 std::string what(const std::exception_ptr& e);
 
