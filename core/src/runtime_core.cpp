@@ -145,12 +145,12 @@ void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
   const size_t n = device_count();
   std::vector<char> ours(n, 0);
   for (size_t d = 0; d < n; ++d)
-    ours[d] = !dev_[d]->pumping.exchange(true, std::memory_order_seq_cst);
+    ours[d] = !devices_[d].pumping.exchange(true, std::memory_order_seq_cst);
   for (TaskNode* t : now) ready(t);
   for (size_t d = 0; d < n; ++d) {
     if (!ours[d]) continue;
-    dev_[d]->pumping.store(false, std::memory_order_seq_cst);
-    if (usable(d)) pump(*dev_[d]);
+    devices_[d].pumping.store(false, std::memory_order_seq_cst);
+    if (usable(d)) pump(devices_[d]);
   }
 }
 
@@ -188,7 +188,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   }
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable.load(std::memory_order_relaxed);
-  const uint32_t retired = retired_.load(std::memory_order_seq_cst);
+  const uint32_t retired = health_.retired();
   // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
   // devices that failed this task, devices out of scheduling.
   if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
@@ -198,7 +198,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
-    if (withheld_.load(std::memory_order_seq_cst) != 0 && park(t)) return;
+    if (health_.withheld() != 0 && park(t)) return;
     finish(t, no_device_error(*t));
     return;
   }
@@ -223,21 +223,21 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
   // this task, or this sees the count and drains again (the task may sit on that device or in a
   // shared queue no device can take it from).
-  if (retired_.load(std::memory_order_seq_cst) != retired) {
+  if (health_.retired() != retired) {
     for (size_t x = 0, n = device_count(); x < n; ++x)
       if (!usable(x))
         for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
     if (d != sched::kAnyDevice) {
-      if (usable(d)) pump(*dev_[d]);
+      if (usable(d)) pump(devices_[d]);
       return;
     }
   } else if (d != sched::kAnyDevice) {
     // Into the device's memory, or home for a device working in host memory (a slot of it would
     // otherwise wait for the copies out of another device's memory).
     if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node,
+      data_.prefetch({inputs.data(), inputs.size()}, t->priority, devices_[d].info.memory_node,
                      t->context);
-    pump(*dev_[d]);
+    pump(devices_[d]);
     return;
   }
   // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
@@ -246,7 +246,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   const size_t n = device_count();
   const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
   for (size_t i = 0; i < n; ++i) {
-    DeviceState& ds = *dev_[(first + i) % n];
+    DeviceState& ds = devices_[(first + i) % n];
     if (ds.in_flight.load(std::memory_order_relaxed) < ds.window &&
         sched::TaskRef(t).can_run(ds.info.id) && pump(ds) > 0)
       return;
@@ -300,22 +300,14 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     d.pumping.store(false, std::memory_order_seq_cst);
     if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
   }
-  if (wakes_.load(std::memory_order_acquire) != 0) pump_woken();
+  if (devices_.wakes_pending()) pump_woken();
   return launched;
 }
 
-void RuntimeCore::wake(sched::DeviceId d) noexcept {
-  if (d < device_count() && !dev_[d]->wake_requested.exchange(true, std::memory_order_acq_rel))
-    wakes_.fetch_add(1, std::memory_order_release);
-}
-
-// Pumps the devices the policy asked to wake, after the policy call that asked has returned.
+// Feeds the devices the policy asked to wake, after the policy call that asked has returned.
 void RuntimeCore::pump_woken() noexcept {
-  for (size_t i = 0, n = device_count(); i < n && wakes_.load(std::memory_order_acquire) != 0; ++i)
-    if (dev_[i]->wake_requested.exchange(false, std::memory_order_acq_rel)) {
-      wakes_.fetch_sub(1, std::memory_order_acq_rel);
-      if (usable(i)) pump(*dev_[i]);
-    }
+  for (uint32_t i = 0, n = device_count(); i < n && devices_.wakes_pending(); ++i)
+    if (devices_.take_wake(i) && usable(i)) pump(devices_[i]);
 }
 
 void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
@@ -336,7 +328,7 @@ void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
 
 void RuntimeCore::data_ready(TaskNode* t) noexcept {
   if (t->kind == TaskKind::kernel) {
-    DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+    DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
     if (t->transfer_error) {
       start_kernel(t, d);  // (abandons it)
@@ -356,7 +348,7 @@ void RuntimeCore::data_ready(TaskNode* t) noexcept {
   }
 }
 
-void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
+void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
 
 void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   if (t->transfer_error) {
@@ -386,9 +378,9 @@ bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
   ++t->foreign_faults;
   const std::string why = what(t->transfer_error);
   if (!lost && culprit < device_count()) {  // a lost device was retired by the copy already
-    DeviceState& x = *dev_[culprit];
+    DeviceState& x = devices_[culprit];
     x.failed.fetch_add(1, std::memory_order_relaxed);
-    note_fault(x, ErrorCode::backend, why);
+    health_.note_fault(x, ErrorCode::backend, why);
   }
   HCR_LOG(info, "copying data home failed (" << why << "): fetching it again");
   t->transfer_error = nullptr;
@@ -417,11 +409,11 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
     ++t->foreign_faults;
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
     pump(d);
-    DeviceState& x = *dev_[culprit];
+    DeviceState& x = devices_[culprit];
     const std::string why = what(e);
     if (!culprit_lost) {
       x.failed.fetch_add(1, std::memory_order_relaxed);
-      note_fault(x, ErrorCode::backend, why);
+      health_.note_fault(x, ErrorCode::backend, why);
     }
     HCR_LOG(info, "task of kernel '" << t->kernel->name << "' lost an input copy on '"
                                      << x.info.name << "' (" << why << "): placing it again");
@@ -645,7 +637,7 @@ void RuntimeCore::watchdog() noexcept {
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
     std::vector<TaskNode*> expired;
     for (size_t i = 0, n = device_count(); i < n; ++i)
-      for_each_slot(*dev_[i], [&](LaunchSlot& s) {
+      for_each_slot(devices_[i], [&](LaunchSlot& s) {
         uint64_t st = s.state.load(std::memory_order_acquire);
         if (LaunchSlot::status(st) != LaunchSlot::kArmed ||
             s.deadline_ns.load(std::memory_order_acquire) > now_ns)
@@ -702,7 +694,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
 
 void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
                               const char* timed_out) noexcept {
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   double measured = -1, seconds = -1;
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
       info->device_seconds >= 0)
@@ -786,7 +778,7 @@ void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcep
     finish(t, nullptr);
     return;
   }
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   if (retry_elsewhere(t, d, code_of(error), what(error))) return;
   finish(t, std::move(error));
 }
@@ -794,7 +786,7 @@ void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcep
 bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
                                   const std::string& why) noexcept {
   if (!device_side(code) || t->data_lost) return false;
-  note_fault(d, code, why);
+  health_.note_fault(d, code, why);
   try {
     t->device_errors += (t->device_errors.empty() ? "" : "; ") + d.info.name + ": " + why;
     t->excluded.push_back(d.info.id);
@@ -827,81 +819,23 @@ void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
   place_again(t);
 }
 
-void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
-  if (code == ErrorCode::device_lost) {
-    retire(d, DeviceState::kLost, why);
-    return;
-  }
-  bool quarantine = false;
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    const double t = now();
-    d.fault_times.push_back(t);
-    while (!d.fault_times.empty() && d.fault_times.front() < t - config_.quarantine_window)
-      d.fault_times.pop_front();
-    d.last_fault = why;
-    quarantine = d.fault_times.size() >= static_cast<size_t>(config_.quarantine_failures);
-  }
-  if (quarantine)
-    retire(d, DeviceState::kQuarantined,
-           std::to_string(config_.quarantine_failures) + " failures within " +
-               detail::format_seconds(config_.quarantine_window) + ", the last: " + why);
-}
-
-void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
-  uint8_t was = DeviceState::kActive;
-  bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
-  // again (below), and fail if no other device will take them.
-  const bool was_withheld = !out && was == DeviceState::kWithheld &&
-                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  if (was_withheld) {
-    out = true;
-    withheld_.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  if (!out) {
-    // Already out. A quarantined device, or one being removed, that is then lost is lost: the
-    // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
-    // rather than wait for copies from it.
-    if (status == DeviceState::kLost &&
-        (was == DeviceState::kQuarantined || was == DeviceState::kRemoved) &&
-        d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
-      {
-        std::lock_guard<SpinLock> g(d.fault_lock);
-        d.last_fault = why;
-      }
-      HCR_LOG(warn, "device '" << d.info.name << "' ("
-                               << (was == DeviceState::kRemoved ? "being removed" : "quarantined")
-                               << ") lost: " << why);
-      if (d.info.memory_node != 0) data_.node_lost(d.info.memory_node, d.info.name);
-    }
-    return;
-  }
-  usable_bits_[d.info.id / 64].fetch_and(~(uint64_t{1} << (d.info.id % 64)),
-                                         std::memory_order_seq_cst);
-  retired_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    if (d.status.load(std::memory_order_seq_cst) == status) d.last_fault = why;  // else lost since
-  }
-  if (status == DeviceState::kRemoved)  // asked for: not a fault
-    HCR_LOG(info, "device '" << d.info.name << "' removed; its work goes elsewhere");
-  else
-    HCR_LOG(warn, "device '" << d.info.name << "' "
-                             << (status == DeviceState::kLost ? "lost" : "quarantined") << ": "
-                             << why << "; its work goes elsewhere");
-  if (status == DeviceState::kLost && d.info.memory_node != 0)
-    data_.node_lost(d.info.memory_node, d.info.name);
+void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
   for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
   hand_back_landed(d);
-  if (was_withheld) {
-    std::vector<TaskNode*> again;
-    {
-      std::lock_guard<std::mutex> g(parked_mutex_);
-      again.swap(parked_);
-    }
-    for (TaskNode* t : again) ready(t);
-  }
+}
+
+void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { pump(d); }
+
+bool RuntimeCore::park(TaskNode* t) noexcept {
+  const KernelState& k = *t->kernel;
+  return health_.park(
+      t, device_count(), [&](uint32_t d) -> DeviceState& { return devices_[d]; },
+      [&](uint32_t d) {
+        return k.can_run(d) && fits(t, d) &&
+               (t->pinned < 0 || static_cast<uint32_t>(t->pinned) == d) &&
+               (t->context == nullptr || t->context->has(d)) &&
+               std::find(t->excluded.begin(), t->excluded.end(), d) == t->excluded.end();
+      });
 }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
@@ -933,17 +867,17 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     // Instances with a device still there: one with the same options drives the same devices.
     std::vector<const PluginInstance*> live;
     for (size_t d = 0; d < device_count(); ++d) {
-      const uint8_t s = dev_[d]->status.load(std::memory_order_relaxed);
+      const uint8_t s = devices_[d].status.load(std::memory_order_relaxed);
       if (s != DeviceState::kRemoved && s != DeviceState::kLost &&
-          std::find(live.begin(), live.end(), dev_[d]->plugin) == live.end())
-        live.push_back(dev_[d]->plugin);
+          std::find(live.begin(), live.end(), devices_[d].plugin) == live.end())
+        live.push_back(devices_[d].plugin);
     }
     std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake, live);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
         ++budget.devices;
-        budget.own_memory += dev_[d]->info.memory_node != 0;
+        budget.own_memory += devices_[d].info.memory_node != 0;
       }
       if (budget.take(*inst) < inst->devices.size()) {
         rec.status = PluginRecord::Status::skipped;
@@ -980,7 +914,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     }
     resolve(*k);
   }
-  for (uint32_t d = first; d < last; ++d) pump(*dev_[d]);
+  for (uint32_t d = first; d < last; ++d) pump(devices_[d]);
   HCR_LOG(info, "plugin '" << rec.name << "' from " << file.string() << " joined with "
                            << (last - first) << " device(s)");
   return rec;
@@ -993,8 +927,8 @@ void RuntimeCore::remove_device(uint32_t id) {
   if (id >= n)
     throw Error(ErrorCode::invalid_argument, "remove_device: no device " + std::to_string(id) +
                                                  " (the runtime has " + std::to_string(n) + ")");
-  DeviceState& d = *dev_[id];
-  retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
+  DeviceState& d = devices_[id];
+  health_.retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
   // What it runs finishes there; a pump that saw it active just before may still hand it one.
   while (d.in_flight.load(std::memory_order_seq_cst) != 0 ||
          d.pumping.load(std::memory_order_seq_cst))
@@ -1005,7 +939,7 @@ void RuntimeCore::remove_device(uint32_t id) {
 
 std::vector<Device> RuntimeCore::devices_snapshot() const {
   std::lock_guard<std::mutex> g(add_mutex_);
-  return std::vector<Device>(devices_.begin(), devices_.begin() + device_count());
+  return std::vector<Device>(devices_.infos().begin(), devices_.infos().begin() + device_count());
 }
 
 LoadReport RuntimeCore::report_snapshot() const {
@@ -1040,7 +974,7 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
 void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
   if (!data_.active() || !config_.prefetch) return;
   const int32_t ran = t->device.load(std::memory_order_relaxed);
-  const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
+  const uint32_t from = ran >= 0 ? devices_[static_cast<size_t>(ran)].info.memory_node : 0;
   for (const Edge& e : successors) {
     TaskNode* s = e.task;
     if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
@@ -1065,7 +999,7 @@ int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
   const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
   if (d < 0 || d >= static_cast<int64_t>(device_count()) || !usable(static_cast<size_t>(d)))
     return -1;  // (a plan may still name a device withheld or quarantined since)
-  return dev_[static_cast<size_t>(d)]->info.memory_node;
+  return devices_[static_cast<size_t>(d)].info.memory_node;
 }
 
 void RuntimeCore::wait_all() noexcept {
@@ -1078,7 +1012,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
   auto reason = [&](size_t d) -> std::string {
     for (uint32_t x : t.excluded)
       if (x == d) {  // it failed there: say what the device said
-        std::string name = dev_[d]->info.name + ": ";
+        std::string name = devices_[d].info.name + ": ";
         size_t at = t.device_errors.find(name);
         if (at == std::string::npos) return "failed";
         size_t end = t.device_errors.find("; ", at);
@@ -1087,10 +1021,10 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
                                                                           : end - at - name.size());
       }
     auto last = [&] {
-      std::lock_guard<SpinLock> g(dev_[d]->fault_lock);
-      return dev_[d]->last_fault;
+      std::lock_guard<SpinLock> g(devices_[d].fault_lock);
+      return devices_[d].last_fault;
     };
-    switch (dev_[d]->status.load(std::memory_order_relaxed)) {
+    switch (devices_[d].status.load(std::memory_order_relaxed)) {
       case DeviceState::kQuarantined:
         return "quarantined after repeated failures (the last: " + last() + ")";
       case DeviceState::kLost: return "lost (" + last() + ")";
@@ -1101,7 +1035,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     if (!k.can_run(d))
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
     if (!fits(&t, d)) {
-      const uint64_t limit = data_.limit(dev_[d]->info.memory_node);
+      const uint64_t limit = data_.limit(devices_[d].info.memory_node);
       if (t.bytes <= limit && t.context != nullptr)
         return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
                " bytes cannot hold the task's " + std::to_string(t.bytes);
@@ -1118,7 +1052,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     bool any = false;
     for (size_t d = 0, n = device_count(); d < n; ++d)
       if (t.context->has(static_cast<uint32_t>(d))) {
-        msg += (any ? "; " : ": ") + dev_[d]->info.name + ": " +
+        msg += (any ? "; " : ": ") + devices_[d].info.name + ": " +
                (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
                                                                      "is pinned to (Task::on)"
                                                                    : reason(d));
@@ -1126,132 +1060,19 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
       }
     if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
       msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
-             std::to_string(t.pinned) + " ('" + dev_[t.pinned]->info.name +
+             std::to_string(t.pinned) + " ('" + devices_[t.pinned].info.name +
              "'), which is not in the context";
   } else if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
-          dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
+          devices_[t.pinned].info.name + "'), the only one the task allows (Task::on): " +
           reason(static_cast<size_t>(t.pinned));
   } else if (device_count() == 0) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {
     for (size_t d = 0, n = device_count(); d < n; ++d)
-      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
+      msg += (d == 0 ? ": " : "; ") + devices_[d].info.name + ": " + reason(d);
   }
   return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
-}
-
-double RuntimeCore::now() const noexcept {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const uint32_t node = dev_[d]->info.memory_node;
-  uint64_t bytes = 0;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access) && !data_.valid_or_arriving(*a.buffer, node)) bytes += a.buffer->bytes();
-  return bytes;
-}
-
-void RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                                 uint64_t* bytes) const noexcept {
-  std::fill(bytes, bytes + count, uint64_t{0});
-  if (!data_.active()) return;  // every device works in host memory
-  // Where each input is valid or on its way, read once; then a bit test per device.
-  struct In {
-    uint64_t where[2];
-    uint64_t bytes;
-  };
-  boost::container::small_vector<In, 4> inputs;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access)) {
-      In in{{0, 0}, a.buffer->bytes()};
-      data_.presence(*a.buffer, in.where);
-      inputs.push_back(in);
-    }
-  if (inputs.empty()) return;
-  for (sched::DeviceId d = 0; d < count; ++d) {
-    const uint32_t node = hot_[d].node;
-    uint64_t sum = 0;
-    for (const In& in : inputs)
-      if (!((in.where[node / 64] >> (node % 64)) & 1u)) sum += in.bytes;
-    bytes[d] = sum;
-  }
-}
-
-void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
-                          std::bitset<kMaxDevices>& out) const noexcept {
-  out.reset();
-  const TaskNode* n = t.node();
-  if (!n->kernel) return;
-  if (n->pinned >= 0) {
-    if (static_cast<sched::DeviceId>(n->pinned) < count && t.can_run(n->pinned)) out.set(n->pinned);
-    return;
-  }
-  // Bits first (the kernel's capable devices, the devices in scheduling), then the few checks
-  // per remaining device: a decision over many devices reads two words, not a line per device.
-  const KernelState& k = *n->kernel;
-  const bool limited = data_.active();
-  for (unsigned w = 0; w < 2 && w * 64 < count; ++w) {
-    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) &
-                    usable_bits_[w].load(std::memory_order_acquire);
-    if (count < (w + 1) * 64) bits &= (uint64_t{1} << (count - w * 64)) - 1;
-    while (bits != 0) {
-      const unsigned d = w * 64 + static_cast<unsigned>(__builtin_ctzll(bits));
-      bits &= bits - 1;
-      if (!limited || hot_[d].node == 0 || n->bytes <= hot_[d].limit) out.set(d);
-    }
-  }
-  for (uint32_t x : n->excluded)  // devices that already failed it
-    if (x < count) out.reset(x);
-  if (n->context != nullptr)  // its context's devices only
-    for (sched::DeviceId d = 0; d < count; ++d)
-      if (out[d] && !n->context->has(d)) out.reset(d);
-}
-
-void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
-                         uint64_t arriving[2]) const noexcept {
-  data_.locate(*static_cast<const BufferState*>(buffer), valid, arriving);
-}
-
-bool RuntimeCore::direct_copy(uint32_t from, uint32_t to) const noexcept {
-  return from != 0 && to != 0 && from < DataManager::kMaxNodes && to < DataManager::kMaxNodes &&
-         node_plugin_[from] != nullptr && node_plugin_[from] == node_plugin_[to];
-}
-
-double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const DeviceState& ds = *dev_[d];
-  const hcr_plugin_api_t* api = ds.plugin->api;
-  TaskNode* n = t.node();
-  if (api->estimate == nullptr || !n->kernel || !n->kernel->can_run(d)) return -1;
-  // The same view of the arguments a launch would get, without data pointers.
-  boost::container::small_vector<hcr_arg_t, 3> args;
-  for (const ArgRec& a : n->args) {
-    hcr_arg_t x{};
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(a.buffer->dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
-    x.rows = a.buffer->rows;
-    x.cols = a.buffer->cols;
-    x.ld = a.buffer->cols;
-    args.push_back(x);
-  }
-  hcr_launch_args_t la{};
-  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-  la.device = ds.index;
-  la.kernel = n->kernel->devices[d].handle;
-  la.args = args.data();
-  la.num_args = args.size();
-  la.params = n->params.data();
-  la.params_size = n->params.size();
-  la.param_offsets = n->param_offsets.data();
-  la.num_params = n->param_offsets.size();
-  double seconds = -1;
-  if (hcr_error_t* err = api->estimate(ds.plugin->handle, &la, &seconds)) {
-    api->error_destroy(err);
-    return -1;
-  }
-  return seconds;
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
@@ -1290,7 +1111,7 @@ RuntimeStats RuntimeCore::stats() const {
   s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.data = data_.counters();
   for (size_t i = 0, n = device_count(); i < n; ++i) {
-    const auto& d = dev_[i];
+    DeviceState* d = &devices_[i];
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);
@@ -1410,7 +1231,7 @@ void write_file(const std::string& path, const std::string& text) {
 void RuntimeCore::write_trace(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }
@@ -1421,7 +1242,7 @@ void RuntimeCore::write_trace(const std::string& path) const {
 void RuntimeCore::write_gantt(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }

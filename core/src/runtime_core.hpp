@@ -3,6 +3,10 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/device_health.hpp"
+#include "engine/device_state.hpp"
+#include "engine/device_table.hpp"
+#include "engine/scheduling_view.hpp"
 #include "engine/host_access.hpp"
 #include "engine/landed_tasks.hpp"
 #include "engine/pause.hpp"
@@ -34,57 +38,13 @@ namespace hcr::detail {
 class ContextPolicy;
 class TenantLink;
 
-/// One device and its driver state. The driver has no thread: the submitting thread and the
-/// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
-struct DeviceState {
-  Device info;
-  PluginInstance* plugin = nullptr;
-  size_t index = 0;  // the plugin's device index
-  uint32_t flags = 0;
-  uint32_t window = 1;  // tasks handed to the plugin at once
-
-  alignas(64) std::atomic<uint32_t> in_flight{0};
-  // Of those, tasks not handed to the plugin yet: waiting for their copies, or with their copies
-  // done (landed) and waiting for room in the window. They do not hold the window, so that a task
-  // whose data is there already runs meanwhile (up to twice the window taken in all).
-  std::atomic<uint32_t> fetching{0};
-  LandedTasks landed;
-  std::atomic<uint32_t> pump_requests{0};
-  std::atomic<bool> pumping{false};
-  std::atomic<bool> wake_requested{false};  // the policy asked for a pump (Context::wake)
-  alignas(64) std::atomic<uint64_t> tasks{0};
-  std::atomic<uint64_t> failed{0};
-  std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
-
-  // Health: active, or out of scheduling (quarantined after repeated failures, lost, removed).
-  // The values of DeviceHealth.
-  // kWithheld: the node arbiter gave it to another process for now (set_withheld); it comes
-  // back as kActive.
-  enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3, kWithheld = 4 };
-  std::atomic<uint8_t> status{kActive};
-  SpinLock fault_lock;
-  std::deque<double> fault_times;  // recent failures, within the quarantine window
-  std::string last_fault;
-
-  // Launch slots (launch_slots.hpp): chunks of the process-wide table this device holds. Armed by
-  // the pumper only (one at a time), round robin; it takes another chunk when every slot is busy
-  // (launches the watchdog gave up on keep theirs until the plugin's done arrives).
-  static constexpr uint32_t kMaxSlotChunks = 256;
-  std::atomic<uint32_t> slot_chunks_used{0};
-  std::atomic<uint32_t> slot_chunks[kMaxSlotChunks] = {};
-  uint32_t slot_cursor = 0;
-  // Completions of its plugin that broke the launch protocol (done twice, an error returned from
-  // launch after done): ignored, counted, the first one logged.
-  std::atomic<uint64_t> protocol_errors{0};
-};
-
-class RuntimeCore final : public sched::Context,
-                          public TaskEnd,
+class RuntimeCore final : public TaskEnd,
                           public GraphStages,
-                          public PlaceTogether {
+                          public PlaceTogether,
+                          public HealthListener {
  public:
   explicit RuntimeCore(Config config);
-  ~RuntimeCore() override;
+  ~RuntimeCore();
 
   /// Finishes construction (needs shared_from_this-like access for kernels and buffers).
   void start(const std::shared_ptr<RuntimeCore>& self);
@@ -97,26 +57,14 @@ class RuntimeCore final : public sched::Context,
   /// Throws Error(shutdown) once the runtime has ended; `what` names the call in the message.
   void check_alive(std::string_view what = {}) const;
 
-  // sched::Context
-  const std::vector<Device>& devices() const noexcept override { return devices_; }
-  /// Devices that joined so far (hot-plug adds; removed ones stay, out of scheduling).
-  uint32_t device_count() const noexcept override { return ndev_.load(std::memory_order_acquire); }
-  const Device& device(sched::DeviceId d) const noexcept override { return devices_[d]; }
-  uint32_t in_flight(sched::DeviceId d) const noexcept override {
-    return dev_[d]->in_flight.load(std::memory_order_relaxed);
-  }
-  double now() const noexcept override;
-  uint64_t bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept override;
-  double plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept override;
-  void wake(sched::DeviceId d) noexcept override;
-  void capable(sched::TaskRef t, sched::DeviceId count,
-               std::bitset<kMaxDevices>& out) const noexcept override;
-  void bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                      uint64_t* bytes) const noexcept override;
-  void locate(const void* buffer, uint64_t valid[2], uint64_t arriving[2]) const noexcept override;
-  bool direct_copy(uint32_t from, uint32_t to) const noexcept override;
-  uint64_t submitted() const noexcept override { return graph_.submitted(); }
-  double idle_watts(sched::DeviceId d) const noexcept override { return energy_.idle_watts(d); }
+  /// The devices that joined so far (hot-plug adds; removed ones stay, out of scheduling).
+  const std::vector<Device>& devices() const noexcept { return devices_.infos(); }
+  uint32_t device_count() const noexcept { return devices_.count(); }
+  const Device& device(sched::DeviceId d) const noexcept { return devices_.infos()[d]; }
+  /// What policies see of the engine (engine/scheduling_view.hpp).
+  sched::Context& scheduling_view() noexcept { return view_; }
+  /// Seconds on the runtime's clock.
+  double now() const noexcept override { return view_.now(); }
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
@@ -138,8 +86,11 @@ class RuntimeCore final : public sched::Context,
   /// Context::set_devices: the context's devices become `devices` (empty: all); what it queued
   /// for a device it loses is placed again.
   void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
-  /// Hands a task a policy gave back to placement again (ready()).
-  void place(TaskNode* t) noexcept { ready(t); }
+  /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
+  void place(TaskNode* t) noexcept override { ready(t); }
+  // HealthListener: a device left scheduling, or came back.
+  void left_scheduling(DeviceState& d) noexcept override;
+  void back_in_scheduling(DeviceState& d) noexcept override;
   Ref<KernelState> kernel(std::string_view name);
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
   void resolve(KernelState& k);
@@ -161,7 +112,7 @@ class RuntimeCore final : public sched::Context,
   /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
   /// the data only it held is reported lost.
   void device_lost(DeviceState& d, const std::string& why) noexcept {
-    retire(d, DeviceState::kLost, why);
+    health_.retire(d, DeviceState::kLost, why);
   }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
   void written_through(TaskNode* t, std::exception_ptr error) noexcept;
@@ -190,19 +141,19 @@ class RuntimeCore final : public sched::Context,
   /// Tasks handed to device d, plus one while a pumper may be handing it one: the node arbiter
   /// releases a withheld device at 0 (as remove_device waits).
   uint32_t occupied(uint32_t d) const noexcept {
-    return dev_[d]->in_flight.load(std::memory_order_seq_cst) +
-           (dev_[d]->pumping.load(std::memory_order_seq_cst) ? 1u : 0u);
+    return devices_[d].in_flight.load(std::memory_order_seq_cst) +
+           (devices_[d].pumping.load(std::memory_order_seq_cst) ? 1u : 0u);
   }
   /// RuntimeStats::arbiter.
   void tenant_stats(RuntimeStats& s) const;
   /// Whether device d takes work (not quarantined, lost, removed or withheld).
   bool usable(size_t d) const noexcept {
-    return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
+    return devices_[d].status.load(std::memory_order_relaxed) == DeviceState::kActive;
   }
   /// Whether device d's memory limit can hold `t`'s buffers at all.
   bool fits(const TaskNode* t, size_t d) const noexcept {
     if (!data_.active()) return true;  // every device works in host memory
-    const uint32_t node = dev_[d]->info.memory_node;
+    const uint32_t node = devices_[d].info.memory_node;
     return node == 0 || (t->bytes <= data_.limit(node) &&
                          (t->context == nullptr || t->context->memory_quota == 0 ||
                           t->bytes <= t->context->memory_quota));
@@ -255,10 +206,6 @@ class RuntimeCore final : public sched::Context,
   bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
   // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
   void place_again(TaskNode* t) noexcept;
-  // Counts a failure; quarantines the device when they come too often, or when it is lost.
-  void note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept;
-  // Takes a device out of scheduling and places the work queued for it elsewhere.
-  void retire(DeviceState& d, uint8_t status, const std::string& why) noexcept;
   // Runs nowhere: joins and host access, once their data is home.
   void host_task_ready(TaskNode* t) noexcept;
   // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
@@ -310,30 +257,27 @@ class RuntimeCore final : public sched::Context,
   bool watchdog_stop_ = false;
   std::thread watchdog_thread_;
   std::exception_ptr no_device_error(const TaskNode& t) const;
-  // A task no device in scheduling can run: kept (true) when a withheld device could, until one
-  // is given back (set_withheld); false when none could (it fails). The cold path of dispatch.
+  // A task no device in scheduling can run: parked (true) when a withheld device could run it,
+  // until one is given back (set_withheld); false when none could (it fails). The cold path of
+  // dispatch.
   bool park(TaskNode* t) noexcept;
   // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
   // again, as its queued ones are (give_back: one such task).
   void hand_back_landed(DeviceState& d) noexcept;
   void give_back(TaskNode* t, DeviceState& d) noexcept;
-  std::mutex parked_mutex_;
-  std::vector<TaskNode*> parked_;
   // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
   void warn_if_oversubscribed();
   uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
-  std::atomic<uint32_t> withheld_{0};  // devices withheld now
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
   TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
   Pause pause_{graph_, *this};
+  HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
-  std::atomic<uint32_t> ndev_{0};
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
-  std::vector<Device> devices_;
-  std::vector<std::unique_ptr<DeviceState>> dev_;
+  DeviceTable devices_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
@@ -354,6 +298,7 @@ class RuntimeCore final : public sched::Context,
   DataManager data_{*this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
   bool energy_policy_ = false;  // the policy learns energy costs
+  SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
@@ -374,22 +319,7 @@ class RuntimeCore final : public sched::Context,
   std::atomic<bool> alive_{true};
   std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
-  std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
 
-  // What decisions over many devices read per device, dense (written once when a device joins).
-  struct DeviceHot {
-    uint32_t node = 0;   // its memory node
-    uint64_t limit = 0;  // that node's memory limit (node 0, host memory: none)
-  };
-  std::unique_ptr<DeviceHot[]> hot_{new DeviceHot[kMaxDevices]};
-  // The plugin instance whose device owns each memory node (written once when the device joins):
-  // the data manager copies directly between the memories of one instance.
-  std::unique_ptr<const PluginInstance*[]> node_plugin_{
-      new const PluginInstance*[DataManager::kMaxNodes]()};
-  // Devices in scheduling (status active) as bits; retire() clears a device's.
-  std::atomic<uint64_t> usable_bits_[2] = {0, 0};
-  // Devices the policy asked to wake (Context::wake) and not pumped yet.
-  std::atomic<uint32_t> wakes_{0};
   // Time spent in the policy's placement decisions (push), measured with the counters.
   alignas(64) std::atomic<uint64_t> decisions_{0};
   std::atomic<int64_t> decision_ns_{0};
