@@ -38,31 +38,6 @@ struct ReadyList {
 };
 thread_local ReadyList tl_ready;
 
-void note_dependency_failure(TaskNode* s, const std::exception_ptr& cause) noexcept {
-  s->lock.lock();
-  if (!s->dep_error) s->dep_error = cause;
-  s->lock.unlock();
-}
-
-// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's. Returns
-// whether succ now waits for pred (false: pred had finished).
-bool add_edge(TaskNode* pred, TaskNode* succ, bool data) {
-  if (pred == succ) return false;
-  pred->lock.lock();
-  if (!pred->finished) {
-    pred->successors.push_back({succ, data});
-    succ->pending.fetch_add(1, std::memory_order_relaxed);
-    succ->waited = true;  // (the submitting thread's, read once the task is ready)
-    pred->lock.unlock();
-    return true;
-  }
-  bool failed = pred->failed;
-  std::exception_ptr cause = failed ? pred->error : nullptr;
-  pred->lock.unlock();
-  if (data && failed) note_dependency_failure(succ, cause);
-  return false;
-}
-
 // Failures of the device or its driver, which another device may not share. A kernel's own
 // exception, bad arguments or a missing kernel would fail anywhere.
 bool device_side(ErrorCode c) {
@@ -106,17 +81,6 @@ std::string what(const std::exception_ptr& e) {
   }
 }
 
-std::exception_ptr dependency_error(const std::exception_ptr& cause) {
-  try {
-    std::rethrow_exception(cause);
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::dependency) return cause;  // keep the root cause's message
-  } catch (...) {
-  }
-  return std::make_exception_ptr(
-      Error(ErrorCode::dependency, "a task this one depends on failed: " + what(cause)));
-}
-
 // The footprint must mean the same in every process (cost models persist): shapes and types only;
 // the kernel is part of the model's key already.
 void compute_footprint(TaskNode* t) noexcept {
@@ -140,335 +104,54 @@ void RuntimeCore::check_alive(std::string_view what) const {
                 what.empty() ? "the runtime has ended" : std::string(what) + ": the runtime has ended");
 }
 
-// ---- host views -------------------------------------------------------------------------------
-
-namespace {
-bool is_tile_of(const BufferState* tile, const BufferState* whole) noexcept {
-  for (const BufferState* p = tile->parent.get(); p != nullptr; p = p->parent.get())
-    if (p == whole) return true;
-  return false;
-}
-}  // namespace
-
-void RuntimeCore::view_granted(TaskNode* token) {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  views_.emplace_back(token, std::this_thread::get_id());
-  views_held_.store(views_.size(), std::memory_order_relaxed);
-}
-
-void RuntimeCore::view_released(TaskNode* token) noexcept {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (size_t i = 0; i < views_.size(); ++i)
-    if (views_[i].first == token) {
-      views_[i] = views_.back();
-      views_.pop_back();
-      views_held_.store(views_.size(), std::memory_order_relaxed);
-      return;
-    }
-}
-
-void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_) {
-    if (holder != me) continue;  // another thread's view: it will be released there
-    const ArgRec& held = token->args[0];
-    std::string why;
-    if (held.buffer == &b) {
-      if (writes(mode) || writes(held.access))  // two reads share; anything else waits
-        why = "this thread holds a " + std::string(access_name(held.access)) + " view of it";
-    } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
-      // Partition and unpartition order tiles and the whole by a join that writes both.
-      why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +
-            describe(*held.buffer) + (is_tile_of(&b, held.buffer) ? ", which it is a tile of"
-                                                                 : ", one of its tiles");
-    }
-    if (!why.empty())
-      throw Error(ErrorCode::invalid_argument,
-                  "acquire(" + std::string(access_name(mode)) + ") of a " + describe(b) +
-                      " would wait forever: " + why + "; release that view first");
-  }
-}
-
 void RuntimeCore::check_wait(const TaskNode* target) const {
-  if (paused_.load(std::memory_order_relaxed) != 0) check_not_held("Event::wait", target);
-  // No view anywhere: nothing to look at. A view this thread acquired is counted here already (it
-  // was registered on this thread before acquire returned).
-  if (views_held_.load(std::memory_order_relaxed) == 0) return;
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (auto& [token, holder] : views_)
-      if (holder == me) mine.push_back(token);
-  }
-  // Everything reachable from a view this thread holds through successor edges waits for that
-  // view, so it stays pending (and alive) while this thread looks; a walk too large to finish
-  // quickly is given up (the wait then simply waits).
-  constexpr size_t kMaxWalk = 100000;
-  for (TaskNode* view : mine) {
-    std::vector<TaskNode*> stack{view};
-    std::unordered_set<const TaskNode*> seen{view};
-    while (!stack.empty() && seen.size() < kMaxWalk) {
-      TaskNode* n = stack.back();
-      stack.pop_back();
-      boost::container::small_vector<Edge, 8> next;
-      n->lock.lock();
-      next.assign(n->successors.begin(), n->successors.end());
-      n->lock.unlock();
-      for (const Edge& e : next) {
-        if (e.task == target) {
-          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) about one long sum.
-          std::string msg = "Event::wait would wait forever: the ";
-          if (target->kernel) {
-            msg += "task of kernel '";
-            msg += target->kernel->name;
-            msg += "'";
-          } else {
-            msg += "operation";
-          }
-          msg += " depends on the ";
-          msg += access_name(view->args[0].access);
-          msg += " view of a ";
-          msg += describe(*view->args[0].buffer);
-          msg += " this thread holds (Buffer::acquire); release that view first";
-          throw Error(ErrorCode::invalid_argument, msg);
-        }
-        if (seen.insert(e.task).second) stack.push_back(e.task);
-      }
-    }
-  }
-}
-
-void RuntimeCore::check_no_view_held(std::string_view what) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me)
-      throw Error(ErrorCode::invalid_argument,
-                  std::string(what) + " would wait forever: this thread holds a " +
-                      access_name(token->args[0].access) + " view of a " +
-                      describe(*token->args[0].buffer) +
-                      " (Buffer::acquire), which counts as unfinished work until released");
-}
-
-void RuntimeCore::end_views_of_this_thread() noexcept {
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (size_t i = 0; i < views_.size();)
-      if (views_[i].second == me) {
-        retain(views_[i].first);
-        mine.push_back(views_[i].first);
-        views_[i] = views_.back();
-        views_.pop_back();
-        views_held_.store(views_.size(), std::memory_order_relaxed);
-      } else {
-        ++i;
-      }
-  }
-  for (TaskNode* t : mine) {
-    HCR_LOG(error, "the runtime ends while this thread holds a "
-                       << access_name(t->args[0].access) << " view of a "
-                       << describe(*t->args[0].buffer)
-                       << " (Buffer::acquire): the view is released now, tasks waiting for it run; "
-                          "release views before the runtime ends");
-    // Whoever moves `granted` from 1 ends the access: the HostView's own release later only
-    // drops its reference.
-    if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, nullptr);
-    release(t);
-  }
-}
-
-void RuntimeCore::grant_async(TaskNode* t) noexcept {
-  retain(t);  // the token the callback gets
-  bool open = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    if (!async_closing_) {
-      retain(t);  // the list's
-      async_open_.push_back(t);
-      t->granted.store(1, std::memory_order_release);
-      open = true;
-    }
-  }
-  if (!open) {
-    release(t);
-    // finish() hands the callback this error (the access was never granted).
-    finish(t, std::make_exception_ptr(
-                  Error(ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
-                                                 ": the runtime ended before it was granted")));
-    return;
-  }
-  retain(t);  // ours across the call: the callback may release the token at once
-  try {
-    t->grant_fn(t->grant_user, t->view->host, t, nullptr);
-  } catch (...) {
-    HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
-    end_async(t, std::current_exception());  // nothing if it was released while unwinding
-  }
-  release(t);
-}
-
-void RuntimeCore::end_async(TaskNode* t, std::exception_ptr e) noexcept {
-  if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, std::move(e));
-}
-
-void RuntimeCore::async_released(TaskNode* t) noexcept {
-  bool listed = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    for (size_t i = 0; i < async_open_.size(); ++i)
-      if (async_open_[i] == t) {
-        async_open_[i] = async_open_.back();
-        async_open_.pop_back();
-        listed = true;
-        break;
-      }
-  }
-  if (listed) release(t);
-}
-
-void RuntimeCore::end_async_accesses() noexcept {
-  std::vector<TaskNode*> open;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    async_closing_ = true;
-    open.swap(async_open_);
-  }
-  for (TaskNode* t : open) {
-    HCR_LOG(error, "the runtime ends while an acquire_async access ("
-                       << access_name(t->args[0].access) << ") of a "
-                       << describe(*t->args[0].buffer)
-                       << " is unreleased: it is ended now, tasks waiting for it run; release "
-                          "async accesses before the runtime ends");
-    end_async(t, nullptr);  // the holder's release later only drops its reference
-    release(t);
-  }
-}
-
-bool RuntimeCore::holds_view() const noexcept {
-  if (views_held_.load(std::memory_order_relaxed) == 0) return false;
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me) return true;
-  return false;
+  pause_.check_not_held("Event::wait", target);
+  host_.check_wait(target);
 }
 
 void RuntimeCore::submit(TaskNode* t) {
-  t->submitted = true;
   if (timing_.load(std::memory_order_relaxed) && !t->footprint_valid) compute_footprint(t);
-  // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
-  // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
-  // open_, which this submit writes below anyway.
-  const uint64_t seq = submitted_.fetch_add(1, std::memory_order_relaxed);
-  if (max_in_flight_ != 0 &&
-      static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
-          static_cast<int64_t>(max_in_flight_)) {
-    try {
-      wait_for_room(seq);
-    } catch (...) {  // room can never come (tasks held by a pause fill the window)
-      retire_ticket();
-      t->submitted = false;
-      release(t);
-      throw;
-    }
-  }
-  // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
-  // load and the count may have been looked at without this task: it then counts in the new one
-  // instead, so that a wait_all beginning after this submit returns always waits for it. A task
-  // submitted by a running kernel counts with that kernel's task instead, whose count stays open
-  // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
-  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == this) {
-    open_[parent->epoch].fetch_add(1, std::memory_order_seq_cst);
-    t->epoch = parent->epoch;
-  } else {
-    uint64_t e = epoch_.load(std::memory_order_seq_cst);
-    for (;;) {
-      open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
-      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
-      if (now == e) break;
-      if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
-      e = now;
-    }
-    t->epoch = static_cast<uint8_t>(e & 1);
-  }
-
-  // One registration per distinct buffer, with the union of its access modes. Inputs no unfinished
-  // task still writes are noted: should the task wait for others, they can move now.
-  boost::container::small_vector<Ref<BufferState>, 3> available;
-  const bool move_early = t->kind == TaskKind::kernel && data_.active() && config_.prefetch;
-  const size_t n = t->args.size();
-  for (size_t i = 0; i < n; ++i) {
-    BufferState* b = t->args[i].buffer;
-    int mode = static_cast<int>(t->args[i].access);
-    bool first = true;
-    for (size_t j = 0; j < n; ++j) {
-      if (t->args[j].buffer != b) continue;
-      if (j < i) {
-        first = false;
-        break;
-      }
-      mode |= static_cast<int>(t->args[j].access);
-    }
-    if (first) {
-      t->uargs.push_back({b, static_cast<Access>(mode)});
-      t->bytes += b->bytes();
-      if (!register_access(*b, t, static_cast<Access>(mode)) && move_early &&
-          reads(static_cast<Access>(mode)))
-        available.push_back(Ref<BufferState>::share(b));
-    }
-  }
-  for (TaskNode* before : t->after) {
-    add_edge(before, t, true);
-    release(before);
-  }
-  t->after.clear();
-  // Still waiting (beyond the submission's own count, so `t` stays ours): what it reads and is
-  // ready starts moving to where it will run, as prefetch_for_successors does for what its
-  // predecessors write (a producer that finished before this submit leaves it no one to do so).
-  if (!available.empty() && t->pending.load(std::memory_order_relaxed) > 1)
-    if (const int64_t node = expected_node(t); node >= 0)
-      data_.prefetch({available.data(), available.size()}, t->priority,
-                     static_cast<uint32_t>(node), t->context);
-  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t, seq)) return;
-  if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
+  graph_.submit(t);
 }
 
-bool RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
-  b.lock.lock();
-  const bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
-  if (writes(mode)) {
-    if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
-    for (TaskNode* r : b.readers) {
-      add_edge(r, t, false);
-      release(r);
-    }
-    b.readers.clear();
-    b.prune_readers_at = 16;
-    retain(t);
-    if (b.last_writer) release(b.last_writer);
-    b.last_writer = t;
-  } else {
-    // Forget finished readers so the list stays short; the next sweep waits until the list has
-    // doubled, so many readers still running (submitted faster than they run) cost O(1) each
-    // rather than a sweep of all of them per new reader.
-    if (b.readers.size() >= b.prune_readers_at) {
-      size_t keep = 0;
-      for (TaskNode* r : b.readers) {
-        if (r->state.load(std::memory_order_acquire) == kPending) b.readers[keep++] = r;
-        else release(r);
-      }
-      b.readers.resize(keep);
-      b.prune_readers_at = std::max<size_t>(16, 2 * keep);
-    }
-    retain(t);
-    b.readers.push_back(t);
+void RuntimeCore::waiting_with_inputs(TaskNode* t,
+                                      std::span<const Ref<BufferState>> inputs) noexcept {
+  if (const int64_t node = expected_node(t); node >= 0)
+    data_.prefetch(inputs, t->priority, static_cast<uint32_t>(node), t->context);
+}
+
+bool RuntimeCore::moves_inputs_early(const TaskNode& t) const noexcept {
+  return t.kind == TaskKind::kernel && data_.active() && config_.prefetch;
+}
+
+bool RuntimeCore::may_wait_for_room() const noexcept {
+  return running_cpu_task() == nullptr && !host_.holds_view();
+}
+
+// Tasks a resume made ready: placed together, highest priority first, while no device takes work
+// (their pumps are held, as by a pumper that has not finished yet), so each device then starts
+// the most urgent of what it was given.
+void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
+  {
+    std::vector<sched::TaskRef> refs(now.begin(), now.end());
+    pol()->ready_together(refs);  // (priorities it gives count below)
   }
-  b.lock.unlock();
-  return waits;
+  // Highest priority first (submission order among equals): a policy with one queue for all
+  // devices hands them out in this order.
+  std::stable_sort(now.begin(), now.end(),
+                   [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
+  // Every device's pump is ours until all of them are placed: a device finishing a task meanwhile
+  // leaves its request to us, as to any pumper still at work.
+  const size_t n = device_count();
+  std::vector<char> ours(n, 0);
+  for (size_t d = 0; d < n; ++d)
+    ours[d] = !devices_[d].pumping.exchange(true, std::memory_order_seq_cst);
+  for (TaskNode* t : now) ready(t);
+  for (size_t d = 0; d < n; ++d) {
+    if (!ours[d]) continue;
+    devices_[d].pumping.store(false, std::memory_order_seq_cst);
+    if (usable(d)) pump(devices_[d]);
+  }
 }
 
 void RuntimeCore::ready(TaskNode* t) noexcept {
@@ -505,7 +188,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   }
   KernelState& k = *t->kernel;
   bool runnable = k.any_capable.load(std::memory_order_relaxed);
-  const uint32_t retired = retired_.load(std::memory_order_seq_cst);
+  const uint32_t retired = health_.retired();
   // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
   // devices that failed this task, devices out of scheduling.
   if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
@@ -515,7 +198,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
-    if (withheld_.load(std::memory_order_seq_cst) != 0 && park(t)) return;
+    if (health_.withheld() != 0 && park(t)) return;
     finish(t, no_device_error(*t));
     return;
   }
@@ -540,21 +223,21 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
   // this task, or this sees the count and drains again (the task may sit on that device or in a
   // shared queue no device can take it from).
-  if (retired_.load(std::memory_order_seq_cst) != retired) {
+  if (health_.retired() != retired) {
     for (size_t x = 0, n = device_count(); x < n; ++x)
       if (!usable(x))
         for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
     if (d != sched::kAnyDevice) {
-      if (usable(d)) pump(*dev_[d]);
+      if (usable(d)) pump(devices_[d]);
       return;
     }
   } else if (d != sched::kAnyDevice) {
     // Into the device's memory, or home for a device working in host memory (a slot of it would
     // otherwise wait for the copies out of another device's memory).
     if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node,
+      data_.prefetch({inputs.data(), inputs.size()}, t->priority, devices_[d].info.memory_node,
                      t->context);
-    pump(*dev_[d]);
+    pump(devices_[d]);
     return;
   }
   // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
@@ -563,7 +246,7 @@ void RuntimeCore::dispatch(TaskNode* t) noexcept {
   const size_t n = device_count();
   const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
   for (size_t i = 0; i < n; ++i) {
-    DeviceState& ds = *dev_[(first + i) % n];
+    DeviceState& ds = devices_[(first + i) % n];
     if (ds.in_flight.load(std::memory_order_relaxed) < ds.window &&
         sched::TaskRef(t).can_run(ds.info.id) && pump(ds) > 0)
       return;
@@ -617,22 +300,14 @@ uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
     d.pumping.store(false, std::memory_order_seq_cst);
     if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
   }
-  if (wakes_.load(std::memory_order_acquire) != 0) pump_woken();
+  if (devices_.wakes_pending()) pump_woken();
   return launched;
 }
 
-void RuntimeCore::wake(sched::DeviceId d) noexcept {
-  if (d < device_count() && !dev_[d]->wake_requested.exchange(true, std::memory_order_acq_rel))
-    wakes_.fetch_add(1, std::memory_order_release);
-}
-
-// Pumps the devices the policy asked to wake, after the policy call that asked has returned.
+// Feeds the devices the policy asked to wake, after the policy call that asked has returned.
 void RuntimeCore::pump_woken() noexcept {
-  for (size_t i = 0, n = device_count(); i < n && wakes_.load(std::memory_order_acquire) != 0; ++i)
-    if (dev_[i]->wake_requested.exchange(false, std::memory_order_acq_rel)) {
-      wakes_.fetch_sub(1, std::memory_order_acq_rel);
-      if (usable(i)) pump(*dev_[i]);
-    }
+  for (uint32_t i = 0, n = device_count(); i < n && devices_.wakes_pending(); ++i)
+    if (devices_.take_wake(i) && usable(i)) pump(devices_[i]);
 }
 
 void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
@@ -653,7 +328,7 @@ void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
 
 void RuntimeCore::data_ready(TaskNode* t) noexcept {
   if (t->kind == TaskKind::kernel) {
-    DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+    DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
     if (t->transfer_error) {
       start_kernel(t, d);  // (abandons it)
@@ -673,7 +348,7 @@ void RuntimeCore::data_ready(TaskNode* t) noexcept {
   }
 }
 
-void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
+void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
 
 void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   if (t->transfer_error) {
@@ -681,7 +356,7 @@ void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   } else if (t->kind == TaskKind::join) {
     finish(t, nullptr);
   } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
-    grant_async(t);
+    host_.grant_async(t);
   } else {  // host access: granted until Buffer's HostView releases it
     t->granted.store(1, std::memory_order_release);
     t->granted.notify_all();
@@ -703,9 +378,9 @@ bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
   ++t->foreign_faults;
   const std::string why = what(t->transfer_error);
   if (!lost && culprit < device_count()) {  // a lost device was retired by the copy already
-    DeviceState& x = *dev_[culprit];
+    DeviceState& x = devices_[culprit];
     x.failed.fetch_add(1, std::memory_order_relaxed);
-    note_fault(x, ErrorCode::backend, why);
+    health_.note_fault(x, ErrorCode::backend, why);
   }
   HCR_LOG(info, "copying data home failed (" << why << "): fetching it again");
   t->transfer_error = nullptr;
@@ -734,11 +409,11 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
     ++t->foreign_faults;
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
     pump(d);
-    DeviceState& x = *dev_[culprit];
+    DeviceState& x = devices_[culprit];
     const std::string why = what(e);
     if (!culprit_lost) {
       x.failed.fetch_add(1, std::memory_order_relaxed);
-      note_fault(x, ErrorCode::backend, why);
+      health_.note_fault(x, ErrorCode::backend, why);
     }
     HCR_LOG(info, "task of kernel '" << t->kernel->name << "' lost an input copy on '"
                                      << x.info.name << "' (" << why << "): placing it again");
@@ -962,7 +637,7 @@ void RuntimeCore::watchdog() noexcept {
         std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
     std::vector<TaskNode*> expired;
     for (size_t i = 0, n = device_count(); i < n; ++i)
-      for_each_slot(*dev_[i], [&](LaunchSlot& s) {
+      for_each_slot(devices_[i], [&](LaunchSlot& s) {
         uint64_t st = s.state.load(std::memory_order_acquire);
         if (LaunchSlot::status(st) != LaunchSlot::kArmed ||
             s.deadline_ns.load(std::memory_order_acquire) > now_ns)
@@ -1019,7 +694,7 @@ void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completi
 
 void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
                               const char* timed_out) noexcept {
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   double measured = -1, seconds = -1;
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
       info->device_seconds >= 0)
@@ -1103,7 +778,7 @@ void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcep
     finish(t, nullptr);
     return;
   }
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   if (retry_elsewhere(t, d, code_of(error), what(error))) return;
   finish(t, std::move(error));
 }
@@ -1111,7 +786,7 @@ void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcep
 bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
                                   const std::string& why) noexcept {
   if (!device_side(code) || t->data_lost) return false;
-  note_fault(d, code, why);
+  health_.note_fault(d, code, why);
   try {
     t->device_errors += (t->device_errors.empty() ? "" : "; ") + d.info.name + ": " + why;
     t->excluded.push_back(d.info.id);
@@ -1144,81 +819,23 @@ void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
   place_again(t);
 }
 
-void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
-  if (code == ErrorCode::device_lost) {
-    retire(d, DeviceState::kLost, why);
-    return;
-  }
-  bool quarantine = false;
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    const double t = now();
-    d.fault_times.push_back(t);
-    while (!d.fault_times.empty() && d.fault_times.front() < t - config_.quarantine_window)
-      d.fault_times.pop_front();
-    d.last_fault = why;
-    quarantine = d.fault_times.size() >= static_cast<size_t>(config_.quarantine_failures);
-  }
-  if (quarantine)
-    retire(d, DeviceState::kQuarantined,
-           std::to_string(config_.quarantine_failures) + " failures within " +
-               detail::format_seconds(config_.quarantine_window) + ", the last: " + why);
-}
-
-void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
-  uint8_t was = DeviceState::kActive;
-  bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
-  // again (below), and fail if no other device will take them.
-  const bool was_withheld = !out && was == DeviceState::kWithheld &&
-                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  if (was_withheld) {
-    out = true;
-    withheld_.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  if (!out) {
-    // Already out. A quarantined device, or one being removed, that is then lost is lost: the
-    // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
-    // rather than wait for copies from it.
-    if (status == DeviceState::kLost &&
-        (was == DeviceState::kQuarantined || was == DeviceState::kRemoved) &&
-        d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
-      {
-        std::lock_guard<SpinLock> g(d.fault_lock);
-        d.last_fault = why;
-      }
-      HCR_LOG(warn, "device '" << d.info.name << "' ("
-                               << (was == DeviceState::kRemoved ? "being removed" : "quarantined")
-                               << ") lost: " << why);
-      if (d.info.memory_node != 0) data_.node_lost(d.info.memory_node, d.info.name);
-    }
-    return;
-  }
-  usable_bits_[d.info.id / 64].fetch_and(~(uint64_t{1} << (d.info.id % 64)),
-                                         std::memory_order_seq_cst);
-  retired_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    if (d.status.load(std::memory_order_seq_cst) == status) d.last_fault = why;  // else lost since
-  }
-  if (status == DeviceState::kRemoved)  // asked for: not a fault
-    HCR_LOG(info, "device '" << d.info.name << "' removed; its work goes elsewhere");
-  else
-    HCR_LOG(warn, "device '" << d.info.name << "' "
-                             << (status == DeviceState::kLost ? "lost" : "quarantined") << ": "
-                             << why << "; its work goes elsewhere");
-  if (status == DeviceState::kLost && d.info.memory_node != 0)
-    data_.node_lost(d.info.memory_node, d.info.name);
+void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
   for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
   hand_back_landed(d);
-  if (was_withheld) {
-    std::vector<TaskNode*> again;
-    {
-      std::lock_guard<std::mutex> g(parked_mutex_);
-      again.swap(parked_);
-    }
-    for (TaskNode* t : again) ready(t);
-  }
+}
+
+void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { pump(d); }
+
+bool RuntimeCore::park(TaskNode* t) noexcept {
+  const KernelState& k = *t->kernel;
+  return health_.park(
+      t, device_count(), [&](uint32_t d) -> DeviceState& { return devices_[d]; },
+      [&](uint32_t d) {
+        return k.can_run(d) && fits(t, d) &&
+               (t->pinned < 0 || static_cast<uint32_t>(t->pinned) == d) &&
+               (t->context == nullptr || t->context->has(d)) &&
+               std::find(t->excluded.begin(), t->excluded.end(), d) == t->excluded.end();
+      });
 }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
@@ -1250,17 +867,17 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     // Instances with a device still there: one with the same options drives the same devices.
     std::vector<const PluginInstance*> live;
     for (size_t d = 0; d < device_count(); ++d) {
-      const uint8_t s = dev_[d]->status.load(std::memory_order_relaxed);
+      const uint8_t s = devices_[d].status.load(std::memory_order_relaxed);
       if (s != DeviceState::kRemoved && s != DeviceState::kLost &&
-          std::find(live.begin(), live.end(), dev_[d]->plugin) == live.end())
-        live.push_back(dev_[d]->plugin);
+          std::find(live.begin(), live.end(), devices_[d].plugin) == live.end())
+        live.push_back(devices_[d].plugin);
     }
     std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake, live);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
         ++budget.devices;
-        budget.own_memory += dev_[d]->info.memory_node != 0;
+        budget.own_memory += devices_[d].info.memory_node != 0;
       }
       if (budget.take(*inst) < inst->devices.size()) {
         rec.status = PluginRecord::Status::skipped;
@@ -1297,7 +914,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     }
     resolve(*k);
   }
-  for (uint32_t d = first; d < last; ++d) pump(*dev_[d]);
+  for (uint32_t d = first; d < last; ++d) pump(devices_[d]);
   HCR_LOG(info, "plugin '" << rec.name << "' from " << file.string() << " joined with "
                            << (last - first) << " device(s)");
   return rec;
@@ -1310,8 +927,8 @@ void RuntimeCore::remove_device(uint32_t id) {
   if (id >= n)
     throw Error(ErrorCode::invalid_argument, "remove_device: no device " + std::to_string(id) +
                                                  " (the runtime has " + std::to_string(n) + ")");
-  DeviceState& d = *dev_[id];
-  retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
+  DeviceState& d = devices_[id];
+  health_.retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
   // What it runs finishes there; a pump that saw it active just before may still hand it one.
   while (d.in_flight.load(std::memory_order_seq_cst) != 0 ||
          d.pumping.load(std::memory_order_seq_cst))
@@ -1322,7 +939,7 @@ void RuntimeCore::remove_device(uint32_t id) {
 
 std::vector<Device> RuntimeCore::devices_snapshot() const {
   std::lock_guard<std::mutex> g(add_mutex_);
-  return std::vector<Device>(devices_.begin(), devices_.begin() + device_count());
+  return std::vector<Device>(devices_.infos().begin(), devices_.infos().begin() + device_count());
 }
 
 LoadReport RuntimeCore::report_snapshot() const {
@@ -1332,39 +949,7 @@ LoadReport RuntimeCore::report_snapshot() const {
 
 void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   if (t->data_node >= 0) data_.commit(t, !e);
-  if (e) {
-    t->error = e;
-    failed_.fetch_add(1, std::memory_order_relaxed);
-  }
-  // Counted before any successor can run, so stats() read after waiting for a later task (which
-  // waited for this one) include it. A submitter blocked for room is woken once the count it
-  // waits for is reached (seq_cst against its publishing room_at_, then reading completed_).
-  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (done >= room_at_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> g(room_mutex_); }
-    room_cv_.notify_all();
-  }
-  boost::container::small_vector<Edge, 2> successors;
-  t->lock.lock();
-  t->finished = true;
-  t->failed = static_cast<bool>(e);
-  successors.swap(t->successors);
-  t->lock.unlock();
-  // Successors this completion makes ready reach the policy highest priority first (among
-  // tasks ready at once, the application's priority decides who is placed first).
-  if (!e && !successors.empty() && data_.active() && config_.prefetch)
-    prefetch_for_successors(t, successors);
-  boost::container::small_vector<TaskNode*, 4> now_ready;
-  for (const Edge& s : successors) {
-    if (e && s.data) note_dependency_failure(s.task, e);
-    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now_ready.push_back(s.task);
-  }
-  if (now_ready.size() > 1)
-    std::stable_sort(now_ready.begin(), now_ready.end(),
-                     [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
-  for (TaskNode* r : now_ready) ready(r);
-  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
-  t->state.notify_all();
+  graph_.settle(t, e);
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
     if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told
       t->granted.store(2, std::memory_order_relaxed);
@@ -1379,30 +964,17 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
       t->granted.notify_all();
     }
   }
-  // Done with its buffers: their references go now, not with the node. A buffer's dependency
-  // frontier (last_writer, readers) keeps the node while the buffer lives, so references held
-  // until then made a cycle that leaked every buffer a task had used, and the runtime with them
-  // (LeakSanitizer). Before the count below, so that wait_all() covers what freeing them does.
-  for (const ArgRec& a : t->args) release(a.buffer);
-  t->args.clear();
-  t->uargs.clear();
-  std::atomic<int64_t>& open = open_[t->epoch];
-  if (open.fetch_sub(1, std::memory_order_acq_rel) == 1) open.notify_all();
-  release(t);  // the reference held while the task ran
+  graph_.close(t);
 }
 
-// Why this waits for exactly the tasks submitted before it began: a task T whose submit returned
-// counted itself in the parity of epoch E and then saw the epoch still at E. The first wait_all to
-// move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
-// operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
-// finished before this one could take the mutex.
 // A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
 // `t` wrote for it starts moving there now, while the others finish, rather than once the last of
 // them is done (the copies overlap their computation). Before the successors' counts drop: until
 // then each waits for `t`, so it is alive.
-void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::small_vector<Edge, 2>& successors) noexcept {
+void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
+  if (!data_.active() || !config_.prefetch) return;
   const int32_t ran = t->device.load(std::memory_order_relaxed);
-  const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
+  const uint32_t from = ran >= 0 ? devices_[static_cast<size_t>(ran)].info.memory_node : 0;
   for (const Edge& e : successors) {
     TaskNode* s = e.task;
     if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
@@ -1427,68 +999,12 @@ int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
   const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
   if (d < 0 || d >= static_cast<int64_t>(device_count()) || !usable(static_cast<size_t>(d)))
     return -1;  // (a plan may still name a device withheld or quarantined since)
-  return dev_[static_cast<size_t>(d)]->info.memory_node;
+  return devices_[static_cast<size_t>(d)].info.memory_node;
 }
 
 void RuntimeCore::wait_all() noexcept {
-  {
-    std::lock_guard<std::mutex> g(epoch_mutex_);
-    std::atomic<int64_t>& open = open_[epoch_.fetch_add(1, std::memory_order_seq_cst) & 1];
-    for (int64_t v; (v = open.load(std::memory_order_acquire)) != 0;)
-      open.wait(v, std::memory_order_acquire);
-  }
+  graph_.wait_all();
   return_freed_memory();  // after a burst of tasks: back to where the process was before it
-}
-
-void RuntimeCore::wait_idle() noexcept {
-  while (open_[0].load(std::memory_order_acquire) != 0 ||
-         open_[1].load(std::memory_order_acquire) != 0)
-    wait_all();
-}
-
-void RuntimeCore::wait_for_room(uint64_t seq) {
-  // Threads that must not wait: a kernel (the tasks in flight may need its worker, or be its own
-  // successors), and a thread holding a host view (the tasks in flight may wait for its release).
-  // They go over the bound.
-  if (running_cpu_task() != nullptr || holds_view()) return;
-  // Wait for room for a batch (a sixteenth of the bound), not for one task: a submitter kept at
-  // the bound would otherwise be woken once per completion.
-  const uint64_t target = seq + 1 - max_in_flight_ + max_in_flight_ / 16;
-  std::unique_lock<std::mutex> lock(room_mutex_);
-  if (completed_.load(std::memory_order_seq_cst) >= target) return;
-  throttled_.fetch_add(1, std::memory_order_relaxed);
-  throttled_now_.fetch_add(1, std::memory_order_relaxed);
-  auto it = room_targets_.insert(target);
-  room_at_.store(*room_targets_.begin(), std::memory_order_seq_cst);
-  auto leave = [&] {
-    room_targets_.erase(it);
-    room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
-                   std::memory_order_seq_cst);
-    throttled_now_.fetch_sub(1, std::memory_order_relaxed);
-  };
-  // hold() wakes us when a pause takes another task: room may have become impossible.
-  while (completed_.load(std::memory_order_seq_cst) < target) {
-    if (const size_t held = held_before(seq); held > seq - target) {
-      leave();
-      throw Error(ErrorCode::invalid_argument,
-                  "Runtime::submit would wait forever: " + std::to_string(held) +
-                      " task(s) submitted since Runtime::pause() wait for Runtime::resume() "
-                      "and fill the window of [runtime] max_tasks_in_flight = " +
-                      std::to_string(max_in_flight_) +
-                      " unfinished tasks; resume() first, or raise max_tasks_in_flight");
-    }
-    room_cv_.wait(lock);
-  }
-  leave();
-}
-
-void RuntimeCore::retire_ticket() noexcept {
-  abandoned_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (done >= room_at_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> g(room_mutex_); }
-    room_cv_.notify_all();
-  }
 }
 
 std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
@@ -1496,7 +1012,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
   auto reason = [&](size_t d) -> std::string {
     for (uint32_t x : t.excluded)
       if (x == d) {  // it failed there: say what the device said
-        std::string name = dev_[d]->info.name + ": ";
+        std::string name = devices_[d].info.name + ": ";
         size_t at = t.device_errors.find(name);
         if (at == std::string::npos) return "failed";
         size_t end = t.device_errors.find("; ", at);
@@ -1505,10 +1021,10 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
                                                                           : end - at - name.size());
       }
     auto last = [&] {
-      std::lock_guard<SpinLock> g(dev_[d]->fault_lock);
-      return dev_[d]->last_fault;
+      std::lock_guard<SpinLock> g(devices_[d].fault_lock);
+      return devices_[d].last_fault;
     };
-    switch (dev_[d]->status.load(std::memory_order_relaxed)) {
+    switch (devices_[d].status.load(std::memory_order_relaxed)) {
       case DeviceState::kQuarantined:
         return "quarantined after repeated failures (the last: " + last() + ")";
       case DeviceState::kLost: return "lost (" + last() + ")";
@@ -1519,7 +1035,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     if (!k.can_run(d))
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
     if (!fits(&t, d)) {
-      const uint64_t limit = data_.limit(dev_[d]->info.memory_node);
+      const uint64_t limit = data_.limit(devices_[d].info.memory_node);
       if (t.bytes <= limit && t.context != nullptr)
         return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
                " bytes cannot hold the task's " + std::to_string(t.bytes);
@@ -1536,7 +1052,7 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
     bool any = false;
     for (size_t d = 0, n = device_count(); d < n; ++d)
       if (t.context->has(static_cast<uint32_t>(d))) {
-        msg += (any ? "; " : ": ") + dev_[d]->info.name + ": " +
+        msg += (any ? "; " : ": ") + devices_[d].info.name + ": " +
                (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
                                                                      "is pinned to (Task::on)"
                                                                    : reason(d));
@@ -1544,132 +1060,19 @@ std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
       }
     if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
       msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
-             std::to_string(t.pinned) + " ('" + dev_[t.pinned]->info.name +
+             std::to_string(t.pinned) + " ('" + devices_[t.pinned].info.name +
              "'), which is not in the context";
   } else if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
-          dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
+          devices_[t.pinned].info.name + "'), the only one the task allows (Task::on): " +
           reason(static_cast<size_t>(t.pinned));
   } else if (device_count() == 0) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {
     for (size_t d = 0, n = device_count(); d < n; ++d)
-      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
+      msg += (d == 0 ? ": " : "; ") + devices_[d].info.name + ": " + reason(d);
   }
   return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
-}
-
-double RuntimeCore::now() const noexcept {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const uint32_t node = dev_[d]->info.memory_node;
-  uint64_t bytes = 0;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access) && !data_.valid_or_arriving(*a.buffer, node)) bytes += a.buffer->bytes();
-  return bytes;
-}
-
-void RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                                 uint64_t* bytes) const noexcept {
-  std::fill(bytes, bytes + count, uint64_t{0});
-  if (!data_.active()) return;  // every device works in host memory
-  // Where each input is valid or on its way, read once; then a bit test per device.
-  struct In {
-    uint64_t where[2];
-    uint64_t bytes;
-  };
-  boost::container::small_vector<In, 4> inputs;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access)) {
-      In in{{0, 0}, a.buffer->bytes()};
-      data_.presence(*a.buffer, in.where);
-      inputs.push_back(in);
-    }
-  if (inputs.empty()) return;
-  for (sched::DeviceId d = 0; d < count; ++d) {
-    const uint32_t node = hot_[d].node;
-    uint64_t sum = 0;
-    for (const In& in : inputs)
-      if (!((in.where[node / 64] >> (node % 64)) & 1u)) sum += in.bytes;
-    bytes[d] = sum;
-  }
-}
-
-void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
-                          std::bitset<kMaxDevices>& out) const noexcept {
-  out.reset();
-  const TaskNode* n = t.node();
-  if (!n->kernel) return;
-  if (n->pinned >= 0) {
-    if (static_cast<sched::DeviceId>(n->pinned) < count && t.can_run(n->pinned)) out.set(n->pinned);
-    return;
-  }
-  // Bits first (the kernel's capable devices, the devices in scheduling), then the few checks
-  // per remaining device: a decision over many devices reads two words, not a line per device.
-  const KernelState& k = *n->kernel;
-  const bool limited = data_.active();
-  for (unsigned w = 0; w < 2 && w * 64 < count; ++w) {
-    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) &
-                    usable_bits_[w].load(std::memory_order_acquire);
-    if (count < (w + 1) * 64) bits &= (uint64_t{1} << (count - w * 64)) - 1;
-    while (bits != 0) {
-      const unsigned d = w * 64 + static_cast<unsigned>(__builtin_ctzll(bits));
-      bits &= bits - 1;
-      if (!limited || hot_[d].node == 0 || n->bytes <= hot_[d].limit) out.set(d);
-    }
-  }
-  for (uint32_t x : n->excluded)  // devices that already failed it
-    if (x < count) out.reset(x);
-  if (n->context != nullptr)  // its context's devices only
-    for (sched::DeviceId d = 0; d < count; ++d)
-      if (out[d] && !n->context->has(d)) out.reset(d);
-}
-
-void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
-                         uint64_t arriving[2]) const noexcept {
-  data_.locate(*static_cast<const BufferState*>(buffer), valid, arriving);
-}
-
-bool RuntimeCore::direct_copy(uint32_t from, uint32_t to) const noexcept {
-  return from != 0 && to != 0 && from < DataManager::kMaxNodes && to < DataManager::kMaxNodes &&
-         node_plugin_[from] != nullptr && node_plugin_[from] == node_plugin_[to];
-}
-
-double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const DeviceState& ds = *dev_[d];
-  const hcr_plugin_api_t* api = ds.plugin->api;
-  TaskNode* n = t.node();
-  if (api->estimate == nullptr || !n->kernel || !n->kernel->can_run(d)) return -1;
-  // The same view of the arguments a launch would get, without data pointers.
-  boost::container::small_vector<hcr_arg_t, 3> args;
-  for (const ArgRec& a : n->args) {
-    hcr_arg_t x{};
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(a.buffer->dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
-    x.rows = a.buffer->rows;
-    x.cols = a.buffer->cols;
-    x.ld = a.buffer->cols;
-    args.push_back(x);
-  }
-  hcr_launch_args_t la{};
-  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-  la.device = ds.index;
-  la.kernel = n->kernel->devices[d].handle;
-  la.args = args.data();
-  la.num_args = args.size();
-  la.params = n->params.data();
-  la.params_size = n->params.size();
-  la.param_offsets = n->param_offsets.data();
-  la.num_params = n->param_offsets.size();
-  double seconds = -1;
-  if (hcr_error_t* err = api->estimate(ds.plugin->handle, &la, &seconds)) {
-    api->error_destroy(err);
-    return -1;
-  }
-  return seconds;
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
@@ -1699,19 +1102,16 @@ static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::qu
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
-  // A submitter waiting for room holds a ticket its task has not used yet.
-  // A submit refused while it waited for room (retire_ticket) counts in neither.
-  const uint64_t abandoned = abandoned_.load(std::memory_order_relaxed);
-  s.submitted = submitted_.load(std::memory_order_relaxed) -
-                throttled_now_.load(std::memory_order_relaxed) - abandoned;
-  s.completed = completed_.load(std::memory_order_relaxed) - abandoned;
-  s.throttled = throttled_.load(std::memory_order_relaxed);
-  s.failed = failed_.load(std::memory_order_relaxed);
+  const TaskGraph::Counts counts = graph_.counts();
+  s.submitted = counts.submitted;
+  s.completed = counts.completed;
+  s.throttled = counts.throttled;
+  s.failed = counts.failed;
   s.decisions = decisions_.load(std::memory_order_relaxed);
   s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
   s.data = data_.counters();
   for (size_t i = 0, n = device_count(); i < n; ++i) {
-    const auto& d = dev_[i];
+    DeviceState* d = &devices_[i];
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);
@@ -1831,7 +1231,7 @@ void write_file(const std::string& path, const std::string& text) {
 void RuntimeCore::write_trace(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }
@@ -1842,7 +1242,7 @@ void RuntimeCore::write_trace(const std::string& path) const {
 void RuntimeCore::write_gantt(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }
