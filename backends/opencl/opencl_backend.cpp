@@ -16,6 +16,7 @@
 #include "sha256.hpp"
 
 #include <hcr/sdk/backend.hpp>
+#include <hcr/sdk/memory.hpp>
 
 #include <clblast.h>
 
@@ -49,23 +50,6 @@ const char* kind_name(hcr_device_kind_t k) {
     case HCR_DEVICE_ACCELERATOR: return "accelerator";
     default: return "other";
   }
-}
-
-// a * b + c without wrapping; false when it would.
-bool mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t& out) {
-  if (a != 0 && b > (~uint64_t{0} - c) / a) return false;
-  out = a * b + c;
-  return true;
-}
-
-// End (exclusive) of `rows` rows of `width` bytes `pitch` apart from `offset`; false on overflow.
-bool span_end(uint64_t offset, uint64_t rows, uint64_t pitch, uint64_t width, uint64_t& end) {
-  if (rows == 0 || width == 0) {
-    end = offset;
-    return true;
-  }
-  uint64_t last = 0;
-  return mul_add(rows - 1, pitch, width, last) && mul_add(1, offset, last, end);
 }
 
 // A program binary named by the application or the configuration: a regular file (a FIFO or a
@@ -356,24 +340,12 @@ class OpenClBackend final : public sdk::Backend {
   }
 
   void copy(const hcr_copy_args_t& a) override {
-    if ((a.src_memory == nullptr) == (a.src_host == nullptr))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: the source must be exactly one of src_memory and src_host");
-    if ((a.dst_memory == nullptr) == (a.dst_host == nullptr))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: the destination must be exactly one of dst_memory and dst_host");
-    if (a.src_host != nullptr && a.dst_host != nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: host to host; an OpenCL device copies to or from its memory");
-    if (a.rows > 1 && (a.src_pitch < a.width || a.dst_pitch < a.width))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: pitches " + std::to_string(a.src_pitch) + " (source) and " +
-                      std::to_string(a.dst_pitch) + " (destination) must be at least the width " +
-                      std::to_string(a.width));
+    sdk::check_copy_ends(a, "an OpenCL device copies to or from its memory");
     Memory* src = a.src_memory ? live(a.src_memory, "copy source") : nullptr;
     Memory* dst = a.dst_memory ? live(a.dst_memory, "copy destination") : nullptr;
-    if (src) check_span(*src, a.src_offset, a.rows, a.src_pitch, a.width, "copy source");
-    if (dst) check_span(*dst, a.dst_offset, a.rows, a.dst_pitch, a.width, "copy destination");
+    if (src) sdk::check_span(src->bytes, a.src_offset, a.rows, a.src_pitch, a.width, "copy source");
+    if (dst)
+      sdk::check_span(dst->bytes, a.dst_offset, a.rows, a.dst_pitch, a.width, "copy destination");
     if (a.width == 0 || a.rows == 0) {  // nothing to move
       sdk::complete(a.done, a.done_user_data, nullptr);
       return;
@@ -695,17 +667,6 @@ class OpenClBackend final : public sdk::Backend {
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   what + ": memory is not a live allocation of this plugin");
     return m;
-  }
-
-  static void check_span(const Memory& m, uint64_t offset, uint64_t rows, uint64_t pitch,
-                         uint64_t width, const std::string& what) {
-    uint64_t end = 0;
-    if (!span_end(offset, rows, pitch, width, end) || end > m.bytes)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  what + ": " + std::to_string(rows) + " row(s) of " + std::to_string(width) +
-                      " bytes, " + std::to_string(pitch) + " apart, from offset " +
-                      std::to_string(offset) + " overrun the allocation of " +
-                      std::to_string(m.bytes) + " bytes");
   }
 
   // Buffer-side origin of a rectangle starting at byte `offset` with rows `pitch` apart.
@@ -1030,7 +991,8 @@ class OpenClBackend final : public sdk::Backend {
       // BLAS wants ld >= max(1, columns) even where one row makes ld meaningless.
       ld[i] = static_cast<size_t>(std::max<uint64_t>({x[i].ld, x[i].cols, 1}));
       off[i] = static_cast<size_t>(x[i].offset / sizeof(T));
-      check_span(*mem[i], x[i].offset, x[i].rows, ld[i] * sizeof(T), x[i].cols * sizeof(T), which);
+      sdk::check_span(mem[i]->bytes, x[i].offset, x[i].rows, ld[i] * sizeof(T),
+                      x[i].cols * sizeof(T), which);
     }
     const BlasParams p = blas_params(op, name, a);
 
