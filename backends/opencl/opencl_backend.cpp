@@ -16,6 +16,7 @@
 #include "sha256.hpp"
 
 #include <hcr/sdk/backend.hpp>
+#include <hcr/sdk/blas.hpp>
 #include <hcr/sdk/memory.hpp>
 
 #include <clblast.h>
@@ -75,19 +76,10 @@ struct Memory {
 
 enum class KernelType { blas, program };
 
-/// The built-in BLAS kernels CLBlast offers (plugin.h, "Built-in kernels"). No LAPACK: potrf and
-/// getrf_nopiv are declined.
-enum class BlasOp { gemm, syrk, trsm };
+/// The built-in BLAS kernels CLBlast offers (<hcr/builtin_params.h>): gemm, syrk and trsm, the
+/// first three operations. No LAPACK: potrf and getrf_nopiv are declined.
+using sdk::BlasOp;
 constexpr int kBlasOps = 3;
-
-const char* op_name(BlasOp op) {
-  switch (op) {
-    case BlasOp::gemm: return "gemm";
-    case BlasOp::syrk: return "syrk";
-    case BlasOp::trsm: return "trsm";
-  }
-  return "?";
-}
 
 /// A kernel on one device. Launches share its cl_kernel: clSetKernelArg and the enqueue that
 /// captures the arguments happen under `mutex` (argument setting is not thread-safe per kernel).
@@ -182,57 +174,14 @@ T optional_value(cl_device_id id, cl_device_info what) {
 
 // One launch of a built-in, its parameters read and checked (plugin.h's defaults when the caller
 // sent none): alpha and beta, and the flags that stand for the enumerations.
-struct BlasParams {
-  double alpha = 1, beta = 0;
-  bool trans_a = false, trans_b = false;  // gemm; syrk's and trsm's trans is trans_a
-  bool upper = false, right = false, unit = false;
-};
-
-using sdk::param_flag;
-using sdk::read_params;
-
-BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
-  BlasParams r;
+sdk::BlasParams blas_params(BlasOp op, const std::string& kname, const hcr_launch_args_t& a) {
   // The block is the whole of the parameters: one more after it would be ignored without a word
   // (the runtime refuses such a task at submit; a host that calls the plugin directly may not).
-  if (a.num_params > 1) {
-    static const char* const kBlocks[kBlasOps] = {"hcr_gemm_params_t", "hcr_syrk_params_t",
-                                                  "hcr_trsm_params_t"};
+  if (a.num_params > 1)
     throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes one parameter, an " +
-                                                kBlocks[static_cast<int>(op)] + "; got " +
+                                                sdk::blas_operands(op).params + "; got " +
                                                 std::to_string(a.num_params));
-  }
-  switch (op) {
-    case BlasOp::gemm:
-      if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
-                                                  HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
-        r.alpha = p->alpha;
-        r.beta = p->beta;
-        r.trans_a = param_flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
-        r.trans_b = param_flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
-      }
-      break;
-    case BlasOp::syrk:
-      if (auto p = read_params<hcr_syrk_params_t>(kname, "hcr_syrk_params_t", a,
-                                                  HCR_SYRK_PARAMS_STRUCT_SIZE)) {
-        r.alpha = p->alpha;
-        r.beta = p->beta;
-        r.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        r.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-      }
-      break;
-    case BlasOp::trsm:
-      if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
-                                                  HCR_TRSM_PARAMS_STRUCT_SIZE)) {
-        r.alpha = p->alpha;
-        r.right = param_flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
-        r.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        r.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-        r.unit = param_flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
-      }
-      break;
-  }
-  return r;
+  return sdk::read_blas_params(op, kname, a);
 }
 
 clblast::Transpose transpose(bool t) {
@@ -427,24 +376,20 @@ class OpenClBackend final : public sdk::Backend {
       case HCR_IMPL_BUILTIN: {
         // Declined with NOT_FOUND (the runtime never places the kernel here): what CLBlast lacks,
         // and double precision on a device without it.
-        const size_t us = name.rfind('_');
-        const std::string base = name.substr(0, us);
-        const std::string type = us == std::string::npos ? "" : name.substr(us + 1);
-        if ((base == "potrf" || base == "getrf_nopiv") && (type == "f32" || type == "f64"))
+        const auto b = sdk::find_blas_builtin(name);
+        if (!b)
+          throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name +
+                                               "' on OpenCL device '" + d.name + "'");
+        if (b->op == BlasOp::potrf || b->op == BlasOp::getrf_nopiv)
           throw Error(HCR_ERROR_NOT_FOUND,
                       "no built-in " + name + " on OpenCL devices: CLBlast has no LAPACK "
                       "factorizations (potrf, getrf_nopiv)");
-        for (BlasOp op : {BlasOp::gemm, BlasOp::syrk, BlasOp::trsm}) {
-          if (base != op_name(op) || (type != "f32" && type != "f64")) continue;
-          if (type == "f32") return make_blas<float>(device, op, name);
-          if (!d.fp64)
-            throw Error(HCR_ERROR_NOT_FOUND, "device '" + d.name +
-                                                 "' has no double precision (cl_khr_fp64): no " +
-                                                 name);
-          return make_blas<double>(device, op, name);
-        }
-        throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "' on OpenCL device '" +
-                                             d.name + "'");
+        if (b->dtype == HCR_DTYPE_F32) return make_blas<float>(device, b->op, name);
+        if (!d.fp64)
+          throw Error(HCR_ERROR_NOT_FOUND, "device '" + d.name +
+                                               "' has no double precision (cl_khr_fp64): no " +
+                                               name);
+        return make_blas<double>(device, b->op, name);
       }
       case HCR_IMPL_SOURCE: {
         if (api != "opencl")
@@ -907,6 +852,9 @@ class OpenClBackend final : public sdk::Backend {
                                     clblast::Diagonal::kNonUnit, 0, 1, T(1), s, 0, 1, s, 0, 1, &q,
                                     nullptr);
           break;
+        case BlasOp::potrf:
+        case BlasOp::getrf_nopiv:
+          break;  // never made: declined in kernel_get
       }
       if (status != clblast::StatusCode::kInvalidDimension &&
           status != clblast::StatusCode::kSuccess) {
@@ -956,15 +904,13 @@ class OpenClBackend final : public sdk::Backend {
     Device& d = *devices_[a.device];
     const std::string& name = kern.name;
     const BlasOp op = kern.op;
-    static const char* const kRoles[kBlasOps][3] = {
-        {"A", "B", "C"}, {"A", "C", ""}, {"A", "B", ""}};
-    const char* const* role = kRoles[static_cast<int>(op)];
-    const size_t want = op == BlasOp::gemm ? 3 : 2;
+    const sdk::BlasOperands operands = sdk::blas_operands(op);
+    const char* const* role = operands.names;
+    const size_t want = operands.count;
     if (a.num_args != want)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  name + " takes " + std::to_string(want) + " buffers (" + role[0] + ", " +
-                      role[1] + (want == 3 ? std::string(", ") + role[2] : std::string()) +
-                      "), got " + std::to_string(a.num_args));
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " takes " + std::to_string(want) +
+                                                  " buffers (" + operands.list + "), got " +
+                                                  std::to_string(a.num_args));
     const hcr_dtype_t dtype = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
     hcr_arg_t x[3];
     Memory* mem[3] = {nullptr, nullptr, nullptr};
@@ -994,7 +940,7 @@ class OpenClBackend final : public sdk::Backend {
       sdk::check_span(mem[i]->bytes, x[i].offset, x[i].rows, ld[i] * sizeof(T),
                       x[i].cols * sizeof(T), which);
     }
-    const BlasParams p = blas_params(op, name, a);
+    const sdk::BlasParams p = blas_params(op, name, a);
 
     // Shapes, in plugin.h's terms. gemm: C m x n = op(A) m x k times op(B) k x n. syrk: C n x n,
     // op(A) n x k. trsm: B m x n, A square of order m (left) or n (right).
@@ -1042,6 +988,9 @@ class OpenClBackend final : public sdk::Backend {
                           " as its order: side is " + (p.right ? "right" : "left") + ")");
         break;
       }
+      case BlasOp::potrf:
+      case BlasOp::getrf_nopiv:
+        break;  // never made: declined in kernel_get
     }
     // The matrix the kernel writes: C of gemm and syrk, B of trsm. Rows x cols of it.
     const size_t out = op == BlasOp::trsm ? 1 : want - 1;
