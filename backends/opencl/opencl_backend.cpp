@@ -131,14 +131,7 @@ class OpenClBackend final : public sdk::Backend {
 
   void launch(const hcr_launch_args_t& a) override {
     check_device(a.device);
-    if (a.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
-    Kernel& k = *reinterpret_cast<Kernel*>(a.kernel);
-    if (k.device != a.device)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "kernel '" + k.name + "' was made for device " + std::to_string(k.device) +
-                      ", not device " + std::to_string(a.device));
-    if (a.num_args > 0 && a.args == nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
+    Kernel& k = sdk::launch_kernel<Kernel>(a);
     switch (k.type) {
       case KernelType::blas: launch_blas(devices_, memory_, a, k); break;
       case KernelType::program: launch_program(devices_, memory_, a, k); break;

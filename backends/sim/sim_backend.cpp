@@ -324,15 +324,7 @@ class SimBackend final : public sdk::Backend {
  private:
   const SimKernel& kernel_of(const hcr_launch_args_t& a) {
     check_device(a.device);
-    if (a.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
-    const auto& k = *reinterpret_cast<const SimKernel*>(a.kernel);
-    if (k.device != a.device)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "kernel '" + k.name + "' was made for device " + std::to_string(k.device) +
-                      ", not device " + std::to_string(a.device));
-    if (a.num_args > 0 && a.args == nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
-    return k;
+    return sdk::launch_kernel<const SimKernel>(a);
   }
 
   // A built-in kernel's launch checked against its contract (throws naming what does not fit);
