@@ -243,8 +243,8 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
       return;
     case Op::syrk:
       if (N == 0) return;
-      Blas<T>::syrk(uplo_of(c.params.upper), trans_of(c.params.trans_a), N, K, c.params.alpha, m[0].data,
-                    m[0].ld, c.params.beta, m[1].data, m[1].ld);
+      Blas<T>::syrk(uplo_of(c.params.upper), trans_of(c.params.trans_a), N, K, c.params.alpha,
+                    m[0].data, m[0].ld, c.params.beta, m[1].data, m[1].ld);
       return;
     case Op::trsm:
       if (M == 0 || N == 0) return;

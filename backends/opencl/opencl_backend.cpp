@@ -5,10 +5,10 @@
 // (FPGA bitstreams, offline builds named in TOML). Operations complete through OpenCL events and a
 // completion thread per device (completion.hpp).
 //
-// This file is the plugin class: it turns ABI calls into the parts that do the work, each in a file
-// of its own — opencl_options (the keys), opencl_device (devices, queues), opencl_memory (memory and
-// copies), opencl_programs (programs and their cache), opencl_kernels (user kernels and their
-// launch), opencl_blas (the built-ins on CLBlast).
+// This file is the plugin class: it turns ABI calls into the parts that do the work, each in a
+// file of its own: opencl_options (the keys), opencl_device (devices, queues), opencl_memory
+// (memory and copies), opencl_programs (programs and their cache), opencl_kernels (user kernels
+// and their launch), opencl_blas (the built-ins on CLBlast).
 #include "cl_info.hpp"
 #include "opencl_blas.hpp"
 #include "opencl_device.hpp"

@@ -1,6 +1,6 @@
-// The built-in BLAS kernels of <hcr/builtin_params.h> on OpenCL devices, through CLBlast: gemm, syrk
-// and trsm in f32 and f64 (f64 where the device has cl_khr_fp64), row-major on the device's compute
-// queues. No LAPACK in CLBlast: potrf and getrf_nopiv are declined, so never placed here.
+// The built-in BLAS kernels of <hcr/builtin_params.h> on OpenCL devices, through CLBlast: gemm,
+// syrk and trsm in f32 and f64 (f64 where the device has cl_khr_fp64), row-major on the device's
+// compute queues. No LAPACK in CLBlast: potrf and getrf_nopiv are declined, so never placed here.
 #pragma once
 
 #include "opencl_device.hpp"

@@ -95,7 +95,8 @@ class Devices {
   Devices& operator=(const Devices&) = delete;
 
   size_t size() const noexcept { return devices_.size(); }
-  Device& operator[](size_t device) const { return *devices_[device]; }
+  Device& operator[](size_t device) { return *devices_[device]; }
+  const Device& operator[](size_t device) const { return *devices_[device]; }
   const Platform& platform(const Device& d) const { return *platforms_[d.platform]; }
   /// The platform (and so the context) device `device` belongs to.
   size_t platform_of(size_t device) const { return devices_[device]->platform; }

@@ -7,8 +7,8 @@
 #include "kernel_state.hpp"
 #include "task_node.hpp"
 
-#include <hcr/error.hpp>
 #include <hcr/builtin_params.h>
+#include <hcr/error.hpp>
 
 #include <cstring>
 #include <string>

@@ -1,5 +1,5 @@
 // hcr backend SDK: the built-in BLAS and LAPACK kernels of <hcr/builtin_params.h> as a backend
-// reads a launch of one — which built-in a kernel name is, the buffers it takes, and its parameter
+// reads a launch of one: which built-in a kernel name is, the buffers it takes, and its parameter
 // block decoded into plain values (alpha, beta and the flags the enumerations stand for), checked
 // the same way whichever library computes it.
 //
