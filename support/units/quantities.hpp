@@ -111,15 +111,21 @@ inline std::optional<double> scale_of(std::span<const Unit> table, std::string_v
   return std::nullopt;
 }
 
-/// Bytes, not rounded: a non-negative number with one of kByteUnits or none ("8GiB", "512 MiB",
-/// "1.5GB", "4096"). nullopt when malformed.
-inline std::optional<double> bytes(std::string_view text, const Syntax& syntax) {
+/// A non-negative number with one of `table`'s units, in the base unit, or a plain number (already
+/// in it). nullopt when malformed.
+inline std::optional<double> scaled(std::string_view text, std::span<const Unit> table,
+                                    const Syntax& syntax) {
   const auto q = split(text, syntax);
   if (!q || q->number < 0) return std::nullopt;
   if (q->unit.empty()) return q->number;
-  const auto scale = scale_of(kByteUnits, q->unit, syntax);
+  const auto scale = scale_of(table, q->unit, syntax);
   if (!scale) return std::nullopt;
   return q->number * *scale;
+}
+
+/// Bytes, not rounded: "8GiB", "512 MiB", "1.5GB", "4096" (kByteUnits). nullopt when malformed.
+inline std::optional<double> bytes(std::string_view text, const Syntax& syntax) {
+  return scaled(text, kByteUnits, syntax);
 }
 
 /// Bytes per second: a size per second ("20GB/s", "900 MiB/s") or a plain number. nullopt when
@@ -135,15 +141,9 @@ inline std::optional<double> rate(std::string_view text, const Syntax& syntax) {
   return q->number * *scale;
 }
 
-/// Seconds: a non-negative number with one of kTimeUnits ("10us", "0.5s"), or a plain number of
-/// seconds. nullopt when malformed.
+/// Seconds: "10us", "0.5s", "2" (kTimeUnits). nullopt when malformed.
 inline std::optional<double> duration(std::string_view text, const Syntax& syntax) {
-  const auto q = split(text, syntax);
-  if (!q || q->number < 0) return std::nullopt;
-  if (q->unit.empty()) return q->number;
-  const auto scale = scale_of(kTimeUnits, q->unit, syntax);
-  if (!scale) return std::nullopt;
-  return q->number * *scale;
+  return scaled(text, kTimeUnits, syntax);
 }
 
 /// A percentage: "75%", "12.5 %" as 75, 12.5 (no range checked). nullopt when malformed.
