@@ -8,6 +8,7 @@
 #include "engine/device_table.hpp"
 #include "engine/scheduling_view.hpp"
 #include "engine/host_access.hpp"
+#include "engine/launches.hpp"
 #include "engine/landed_tasks.hpp"
 #include "engine/pause.hpp"
 #include "engine/task_end.hpp"
@@ -41,7 +42,8 @@ class TenantLink;
 class RuntimeCore final : public TaskEnd,
                           public GraphStages,
                           public PlaceTogether,
-                          public HealthListener {
+                          public HealthListener,
+                          public AttemptEnd {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -216,46 +218,13 @@ class RuntimeCore final : public TaskEnd,
   // A task done on d: its share of d's energy, for the policy's model (EnergyAccount).
   void account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
                       double seconds) noexcept;
-  // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
+  // AttemptEnd: the plugin answered a launch, or the watchdog gave up on it (`timed_out`).
   void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                   const char* timed_out = nullptr) noexcept;
+                   const char* timed_out) noexcept override;
 
-  // Launch tokens (launch_slots.hpp). The pumper arms a slot of device d for `t` (false when the
-  // table is full); a launch that never reaches the plugin gives it back.
-  bool arm_slot(DeviceState& d, TaskNode* t) noexcept;
-  bool try_arm(uint32_t index, TaskNode* t) noexcept;
-  static void disarm_slot(TaskNode* t) noexcept;
-  // The plugin's done for a launch, and an error returned from launch (`returned`): the first
-  // answer for a launch ends it; a later one is a protocol error, reported and ignored.
-  static void on_launch_done(void* token, hcr_error_t* error, const hcr_completion_info_t* info);
-  static void launch_answered(void* token, hcr_error_t* error, const hcr_completion_info_t* info,
-                              bool returned) noexcept;
-  static void protocol_error(LaunchSlot& s, uint64_t generation, hcr_error_t* error,
-                             bool returned) noexcept;
-  static void release_hung(HungLaunch* h) noexcept;
-  // Runs f(slot) for every slot device d holds.
-  template <class F>
-  static void for_each_slot(DeviceState& d, F&& f) {
-    const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_acquire);
-    for (uint32_t c = 0; c < chunks; ++c) {
-      LaunchSlot* s = LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) *
-                                        LaunchTable::kChunk);
-      for (uint32_t i = 0; i < LaunchTable::kChunk; ++i) f(s[i]);
-    }
-  }
-
-  // Per-task timeout ([runtime] task_timeout): the watchdog gives up on launches past their slot's
-  // deadline; the task goes elsewhere, the plugin's late done only releases what it held.
-  void watchdog() noexcept;
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  double task_timeout_ = 0;
-  std::chrono::steady_clock::duration task_timeout_duration_{};
-  std::mutex watchdog_mutex_;
-  std::condition_variable watchdog_cv_;
-  bool watchdog_stop_ = false;
-  std::thread watchdog_thread_;
   std::exception_ptr no_device_error(const TaskNode& t) const;
   // A task no device in scheduling can run: parked (true) when a withheld device could run it,
   // until one is given back (set_withheld); false when none could (it fails). The cold path of
@@ -274,10 +243,11 @@ class RuntimeCore final : public TaskEnd,
   TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
   Pause pause_{graph_, *this};
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
+  DeviceTable devices_;
+  Launches launches_{devices_, *this, config_.task_timeout};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
-  DeviceTable devices_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
