@@ -134,13 +134,14 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
       config_.policy == "auto" ? sched::default_policy(devices_.infos()) : std::string_view(config_.policy);
   policy_owner_ = sched::make_policy(policy_name_, config_);
   policy_owner_->attach(view_);
-  policy_.store(policy_owner_.get(), std::memory_order_release);
+  placement_.set_policy(policy_owner_.get());
   const bool timing = policy_owner_->wants_timing();
   timing_.store(timing, std::memory_order_relaxed);
   energy_policy_ = policy_owner_->wants_energy();
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
                       std::memory_order_relaxed);
+  placement_.measure_decisions(timing || config_.counters);
   for (const ContextConfig& c : config_.contexts) make_context(c);
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
@@ -203,7 +204,7 @@ void RuntimeCore::shutdown() noexcept {
       }
     }
   }
-  policy_.store(nullptr, std::memory_order_release);
+  placement_.set_policy(nullptr);
   policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.

@@ -30,14 +30,6 @@ namespace hcr::detail {
 
 namespace {
 
-// Tasks that became ready while this thread is already dispatching wait here, so chains of
-// tasks that finish at once (joins, plugins completing inline) never recurse deeply.
-struct ReadyList {
-  bool active = false;
-  std::deque<TaskNode*> items;
-};
-thread_local ReadyList tl_ready;
-
 // Failures of the device or its driver, which another device may not share. A kernel's own
 // exception, bad arguments or a missing kernel would fail anywhere.
 bool device_side(ErrorCode c) {
@@ -116,8 +108,15 @@ void RuntimeCore::submit(TaskNode* t) {
 
 void RuntimeCore::waiting_with_inputs(TaskNode* t,
                                       std::span<const Ref<BufferState>> inputs) noexcept {
-  if (const int64_t node = expected_node(t); node >= 0)
-    data_.prefetch(inputs, t->priority, static_cast<uint32_t>(node), t->context);
+  placement_.move_ahead(t, inputs);
+}
+
+void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
+  placement_.move_ahead_for(t, successors);
+}
+
+void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
+  placement_.place_together(std::move(now));
 }
 
 bool RuntimeCore::moves_inputs_early(const TaskNode& t) const noexcept {
@@ -126,131 +125,6 @@ bool RuntimeCore::moves_inputs_early(const TaskNode& t) const noexcept {
 
 bool RuntimeCore::may_wait_for_room() const noexcept {
   return running_cpu_task() == nullptr && !host_.holds_view();
-}
-
-// Tasks a resume made ready: placed together, highest priority first, while no device takes work
-// (their pumps are held, as by a pumper that has not finished yet), so each device then starts
-// the most urgent of what it was given.
-void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
-  {
-    std::vector<sched::TaskRef> refs(now.begin(), now.end());
-    pol()->ready_together(refs);  // (priorities it gives count below)
-  }
-  // Highest priority first (submission order among equals): a policy with one queue for all
-  // devices hands them out in this order.
-  std::stable_sort(now.begin(), now.end(),
-                   [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
-  // Every device's pump is ours until all of them are placed: a device finishing a task meanwhile
-  // leaves its request to us, as to any pumper still at work.
-  const size_t n = device_count();
-  std::vector<char> ours(n, 0);
-  for (size_t d = 0; d < n; ++d)
-    ours[d] = !devices_[d].pumping.exchange(true, std::memory_order_seq_cst);
-  for (TaskNode* t : now) ready(t);
-  for (size_t d = 0; d < n; ++d) {
-    if (!ours[d]) continue;
-    devices_[d].pumping.store(false, std::memory_order_seq_cst);
-    if (usable(d)) pump(devices_[d]);
-  }
-}
-
-void RuntimeCore::ready(TaskNode* t) noexcept {
-  ReadyList& rl = tl_ready;
-  if (rl.active) {
-    rl.items.push_back(t);
-    return;
-  }
-  rl.active = true;
-  t->rt->dispatch(t);
-  while (!rl.items.empty()) {
-    TaskNode* next = rl.items.front();
-    rl.items.pop_front();
-    next->rt->dispatch(next);
-  }
-  rl.active = false;
-}
-
-void RuntimeCore::dispatch(TaskNode* t) noexcept {
-  if (t->dep_error) {  // set by predecessors before they released us: visible here
-    finish(t, dependency_error(t->dep_error));
-    return;
-  }
-  if (t->kind != TaskKind::kernel) {  // joins and host access run where the host memory is
-    if (data_.active()) {
-      switch (data_.acquire(t, 0)) {
-        case DataManager::Status::pending: return;  // data_ready() continues
-        case DataManager::Status::failed: finish(t, t->transfer_error); return;
-        default: break;
-      }
-    }
-    host_task_ready(t);
-    return;
-  }
-  KernelState& k = *t->kernel;
-  bool runnable = k.any_capable.load(std::memory_order_relaxed);
-  const uint32_t retired = health_.retired();
-  // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
-  // devices that failed this task, devices out of scheduling.
-  if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
-                   !t->excluded.empty() || retired != 0)) {
-    runnable = false;
-    for (size_t d = 0, n = device_count(); d < n && !runnable; ++d)
-      runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
-  }
-  if (!runnable) {
-    if (health_.withheld() != 0 && park(t)) return;
-    finish(t, no_device_error(*t));
-    return;
-  }
-  // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
-  // the offers below still read it: a reference of ours keeps it until we are done. (TSan: can_run
-  // read a node that another thread had meanwhile reused for a new task.) Finishing gives the
-  // task's buffers up, so the inputs to prefetch are taken, with references, before the push.
-  const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
-  boost::container::small_vector<Ref<BufferState>, 3> inputs;
-  if (data_.active() && config_.prefetch)
-    for (const ArgRec& a : t->uargs)
-      if (reads(a.access)) inputs.push_back(Ref<BufferState>::share(a.buffer));
-  sched::DeviceId d;
-  if (launch_flags_.load(std::memory_order_relaxed) != 0) {  // counters on: the decision's cost
-    const int64_t t0 = TraceRecorder::now_ns();
-    d = pol()->push(sched::TaskRef(t));
-    decision_ns_.fetch_add(TraceRecorder::now_ns() - t0, std::memory_order_relaxed);
-    decisions_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    d = pol()->push(sched::TaskRef(t));
-  }
-  // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
-  // this task, or this sees the count and drains again (the task may sit on that device or in a
-  // shared queue no device can take it from).
-  if (health_.retired() != retired) {
-    for (size_t x = 0, n = device_count(); x < n; ++x)
-      if (!usable(x))
-        for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
-    if (d != sched::kAnyDevice) {
-      if (usable(d)) pump(devices_[d]);
-      return;
-    }
-  } else if (d != sched::kAnyDevice) {
-    // Into the device's memory, or home for a device working in host memory (a slot of it would
-    // otherwise wait for the copies out of another device's memory).
-    if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, devices_[d].info.memory_node,
-                     t->context);
-    pump(devices_[d]);
-    return;
-  }
-  // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
-  // from a rotating device spreads the offers; stopping at the first taker keeps this O(1) for
-  // many devices (a device finishing a task pumps itself anyway).
-  const size_t n = device_count();
-  const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
-  for (size_t i = 0; i < n; ++i) {
-    DeviceState& ds = devices_[(first + i) % n];
-    if (ds.in_flight.load(std::memory_order_relaxed) < ds.window &&
-        sched::TaskRef(t).can_run(ds.info.id) && pump(ds) > 0)
-      return;
-  }
 }
 
 // One pumper per device at a time; a caller that finds another pumping leaves a request, which
@@ -636,23 +510,11 @@ void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
 }
 
 void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
-  for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
+  placement_.take_back(d.info.id);
   hand_back_landed(d);
 }
 
 void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { pump(d); }
-
-bool RuntimeCore::park(TaskNode* t) noexcept {
-  const KernelState& k = *t->kernel;
-  return health_.park(
-      t, device_count(), [&](uint32_t d) -> DeviceState& { return devices_[d]; },
-      [&](uint32_t d) {
-        return k.can_run(d) && fits(t, d) &&
-               (t->pinned < 0 || static_cast<uint32_t>(t->pinned) == d) &&
-               (t->context == nullptr || t->context->has(d)) &&
-               std::find(t->excluded.begin(), t->excluded.end(), d) == t->excluded.end();
-      });
-}
 
 // ---- hot-plug ---------------------------------------------------------------------------------
 
@@ -783,112 +645,9 @@ void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
   graph_.close(t);
 }
 
-// A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
-// `t` wrote for it starts moving there now, while the others finish, rather than once the last of
-// them is done (the copies overlap their computation). Before the successors' counts drop: until
-// then each waits for `t`, so it is alive.
-void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
-  if (!data_.active() || !config_.prefetch) return;
-  const int32_t ran = t->device.load(std::memory_order_relaxed);
-  const uint32_t from = ran >= 0 ? devices_[static_cast<size_t>(ran)].info.memory_node : 0;
-  for (const Edge& e : successors) {
-    TaskNode* s = e.task;
-    if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
-      continue;  // (ready once `t` is done: placing it prefetches)
-    const int64_t node = expected_node(s);
-    if (node < 0 || static_cast<uint32_t>(node) == from) continue;
-    boost::container::small_vector<Ref<BufferState>, 3> inputs;
-    for (const ArgRec& w : t->uargs) {
-      if (!writes(w.access)) continue;
-      for (const ArgRec& r : s->args)
-        if (r.buffer == w.buffer && reads(r.access)) {
-          inputs.push_back(Ref<BufferState>::share(w.buffer));
-          break;
-        }
-    }
-    if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);
-  }
-}
-
-int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
-  const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
-  if (d < 0 || d >= static_cast<int64_t>(device_count()) || !usable(static_cast<size_t>(d)))
-    return -1;  // (a plan may still name a device withheld or quarantined since)
-  return devices_[static_cast<size_t>(d)].info.memory_node;
-}
-
 void RuntimeCore::wait_all() noexcept {
   graph_.wait_all();
   return_freed_memory();  // after a burst of tasks: back to where the process was before it
-}
-
-std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
-  const KernelState& k = *t.kernel;
-  auto reason = [&](size_t d) -> std::string {
-    for (uint32_t x : t.excluded)
-      if (x == d) {  // it failed there: say what the device said
-        std::string name = devices_[d].info.name + ": ";
-        size_t at = t.device_errors.find(name);
-        if (at == std::string::npos) return "failed";
-        size_t end = t.device_errors.find("; ", at);
-        return "failed: " + t.device_errors.substr(at + name.size(), end == std::string::npos
-                                                                          ? std::string::npos
-                                                                          : end - at - name.size());
-      }
-    auto last = [&] {
-      std::lock_guard<SpinLock> g(devices_[d].fault_lock);
-      return devices_[d].last_fault;
-    };
-    switch (devices_[d].status.load(std::memory_order_relaxed)) {
-      case DeviceState::kQuarantined:
-        return "quarantined after repeated failures (the last: " + last() + ")";
-      case DeviceState::kLost: return "lost (" + last() + ")";
-      case DeviceState::kRemoved: return "removed";
-      case DeviceState::kWithheld: return "withheld (the node arbiter gave it to another process)";
-      default: break;
-    }
-    if (!k.can_run(d))
-      return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
-    if (!fits(&t, d)) {
-      const uint64_t limit = data_.limit(devices_[d].info.memory_node);
-      if (t.bytes <= limit && t.context != nullptr)
-        return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
-               " bytes cannot hold the task's " + std::to_string(t.bytes);
-      return "its memory limit of " + std::to_string(limit) + " bytes cannot hold the task's " +
-             std::to_string(t.bytes);
-    }
-    return "no reason known";
-  };
-  std::string msg = "no device can run kernel '" + k.name + "'";
-  if (t.context != nullptr) {
-    // Its context's devices are the only ones it may use: name the context and say why each
-    // of them refuses (a context may hold none that runs the kernel).
-    msg = "no device of context '" + t.context->name + "' can run kernel '" + k.name + "'";
-    bool any = false;
-    for (size_t d = 0, n = device_count(); d < n; ++d)
-      if (t.context->has(static_cast<uint32_t>(d))) {
-        msg += (any ? "; " : ": ") + devices_[d].info.name + ": " +
-               (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
-                                                                     "is pinned to (Task::on)"
-                                                                   : reason(d));
-        any = true;
-      }
-    if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
-      msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
-             std::to_string(t.pinned) + " ('" + devices_[t.pinned].info.name +
-             "'), which is not in the context";
-  } else if (t.pinned >= 0) {
-    msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
-          devices_[t.pinned].info.name + "'), the only one the task allows (Task::on): " +
-          reason(static_cast<size_t>(t.pinned));
-  } else if (device_count() == 0) {
-    msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
-  } else {
-    for (size_t d = 0, n = device_count(); d < n; ++d)
-      msg += (d == 0 ? ": " : "; ") + devices_[d].info.name + ": " + reason(d);
-  }
-  return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
@@ -923,8 +682,8 @@ RuntimeStats RuntimeCore::stats() const {
   s.completed = counts.completed;
   s.throttled = counts.throttled;
   s.failed = counts.failed;
-  s.decisions = decisions_.load(std::memory_order_relaxed);
-  s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  s.decisions = placement_.decisions();
+  s.decision_seconds = placement_.decision_seconds();
   s.data = data_.counters();
   for (size_t i = 0, n = device_count(); i < n; ++i) {
     DeviceState* d = &devices_[i];

@@ -11,6 +11,7 @@
 #include "engine/launches.hpp"
 #include "engine/landed_tasks.hpp"
 #include "engine/pause.hpp"
+#include "engine/placement.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
 #include "energy/energy_account.hpp"
@@ -43,7 +44,8 @@ class RuntimeCore final : public TaskEnd,
                           public GraphStages,
                           public PlaceTogether,
                           public HealthListener,
-                          public AttemptEnd {
+                          public AttemptEnd,
+                          public PlacementStages {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -89,7 +91,7 @@ class RuntimeCore final : public TaskEnd,
   /// for a device it loses is placed again.
   void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
   /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
-  void place(TaskNode* t) noexcept override { ready(t); }
+  void place(TaskNode* t) noexcept override { placement_.ready(t); }
   // HealthListener: a device left scheduling, or came back.
   void left_scheduling(DeviceState& d) noexcept override;
   void back_in_scheduling(DeviceState& d) noexcept override;
@@ -132,7 +134,7 @@ class RuntimeCore final : public TaskEnd,
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
   // GraphStages: what the task graph hands on.
-  void ready(TaskNode* t) noexcept override;
+  void ready(TaskNode* t) noexcept override { placement_.ready(t); }
   void waiting_with_inputs(TaskNode* t,
                            std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
@@ -153,7 +155,7 @@ class RuntimeCore final : public TaskEnd,
     return devices_[d].status.load(std::memory_order_relaxed) == DeviceState::kActive;
   }
   /// Whether device d's memory limit can hold `t`'s buffers at all.
-  bool fits(const TaskNode* t, size_t d) const noexcept {
+  bool fits(const TaskNode* t, size_t d) const noexcept override {
     if (!data_.active()) return true;  // every device works in host memory
     const uint32_t node = devices_[d].info.memory_node;
     return node == 0 || (t->bytes <= data_.limit(node) &&
@@ -190,12 +192,9 @@ class RuntimeCore final : public TaskEnd,
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
-  // The memory node where a task not yet ready is expected to run (its pin, or the policy's
-  // expected_device), or -1 when nobody can say yet.
-  int64_t expected_node(TaskNode* t) noexcept;
-  void dispatch(TaskNode* t) noexcept;
-  // Hands device d tasks from the policy while it has free slots; returns how many it launched.
-  uint32_t pump(DeviceState& d) noexcept;
+  // PlacementStages: feeds device d from the policy while it has free slots; returns how many
+  // it launched.
+  uint32_t pump(DeviceState& d) noexcept override;
   void pump_woken() noexcept;  // pumps the devices Context::wake asked for
   void launch(TaskNode* t, DeviceState& d) noexcept;
   // Data in place: hands the kernel to the plugin.
@@ -209,7 +208,7 @@ class RuntimeCore final : public TaskEnd,
   // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
   void place_again(TaskNode* t) noexcept;
   // Runs nowhere: joins and host access, once their data is home.
-  void host_task_ready(TaskNode* t) noexcept;
+  void host_task_ready(TaskNode* t) noexcept override;
   // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
   // charges the source of a kernel task's input) and the data is fetched again, at most
   // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
@@ -225,11 +224,6 @@ class RuntimeCore final : public TaskEnd,
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  std::exception_ptr no_device_error(const TaskNode& t) const;
-  // A task no device in scheduling can run: parked (true) when a withheld device could run it,
-  // until one is given back (set_withheld); false when none could (it fails). The cold path of
-  // dispatch.
-  bool park(TaskNode* t) noexcept;
   // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
   // again, as its queued ones are (give_back: one such task).
   void hand_back_landed(DeviceState& d) noexcept;
@@ -245,14 +239,14 @@ class RuntimeCore final : public TaskEnd,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   Launches launches_{devices_, *this, config_.task_timeout};
+  Placement placement_{devices_, health_, data_, *this, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
-  sched::Policy* pol() const noexcept { return policy_.load(std::memory_order_acquire); }
-  std::atomic<sched::Policy*> policy_{nullptr};
+  sched::Policy* pol() const noexcept { return placement_.policy(); }
   std::unique_ptr<sched::Policy> policy_owner_;
   std::string policy_name_;  // the configured policy, "auto" resolved: each context gets one
   // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
@@ -287,12 +281,8 @@ class RuntimeCore final : public TaskEnd,
   HostAccesses host_{*this};
 
   std::atomic<bool> alive_{true};
-  std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
 
-  // Time spent in the policy's placement decisions (push), measured with the counters.
-  alignas(64) std::atomic<uint64_t> decisions_{0};
-  std::atomic<int64_t> decision_ns_{0};
 };
 
 /// The message of any exception_ptr.
