@@ -127,103 +127,6 @@ bool RuntimeCore::may_wait_for_room() const noexcept {
   return running_cpu_task() == nullptr && !host_.holds_view();
 }
 
-// One pumper per device at a time; a caller that finds another pumping leaves a request, which
-// the pumper notices before it stops. So no ready task is left behind with a free slot.
-// The request count and the flag are seq_cst: "request, then try to become the pumper" here
-// against "stop pumping, then look at the requests" in the pumper is the store-buffering pattern,
-// where with acquire/release each side may miss the other's write (x86 lets a store pass a later
-// load), and a queued task was left with an idle device and no pumper.
-uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
-  d.pump_requests.fetch_add(1, std::memory_order_seq_cst);
-  uint32_t launched = 0;
-  for (;;) {
-    // Another thread pumping counts as taking the work: it sees our request before it stops.
-    if (d.pumping.exchange(true, std::memory_order_seq_cst)) return launched + 1;
-    uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
-    while (d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
-      // Handed to the plugin: taken, less those waiting for copies or for room.
-      const uint32_t in_flight = d.in_flight.load(std::memory_order_acquire);
-      const uint32_t landed = d.landed.size();
-      const uint32_t waiting = d.fetching.load(std::memory_order_acquire) + landed;
-      if (in_flight - std::min(in_flight, waiting) >= d.window) break;
-      if (landed != 0) {  // taken earlier, its data there now: first
-        if (TaskNode* t = d.landed.take()) {
-          ++launched;
-          start_kernel(t, d);
-          continue;
-        }
-      }
-      if (in_flight >= 2 * d.window) break;
-      sched::TaskRef t = pol()->pop(d.info.id);
-      if (!t) break;
-      d.in_flight.fetch_add(1, std::memory_order_acq_rel);
-      ++launched;
-      if (!launches_.arm(d, t.node())) {
-        abandon(t.node(), d,
-                std::make_exception_ptr(Error(
-                    ErrorCode::internal,
-                    "device '" + d.info.name + "' has " +
-                        std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
-                        " launches outstanding (launches given up on that never came back), or "
-                        "the process has " +
-                        std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
-        continue;
-      }
-      launch(t.node(), d);
-    }
-    d.pumping.store(false, std::memory_order_seq_cst);
-    if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
-  }
-  if (devices_.wakes_pending()) pump_woken();
-  return launched;
-}
-
-// Feeds the devices the policy asked to wake, after the policy call that asked has returned.
-void RuntimeCore::pump_woken() noexcept {
-  for (uint32_t i = 0, n = device_count(); i < n && devices_.wakes_pending(); ++i)
-    if (devices_.take_wake(i) && usable(i)) pump(devices_[i]);
-}
-
-void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
-  t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
-  if (data_.active()) {
-    d.fetching.fetch_add(1, std::memory_order_acq_rel);  // (before: data_ready may come first)
-    const DataManager::Status s = data_.acquire(t, d.info.memory_node);
-    if (s == DataManager::Status::pending) return;  // data_ready() starts it
-    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
-    switch (s) {
-      case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
-      case DataManager::Status::failed: abandon(t, d, t->transfer_error); return;
-      default: break;
-    }
-  }
-  start_kernel(t, d);
-}
-
-void RuntimeCore::data_ready(TaskNode* t) noexcept {
-  if (t->kind == TaskKind::kernel) {
-    DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
-    if (t->transfer_error) {
-      start_kernel(t, d);  // (abandons it)
-      return;
-    }
-    // Launched when the window has room (pump), unless the device left scheduling meanwhile:
-    // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
-    // in the list, or this sees the state that retire() set before it looked).
-    if (d.landed.add(t, [&] {
-          return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
-        }))
-      pump(d);
-    else
-      give_back(t, d);
-  } else {
-    host_task_ready(t);
-  }
-}
-
-void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
-
 void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
   if (t->transfer_error) {
     if (!retry_host_copy(t)) finish(t, t->transfer_error);
@@ -282,7 +185,7 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
   if (culprit != d.info.id && culprit < device_count() && t->foreign_faults < 4) {
     ++t->foreign_faults;
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    pump(d);
+    driver_.pump(d);
     DeviceState& x = devices_[culprit];
     const std::string why = what(e);
     if (!culprit_lost) {
@@ -297,64 +200,9 @@ void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noe
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   d.failed.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  pump(d);
+  driver_.pump(d);
   if (retry_elsewhere(t, d, code_of(e), what(e))) return;
   finish(t, std::move(e));
-}
-
-void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
-  if (t->transfer_error) {
-    abandon(t, d, t->transfer_error);
-    return;
-  }
-  KernelDevice& kd = t->kernel->devices[d.info.id];
-  const hcr_plugin_api_t* api = d.plugin->api;
-  const uint32_t node = d.info.memory_node;
-  t->abi_args.clear();
-  for (const ArgRec& a : t->args) {
-    BufferState& b = *a.buffer;
-    hcr_arg_t x{};
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
-    x.rows = b.rows;
-    x.cols = b.cols;
-    if (node == 0) {
-      x.host = b.host;
-      x.ld = b.ld;
-    } else {  // device replicas are contiguous
-      x.memory = data_.memory(b, node);
-      x.ld = b.cols;
-    }
-    t->abi_args.push_back(x);
-  }
-  hcr_launch_args_t la{};
-  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-  la.device = d.index;
-  la.kernel = kd.handle;
-  la.args = t->abi_args.data();
-  la.num_args = t->abi_args.size();
-  la.params = t->params.data();
-  la.params_size = t->params.size();
-  la.host_token = t;
-  la.flags =
-      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
-  // A token, not the task: once done is called, `t` may finish and its node be reused at once.
-  void* const token = t->launch_token;
-  la.done = &Launches::on_done;
-  la.done_user_data = token;
-  la.param_offsets = t->param_offsets.data();
-  la.num_params = t->param_offsets.size();
-  for (int i = 0; i < 3; ++i) {
-    la.global_size[i] = t->global_size[i];
-    la.local_size[i] = t->local_size[i];
-  }
-  if (timing_.load(std::memory_order_relaxed) || trace_.on())
-    t->start = std::chrono::steady_clock::now();
-  // From now on the watchdog keeps an eye on this launch, and may end the attempt.
-  launches_.watch(token);
-  if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
-    Launches::answered(token, err, nullptr, true);  // not `t`: done may have come first
 }
 
 void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
@@ -452,11 +300,11 @@ void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_complet
   // its slot stays taken until then, or another thread's pump could fill it in between.
   if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    pump(d);
+    driver_.pump(d);
     return;
   }
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  pump(d);
+  driver_.pump(d);
   // Eager write-back: the results go home before the task counts as done (the device's slot is
   // free already: the copy engine does this).
   if (!e && data_.active() && data_.write_through(t)) return;
@@ -498,10 +346,6 @@ void RuntimeCore::place_again(TaskNode* t) noexcept {
   ready(t);
 }
 
-void RuntimeCore::hand_back_landed(DeviceState& d) noexcept {
-  for (TaskNode* t : d.landed.take_all()) give_back(t, d);
-}
-
 void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
   Launches::disarm(t);  // never launched
   pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
@@ -511,10 +355,10 @@ void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
 
 void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
   placement_.take_back(d.info.id);
-  hand_back_landed(d);
+  driver_.hand_back_landed(d);
 }
 
-void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { pump(d); }
+void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { driver_.pump(d); }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
 

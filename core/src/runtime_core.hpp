@@ -3,6 +3,7 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
 #include "engine/device_state.hpp"
 #include "engine/device_table.hpp"
@@ -45,7 +46,8 @@ class RuntimeCore final : public TaskEnd,
                           public PlaceTogether,
                           public HealthListener,
                           public AttemptEnd,
-                          public PlacementStages {
+                          public PlacementStages,
+                          public DriverStages {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -110,9 +112,9 @@ class RuntimeCore final : public TaskEnd,
   RuntimeStats stats() const;
 
   /// The copies `t` waited for have completed (DataManager).
-  void data_ready(TaskNode* t) noexcept;
+  void data_ready(TaskNode* t) noexcept { driver_.data_ready(t); }
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
-  void retry_acquire(TaskNode* t) noexcept;
+  void retry_acquire(TaskNode* t) noexcept { driver_.retry_acquire(t); }
   /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
   /// the data only it held is reported lost.
   void device_lost(DeviceState& d, const std::string& why) noexcept {
@@ -192,15 +194,10 @@ class RuntimeCore final : public TaskEnd,
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
-  // PlacementStages: feeds device d from the policy while it has free slots; returns how many
-  // it launched.
-  uint32_t pump(DeviceState& d) noexcept override;
-  void pump_woken() noexcept;  // pumps the devices Context::wake asked for
-  void launch(TaskNode* t, DeviceState& d) noexcept;
-  // Data in place: hands the kernel to the plugin.
-  void start_kernel(TaskNode* t, DeviceState& d) noexcept;
-  // A kernel task ends before reaching the plugin (no memory, a failed copy).
-  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept;
+  // PlacementStages: feeds device d (its driver).
+  uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
+  // DriverStages: a kernel task ends before reaching the plugin (no memory, a failed copy).
+  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept override;
   // After a device-side failure: notes it against the device and dispatches `t` again without
   // that device. False when the error is the task's own (the kernel threw, bad arguments, data
   // lost): the task fails then.
@@ -224,10 +221,8 @@ class RuntimeCore final : public TaskEnd,
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
-  // again, as its queued ones are (give_back: one such task).
-  void hand_back_landed(DeviceState& d) noexcept;
-  void give_back(TaskNode* t, DeviceState& d) noexcept;
+  // DriverStages: a task `d` took and never started goes back to placement (`d` left).
+  void give_back(TaskNode* t, DeviceState& d) noexcept override;
   // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
   void warn_if_oversubscribed();
   uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
@@ -264,6 +259,8 @@ class RuntimeCore final : public TaskEnd,
   bool energy_policy_ = false;  // the policy learns energy costs
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
+  DeviceDriver driver_{devices_, placement_, data_,  launches_,     *this,
+                       trace_,   launch_flags_, timing_};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
   struct Accuracy {
