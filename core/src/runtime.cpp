@@ -93,7 +93,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
     d.info = rec.info;
     d.info.id = devices_.appended();
     d.plugin = &p;
-    d.attempts = this;
+    d.attempts = &completion_;
     d.index = rec.index;
     d.flags = rec.flags;
     // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
@@ -137,7 +137,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   placement_.set_policy(policy_owner_.get());
   const bool timing = policy_owner_->wants_timing();
   timing_.store(timing, std::memory_order_relaxed);
-  energy_policy_ = policy_owner_->wants_energy();
+  completion_.set_energy_policy(policy_owner_->wants_energy());
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
                       std::memory_order_relaxed);
@@ -309,6 +309,13 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
 }
 
 // ---- kernels --------------------------------------------------------------------------------
+
+std::string RuntimeCore::kernel_name(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(kernels_mutex_);
+  for (auto& [name, k] : kernels_)
+    if (k->id == id) return name;
+  return "?";
+}
 
 Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   check_alive("kernel");

@@ -3,6 +3,7 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
 #include "engine/device_state.hpp"
@@ -41,13 +42,10 @@ namespace hcr::detail {
 class ContextPolicy;
 class TenantLink;
 
-class RuntimeCore final : public TaskEnd,
-                          public GraphStages,
+class RuntimeCore final : public GraphStages,
                           public PlaceTogether,
                           public HealthListener,
-                          public AttemptEnd,
-                          public PlacementStages,
-                          public DriverStages {
+                          public PlacementStages {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -105,7 +103,7 @@ class RuntimeCore final : public TaskEnd,
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
-  void finish(TaskNode* t, std::exception_ptr e) noexcept override;
+  void finish(TaskNode* t, std::exception_ptr e) noexcept { completion_.finish(t, std::move(e)); }
   /// Returns once every task whose submit() returned before this call began has finished
   /// (Runtime::wait_all): tasks submitted meanwhile may or may not have.
   void wait_all() noexcept;
@@ -121,7 +119,9 @@ class RuntimeCore final : public TaskEnd,
     health_.retire(d, DeviceState::kLost, why);
   }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
-  void written_through(TaskNode* t, std::exception_ptr error) noexcept;
+  void written_through(TaskNode* t, std::exception_ptr error) noexcept {
+    completion_.written_through(t, std::move(error));
+  }
   /// The node arbiter (tenant/): device d is withheld (true: it leaves scheduling as a retired
   /// device does: what is queued for it is placed again, what runs there finishes) or given
   /// back (false: it takes work again, and the tasks that only it could run are placed again).
@@ -196,33 +196,11 @@ class RuntimeCore final : public TaskEnd,
   void add_devices(PluginInstance& p);
   // PlacementStages: feeds device d (its driver).
   uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
-  // DriverStages: a kernel task ends before reaching the plugin (no memory, a failed copy).
-  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept override;
-  // After a device-side failure: notes it against the device and dispatches `t` again without
-  // that device. False when the error is the task's own (the kernel threw, bad arguments, data
-  // lost): the task fails then.
-  bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
-  // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
-  void place_again(TaskNode* t) noexcept;
-  // Runs nowhere: joins and host access, once their data is home.
-  void host_task_ready(TaskNode* t) noexcept override;
-  // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
-  // charges the source of a kernel task's input) and the data is fetched again, at most
-  // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
-  bool retry_host_copy(TaskNode* t) noexcept;
-  static constexpr uint8_t kHostCopyRetries = 8;
-  // A task done on d: its share of d's energy, for the policy's model (EnergyAccount).
-  void account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
-                      double seconds) noexcept;
-  // AttemptEnd: the plugin answered a launch, or the watchdog gave up on it (`timed_out`).
-  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                   const char* timed_out) noexcept override;
-
+  // PlacementStages: a join or host access whose data is home.
+  void host_task_ready(TaskNode* t) noexcept override { completion_.host_task_ready(t); }
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  // DriverStages: a task `d` took and never started goes back to placement (`d` left).
-  void give_back(TaskNode* t, DeviceState& d) noexcept override;
   // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
   void warn_if_oversubscribed();
   uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
@@ -233,8 +211,8 @@ class RuntimeCore final : public TaskEnd,
   Pause pause_{graph_, *this};
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
-  Launches launches_{devices_, *this, config_.task_timeout};
-  Placement placement_{devices_, health_, data_, *this, *this, config_.prefetch};
+  Launches launches_{devices_, completion_, config_.task_timeout};
+  Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
@@ -256,33 +234,27 @@ class RuntimeCore final : public TaskEnd,
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
-  bool energy_policy_ = false;  // the policy learns energy costs
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
-  DeviceDriver driver_{devices_, placement_, data_,  launches_,     *this,
+  DeviceDriver driver_{devices_, placement_, data_,  launches_,     completion_,
                        trace_,   launch_flags_, timing_};
+  Completion completion_{{devices_, placement_, driver_, health_, data_, graph_, host_, energy_,
+                          trace_, timing_, [this] { return now(); },
+                          [this](uint32_t id) { return kernel_name(id); }}};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
-  // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
-  struct Accuracy {
-    std::vector<float> errors;
-    size_t next = 0;
-  };
-  mutable SpinLock accuracy_lock_;
-  std::map<std::pair<uint32_t, uint32_t>, Accuracy> accuracy_;
-  void record_accuracy(const TaskNode* t, uint32_t device, double predicted, double measured);
   std::weak_ptr<RuntimeCore> self_;
 
-  std::mutex kernels_mutex_;
+  // A kernel's name by its id (traces, accuracy, energy).
+  std::string kernel_name(uint32_t id) const;
+  mutable std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
-  HostAccesses host_{*this};
+  HostAccesses host_{completion_};
 
   std::atomic<bool> alive_{true};
   std::atomic<uint64_t> retries_{0};
 
 };
 
-/// The message of any exception_ptr.
-std::string what(const std::exception_ptr& e);
 
 }  // namespace hcr::detail
