@@ -93,6 +93,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
     d.info = rec.info;
     d.info.id = devices_.appended();
     d.plugin = &p;
+    d.attempts = &completion_;
     d.index = rec.index;
     d.flags = rec.flags;
     // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
@@ -133,19 +134,16 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
       config_.policy == "auto" ? sched::default_policy(devices_.infos()) : std::string_view(config_.policy);
   policy_owner_ = sched::make_policy(policy_name_, config_);
   policy_owner_->attach(view_);
-  policy_.store(policy_owner_.get(), std::memory_order_release);
+  placement_.set_policy(policy_owner_.get());
   const bool timing = policy_owner_->wants_timing();
   timing_.store(timing, std::memory_order_relaxed);
-  energy_policy_ = policy_owner_->wants_energy();
+  completion_.set_energy_policy(policy_owner_->wants_energy());
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
                       std::memory_order_relaxed);
+  placement_.measure_decisions(timing || config_.counters);
   for (const ContextConfig& c : config_.contexts) make_context(c);
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
-  task_timeout_ = config_.task_timeout;
-  task_timeout_duration_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(task_timeout_));
-  if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << pol()->name() << "'");
@@ -162,14 +160,7 @@ void RuntimeCore::shutdown() noexcept {
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
   if (tenant_) tenant_->leave();
-  if (watchdog_thread_.joinable()) {
-    {
-      std::lock_guard<std::mutex> g(watchdog_mutex_);
-      watchdog_stop_ = true;
-    }
-    watchdog_cv_.notify_all();
-    watchdog_thread_.join();
-  }
+  launches_.stop();  // the watchdog
   // A plugin still running a launch the watchdog gave up on is left running; its devices' memory
   // counts as lost (no copy from it, nothing freed in it).
   const std::vector<PluginInstance*> stuck = settle_hung_launches();
@@ -213,7 +204,7 @@ void RuntimeCore::shutdown() noexcept {
       }
     }
   }
-  policy_.store(nullptr, std::memory_order_release);
+  placement_.set_policy(nullptr);
   policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
@@ -224,12 +215,12 @@ void RuntimeCore::shutdown() noexcept {
     DeviceState* d = &devices_[i];
     // No answer can come any more: the slots go back to the table, releasing what a launch given
     // up on held if its plugin ended without answering.
-    for_each_slot(*d, [](LaunchSlot& s) {
+    Launches::for_each_slot(*d, [](LaunchSlot& s) {
       uint64_t st = s.state.load(std::memory_order_acquire);
       if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
           s.state.compare_exchange_strong(
               st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
-        release_hung(s.hung.load(std::memory_order_relaxed));
+        Launches::release_hung(s.hung.load(std::memory_order_relaxed));
     });
     for (uint32_t c = 0, n = d->slot_chunks_used.load(); c < n; ++c)
       LaunchTable::give_back(d->slot_chunks[c].load(std::memory_order_relaxed));
@@ -259,7 +250,7 @@ void RuntimeCore::shutdown() noexcept {
 std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
   std::vector<PluginInstance*> stuck;
   // A few timeouts, at least a second: time for a launch that was merely slow to come back.
-  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * task_timeout_duration_,
+  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(launches_.task_timeout())),
                                                                     std::chrono::seconds(1));
   for (auto& p : plugins_) {
     auto hung = [&] {
@@ -267,7 +258,7 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
       for (uint32_t i = 0; i < devices_.appended(); ++i) {
         DeviceState* d = &devices_[i];
         if (d->plugin != p.get()) continue;
-        for_each_slot(*d, [&](LaunchSlot& s) {
+        Launches::for_each_slot(*d, [&](LaunchSlot& s) {
           const auto st = LaunchSlot::status(s.state.load(std::memory_order_acquire));
           if (st == LaunchSlot::kGivenUp || st == LaunchSlot::kGivingUp)
             out.push_back(std::string("kernel '") + s.kernel.load(std::memory_order_relaxed) +
@@ -318,6 +309,13 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
 }
 
 // ---- kernels --------------------------------------------------------------------------------
+
+std::string RuntimeCore::kernel_name(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(kernels_mutex_);
+  for (auto& [name, k] : kernels_)
+    if (k->id == id) return name;
+  return "?";
+}
 
 Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   check_alive("kernel");

@@ -3,13 +3,17 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/completion.hpp"
+#include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
 #include "engine/device_state.hpp"
 #include "engine/device_table.hpp"
 #include "engine/scheduling_view.hpp"
 #include "engine/host_access.hpp"
+#include "engine/launches.hpp"
 #include "engine/landed_tasks.hpp"
 #include "engine/pause.hpp"
+#include "engine/placement.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
 #include "energy/energy_account.hpp"
@@ -38,10 +42,10 @@ namespace hcr::detail {
 class ContextPolicy;
 class TenantLink;
 
-class RuntimeCore final : public TaskEnd,
-                          public GraphStages,
+class RuntimeCore final : public GraphStages,
                           public PlaceTogether,
-                          public HealthListener {
+                          public HealthListener,
+                          public PlacementStages {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -87,7 +91,7 @@ class RuntimeCore final : public TaskEnd,
   /// for a device it loses is placed again.
   void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
   /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
-  void place(TaskNode* t) noexcept override { ready(t); }
+  void place(TaskNode* t) noexcept override { placement_.ready(t); }
   // HealthListener: a device left scheduling, or came back.
   void left_scheduling(DeviceState& d) noexcept override;
   void back_in_scheduling(DeviceState& d) noexcept override;
@@ -99,23 +103,25 @@ class RuntimeCore final : public TaskEnd,
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
-  void finish(TaskNode* t, std::exception_ptr e) noexcept override;
+  void finish(TaskNode* t, std::exception_ptr e) noexcept { completion_.finish(t, std::move(e)); }
   /// Returns once every task whose submit() returned before this call began has finished
   /// (Runtime::wait_all): tasks submitted meanwhile may or may not have.
   void wait_all() noexcept;
   RuntimeStats stats() const;
 
   /// The copies `t` waited for have completed (DataManager).
-  void data_ready(TaskNode* t) noexcept;
+  void data_ready(TaskNode* t) noexcept { driver_.data_ready(t); }
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
-  void retry_acquire(TaskNode* t) noexcept;
+  void retry_acquire(TaskNode* t) noexcept { driver_.retry_acquire(t); }
   /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
   /// the data only it held is reported lost.
   void device_lost(DeviceState& d, const std::string& why) noexcept {
     health_.retire(d, DeviceState::kLost, why);
   }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
-  void written_through(TaskNode* t, std::exception_ptr error) noexcept;
+  void written_through(TaskNode* t, std::exception_ptr error) noexcept {
+    completion_.written_through(t, std::move(error));
+  }
   /// The node arbiter (tenant/): device d is withheld (true: it leaves scheduling as a retired
   /// device does: what is queued for it is placed again, what runs there finishes) or given
   /// back (false: it takes work again, and the tasks that only it could run are placed again).
@@ -130,7 +136,7 @@ class RuntimeCore final : public TaskEnd,
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
   // GraphStages: what the task graph hands on.
-  void ready(TaskNode* t) noexcept override;
+  void ready(TaskNode* t) noexcept override { placement_.ready(t); }
   void waiting_with_inputs(TaskNode* t,
                            std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
@@ -151,7 +157,7 @@ class RuntimeCore final : public TaskEnd,
     return devices_[d].status.load(std::memory_order_relaxed) == DeviceState::kActive;
   }
   /// Whether device d's memory limit can hold `t`'s buffers at all.
-  bool fits(const TaskNode* t, size_t d) const noexcept {
+  bool fits(const TaskNode* t, size_t d) const noexcept override {
     if (!data_.active()) return true;  // every device works in host memory
     const uint32_t node = devices_[d].info.memory_node;
     return node == 0 || (t->bytes <= data_.limit(node) &&
@@ -188,83 +194,13 @@ class RuntimeCore final : public TaskEnd,
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
-  // The memory node where a task not yet ready is expected to run (its pin, or the policy's
-  // expected_device), or -1 when nobody can say yet.
-  int64_t expected_node(TaskNode* t) noexcept;
-  void dispatch(TaskNode* t) noexcept;
-  // Hands device d tasks from the policy while it has free slots; returns how many it launched.
-  uint32_t pump(DeviceState& d) noexcept;
-  void pump_woken() noexcept;  // pumps the devices Context::wake asked for
-  void launch(TaskNode* t, DeviceState& d) noexcept;
-  // Data in place: hands the kernel to the plugin.
-  void start_kernel(TaskNode* t, DeviceState& d) noexcept;
-  // A kernel task ends before reaching the plugin (no memory, a failed copy).
-  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept;
-  // After a device-side failure: notes it against the device and dispatches `t` again without
-  // that device. False when the error is the task's own (the kernel threw, bad arguments, data
-  // lost): the task fails then.
-  bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
-  // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
-  void place_again(TaskNode* t) noexcept;
-  // Runs nowhere: joins and host access, once their data is home.
-  void host_task_ready(TaskNode* t) noexcept;
-  // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
-  // charges the source of a kernel task's input) and the data is fetched again, at most
-  // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
-  bool retry_host_copy(TaskNode* t) noexcept;
-  static constexpr uint8_t kHostCopyRetries = 8;
-  // A task done on d: its share of d's energy, for the policy's model (EnergyAccount).
-  void account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
-                      double seconds) noexcept;
-  // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
-  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                   const char* timed_out = nullptr) noexcept;
-
-  // Launch tokens (launch_slots.hpp). The pumper arms a slot of device d for `t` (false when the
-  // table is full); a launch that never reaches the plugin gives it back.
-  bool arm_slot(DeviceState& d, TaskNode* t) noexcept;
-  bool try_arm(uint32_t index, TaskNode* t) noexcept;
-  static void disarm_slot(TaskNode* t) noexcept;
-  // The plugin's done for a launch, and an error returned from launch (`returned`): the first
-  // answer for a launch ends it; a later one is a protocol error, reported and ignored.
-  static void on_launch_done(void* token, hcr_error_t* error, const hcr_completion_info_t* info);
-  static void launch_answered(void* token, hcr_error_t* error, const hcr_completion_info_t* info,
-                              bool returned) noexcept;
-  static void protocol_error(LaunchSlot& s, uint64_t generation, hcr_error_t* error,
-                             bool returned) noexcept;
-  static void release_hung(HungLaunch* h) noexcept;
-  // Runs f(slot) for every slot device d holds.
-  template <class F>
-  static void for_each_slot(DeviceState& d, F&& f) {
-    const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_acquire);
-    for (uint32_t c = 0; c < chunks; ++c) {
-      LaunchSlot* s = LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) *
-                                        LaunchTable::kChunk);
-      for (uint32_t i = 0; i < LaunchTable::kChunk; ++i) f(s[i]);
-    }
-  }
-
-  // Per-task timeout ([runtime] task_timeout): the watchdog gives up on launches past their slot's
-  // deadline; the task goes elsewhere, the plugin's late done only releases what it held.
-  void watchdog() noexcept;
+  // PlacementStages: feeds device d (its driver).
+  uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
+  // PlacementStages: a join or host access whose data is home.
+  void host_task_ready(TaskNode* t) noexcept override { completion_.host_task_ready(t); }
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  double task_timeout_ = 0;
-  std::chrono::steady_clock::duration task_timeout_duration_{};
-  std::mutex watchdog_mutex_;
-  std::condition_variable watchdog_cv_;
-  bool watchdog_stop_ = false;
-  std::thread watchdog_thread_;
-  std::exception_ptr no_device_error(const TaskNode& t) const;
-  // A task no device in scheduling can run: parked (true) when a withheld device could run it,
-  // until one is given back (set_withheld); false when none could (it fails). The cold path of
-  // dispatch.
-  bool park(TaskNode* t) noexcept;
-  // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
-  // again, as its queued ones are (give_back: one such task).
-  void hand_back_landed(DeviceState& d) noexcept;
-  void give_back(TaskNode* t, DeviceState& d) noexcept;
   // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
   void warn_if_oversubscribed();
   uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
@@ -274,15 +210,16 @@ class RuntimeCore final : public TaskEnd,
   TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
   Pause pause_{graph_, *this};
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
+  DeviceTable devices_;
+  Launches launches_{devices_, completion_, config_.task_timeout};
+  Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
-  DeviceTable devices_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
-  sched::Policy* pol() const noexcept { return policy_.load(std::memory_order_acquire); }
-  std::atomic<sched::Policy*> policy_{nullptr};
+  sched::Policy* pol() const noexcept { return placement_.policy(); }
   std::unique_ptr<sched::Policy> policy_owner_;
   std::string policy_name_;  // the configured policy, "auto" resolved: each context gets one
   // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
@@ -297,35 +234,27 @@ class RuntimeCore final : public TaskEnd,
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
-  bool energy_policy_ = false;  // the policy learns energy costs
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
+  DeviceDriver driver_{devices_, placement_, data_,  launches_,     completion_,
+                       trace_,   launch_flags_, timing_};
+  Completion completion_{{devices_, placement_, driver_, health_, data_, graph_, host_, energy_,
+                          trace_, timing_, [this] { return now(); },
+                          [this](uint32_t id) { return kernel_name(id); }}};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
-  // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
-  struct Accuracy {
-    std::vector<float> errors;
-    size_t next = 0;
-  };
-  mutable SpinLock accuracy_lock_;
-  std::map<std::pair<uint32_t, uint32_t>, Accuracy> accuracy_;
-  void record_accuracy(const TaskNode* t, uint32_t device, double predicted, double measured);
   std::weak_ptr<RuntimeCore> self_;
 
-  std::mutex kernels_mutex_;
+  // A kernel's name by its id (traces, accuracy, energy).
+  std::string kernel_name(uint32_t id) const;
+  mutable std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
-  HostAccesses host_{*this};
+  HostAccesses host_{completion_};
 
   std::atomic<bool> alive_{true};
-  std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
 
-  // Time spent in the policy's placement decisions (push), measured with the counters.
-  alignas(64) std::atomic<uint64_t> decisions_{0};
-  std::atomic<int64_t> decision_ns_{0};
 };
 
-/// The message of any exception_ptr.
-std::string what(const std::exception_ptr& e);
 
 }  // namespace hcr::detail

@@ -107,8 +107,9 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     }
     default_context_ = std::move(def);
     launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
+    placement_.measure_decisions(true);
     timing_.store(true, std::memory_order_relaxed);
-    policy_.store(context_policy_, std::memory_order_release);
+    placement_.set_policy(context_policy_);
   }
   c->index = static_cast<uint32_t>(contexts_.size());
   context_policy_->add(*c, std::move(policy));

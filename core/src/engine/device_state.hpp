@@ -16,11 +16,14 @@
 
 namespace hcr::detail {
 
+class AttemptEnd;
+
 /// One device and its driver state. The driver has no thread: the submitting thread and the
 /// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
 struct DeviceState {
   Device info;
   PluginInstance* plugin = nullptr;
+  AttemptEnd* attempts = nullptr;  // where its launches end (the engine's completion)
   size_t index = 0;  // the plugin's device index
   uint32_t flags = 0;
   uint32_t window = 1;  // tasks handed to the plugin at once

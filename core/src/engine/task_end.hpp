@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <string>
 
 namespace hcr::detail {
 
@@ -17,5 +18,8 @@ class TaskEnd {
  protected:
   ~TaskEnd() = default;
 };
+
+/// The message of any exception_ptr.
+std::string what(const std::exception_ptr& e);
 
 }  // namespace hcr::detail

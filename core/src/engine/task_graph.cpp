@@ -43,6 +43,17 @@ bool add_edge(TaskNode* pred, TaskNode* succ, bool data) {
 
 }  // namespace
 
+std::string what(const std::exception_ptr& e) {
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 std::exception_ptr dependency_error(const std::exception_ptr& cause) {
   try {
     std::rethrow_exception(cause);
