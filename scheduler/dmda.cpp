@@ -17,12 +17,12 @@
 // Calibration (dmda, dmdas): while a (kernel, architecture) pair has fewer than calibrate_samples
 // measurements, one task at a time is sent there on purpose, so that a slow device is measured but
 // never fed a share of the work it cannot finish in time.
-#include "copy_plan.hpp"
 #include "cost_model.hpp"
 #include "device_queue.hpp"
 #include "horizons.hpp"
-#include "upward_rank.hpp"
-#include "window_plan.hpp"
+#include "peft/copy_plan.hpp"
+#include "peft/upward_rank.hpp"
+#include "peft/window_plan.hpp"
 
 #include <hcr/log.hpp>
 
