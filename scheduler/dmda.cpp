@@ -20,13 +20,13 @@
 #include "cost_model.hpp"
 #include "device_queue.hpp"
 #include "horizons.hpp"
+#include "kernel_pairs.hpp"
 #include "peft/copy_plan.hpp"
 #include "peft/upward_rank.hpp"
 #include "peft/window_plan.hpp"
+#include "placement.hpp"
 
 #include <hcr/log.hpp>
-
-#include <unistd.h>
 
 #include <array>
 #include <bitset>
@@ -46,53 +46,7 @@
 
 namespace hcr::sched {
 
-std::string model_directory(const Config& config) {
-  std::string dir = config.model_dir;
-  if (dir == "off") return {};
-  if (dir.empty()) {
-    if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg && xdg[0] == '/')
-      dir = std::string(xdg) + "/hcr/models";
-    else if (const char* home = std::getenv("HOME"); home && *home)
-      dir = std::string(home) + "/.cache/hcr/models";
-    else
-      return {};
-  }
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
-  return (std::filesystem::path(dir) / host).string();
-}
-
-std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings) {
-  CostModel model;
-  model.load(dir, warnings);
-  std::vector<ModelRow> rows;
-  for (auto& r : model.rows())
-    rows.push_back({r.kernel, r.arch, r.footprint, r.size, r.estimate, r.spread, r.samples,
-                    r.fit.valid, r.fit.a, r.fit.b, r.fit.c, r.joules, r.joules_samples});
-  return rows;
-}
-
 namespace {
-
-// What a placed task keeps in its policy word: predicted execution and copy-in time (in
-// microseconds, 30 bits each: up to 17 minutes), and whether it is a calibration task — with, under
-// peft, which of its exploration slots it holds (the kernel's or the architecture's).
-constexpr uint64_t kExploreBit = uint64_t{1} << 63;
-constexpr uint64_t kKernelProbeBit = uint64_t{1} << 62;
-constexpr uint64_t kArchProbeBit = uint64_t{1} << 61;
-constexpr uint64_t kProbeBits = kExploreBit | kKernelProbeBit | kArchProbeBit;
-constexpr uint64_t kField = (uint64_t{1} << 30) - 1;
-uint64_t pack(double exec, double xfer, uint64_t explore_bits) {
-  // Clamped before the conversion: a prediction beyond 2^64 us (a regression far outside the
-  // sizes measured, a model file's huge figures) would make it undefined. nan counts as 0.
-  auto us = [](double s) {
-    return static_cast<uint64_t>(std::min(static_cast<double>(kField), std::max(0.0, s) * 1e6));
-  };
-  return us(exec) | (us(xfer) << 30) | (explore_bits & kProbeBits);
-}
-int64_t exec_ns(uint64_t w) { return static_cast<int64_t>(w & kField) * 1000; }
-int64_t xfer_ns(uint64_t w) { return static_cast<int64_t>((w >> 30) & kField) * 1000; }
-constexpr size_t kFastKernels = 4096;  // kernel ids with a lock-free lookup
 
 // How a device's queue runs its tasks. dmdas and peft: by priority. dmda: as StarPU's dmda, first
 // in first out except that a task of priority > 0 goes ahead of those of lower priority (an
@@ -104,12 +58,6 @@ DeviceQueue::Order queue_order(bool by_priority) {
 
 enum class Rule : uint8_t { dmda, dmdas, peft };
 
-// Room for memory nodes that join after attach (hot-plug), and so at most this many nodes.
-constexpr uint32_t kSpareNodes = 8;
-constexpr size_t kNodeSlots = kMaxDevices + kSpareNodes;
-// peft: architectures whose speed ratios are learned (devices of further architectures are
-// predicted from their own measurements only).
-constexpr size_t kArchs = 16;
 // peft: consumers of a task's outputs looked at.
 constexpr size_t kConsumers = 8;
 // peft: tasks a window plan covers at most.
@@ -128,50 +76,6 @@ constexpr size_t kReadyWindow = 4;
 // priority the application gives wins over every rank.
 constexpr int kLevels = 4096;
 
-// The cost model's pairs of one kernel: per device, and the distinct ones (a device architecture
-// each) with the devices they cover. Devices are added under the policy's kernel lock while
-// decisions read without it: the vector is reserved, the distinct list published by its count.
-struct KernelPairs {
-  static constexpr size_t kSlots = 16;  // distinct architectures listed (further ones: none)
-  struct Arch {
-    CostModel::Pair* pair = nullptr;
-    uint8_t arch = kArchs;  // the policy's index of the architecture (kArchs: none)
-    uint32_t device = 0;    // the first device of the architecture
-    std::atomic<uint64_t> devices[2] = {0, 0};
-  };
-
-  KernelPairs() { by_device.reserve(kMaxDevices); }
-  CostModel::Pair* operator[](size_t d) const { return by_device[d]; }
-  void add(size_t device, CostModel::Pair* p, uint8_t arch) {
-    by_device.push_back(p);
-    const uint32_t n = count.load(std::memory_order_relaxed);
-    uint32_t s = 0;
-    while (s < n && archs[s].pair != p) ++s;
-    if (s == n && n < kSlots) {
-      archs[s].pair = p;
-      archs[s].arch = arch;
-      archs[s].device = static_cast<uint32_t>(device);
-      count.store(n + 1, std::memory_order_release);
-    }
-    slot[device] = static_cast<uint8_t>(s);  // kSlots and above: not listed
-    if (s < kSlots) archs[s].devices[device / 64].fetch_or(uint64_t{1} << (device % 64));
-  }
-
-  std::vector<CostModel::Pair*> by_device;
-  std::array<Arch, kSlots> archs;
-  std::atomic<uint32_t> count{0};
-  std::array<uint8_t, kMaxDevices> slot{};
-  // peft: an exploration of the kernel, measured nowhere yet, is in flight.
-  mutable std::atomic<uint32_t> probing{0};
-};
-
-// A device bit set as two words.
-void words_of(const std::bitset<kMaxDevices>& b, uint64_t w[2]) {
-  static const std::bitset<kMaxDevices> low(~uint64_t{0});
-  w[0] = (b & low).to_ullong();
-  w[1] = (b >> 64).to_ullong();
-}
-
 class Dmda final : public Policy {
  public:
   Dmda(const Config& c, Rule rule)
@@ -188,15 +92,10 @@ class Dmda final : public Policy {
         max_slowdown_(std::max(1.0, c.max_slowdown)),
         gamma_(c.gamma),
         idle_power_(c.idle_power),
-        by_kernel_(kFastKernels),
         ranks_([this](TaskRef t) { return mean_cost(t); },
                [this](uint64_t bytes) { return mean_copy(bytes); }) {}
 
-  ~Dmda() override {
-    save();
-    for (auto& slot : by_kernel_) delete slot.load(std::memory_order_relaxed);
-    for (auto& [id, v] : slow_kernels_) delete v;
-  }
+  ~Dmda() override { save(); }
 
   std::string_view name() const noexcept override {
     return rule_ == Rule::dmda ? "dmda" : rule_ == Rule::dmdas ? "dmdas" : "peft";
@@ -230,16 +129,7 @@ class Dmda final : public Policy {
 
   void device_added(DeviceId id) override {
     const Device& d = ctx_->device(id);
-    {
-      std::lock_guard<std::mutex> lock(kernels_mutex_);
-      devs_.push_back(make_dev(d));
-      const std::string arch = d.arch;
-      for (auto& [id2, name] : kernel_names_) {
-        KernelPairs* v =
-            id2 < kFastKernels ? by_kernel_[id2].load(std::memory_order_relaxed) : slow_kernels_[id2];
-        if (v != nullptr) v->add(id, model_.pair(name, arch), devs_.back()->arch_index);
-      }
-    }
+    devs_.push_back(make_dev(d));  // (its pairs join every kernel's: KernelTable::add_device)
     {
       std::lock_guard<std::mutex> lock(save_mutex_);
       if (d.memory_node >= node_names_.size()) node_names_.resize(d.memory_node + 1, "host");
@@ -250,7 +140,7 @@ class Dmda final : public Policy {
 
   DeviceId push(TaskRef t) override {
     if (peft_) assign_priority(t);
-    const KernelPairs& pairs = pairs_for(t);
+    const KernelPairs& pairs = kernels_.of(t);
     const uint64_t fp = t.footprint();
     const double size = t.size();
     const double now = ctx_->now();
@@ -312,7 +202,7 @@ class Dmda final : public Policy {
       best_xfer = c.xfer;
     }
 
-    t.set_policy_data(pack(best_exec, best_xfer, explore));
+    t.set_policy_data(placed_word(best_exec, best_xfer, explore));
     charge(t, best);
     devs_[best]->queue.push(t);
     return best;
@@ -343,7 +233,7 @@ class Dmda final : public Policy {
     // d's memory already, so that a slot does not wait for copies while a task behind could run
     // (StarPU's dmdar); else the first.
     if (TaskRef t = peft_ ? devs_[d]->queue.pop_first(kReadyWindow, [&](TaskRef u) {
-                              return u.can_run(d) && inputs_here(u, hot_[d].node);
+                              return u.can_run(d) && inputs_here(u, loads_[d].node);
                             })
                           : TaskRef()) {
       dequeued(t, d);
@@ -364,7 +254,7 @@ class Dmda final : public Policy {
       size_t n_idle = 0;
       TaskRef t = unknown_.pop_first(16, [&](TaskRef u) {
         if (!u.can_run(d)) return false;
-        const auto& pairs = pairs_for(u);
+        const auto& pairs = kernels_.of(u);
         CostModel::Pair& p = *pairs[d];
         if (calibrate_ != kOff && probe(pairs, d, model_.samples(p)) != Probe::none) {
           explored = try_explore(pairs, d, model_.samples(p));
@@ -372,7 +262,7 @@ class Dmda final : public Policy {
         }
         Choice c = choose(u, pairs, now, /*estimates=*/false);
         if (c.device != d && c.device != kAnyDevice && n_idle < idle_choices.size() &&
-            ctx_->in_flight(c.device) < hot_[c.device].slots)
+            ctx_->in_flight(c.device) < loads_[c.device].slots)
           idle_choices[n_idle++] = c.device;
         // Nothing predicts it anywhere, no exploration of d is allowed and none of the kernel is
         // under way (peft explores by kernel or architecture, not by pair): run it here rather
@@ -390,11 +280,6 @@ class Dmda final : public Policy {
     return steal(d);
   }
 
-  struct Choice {
-    DeviceId device = kAnyDevice;
-    double exec = 0, xfer = 0;
-  };
-
   // Whether a (kernel, architecture) pair with `samples` measurements on device d is explored on
   // purpose, and which slot the exploration needs besides the pair's own. dmda, dmdas: until it
   // has calibrate_samples. peft, for its first sample only: a kernel measured nowhere is explored
@@ -402,7 +287,6 @@ class Dmda final : public Policy {
   // architecture has no speed ratio to another learned (then an unmeasured pair is predicted
   // from it), one task at a time per architecture. A cold start so explores about one task per
   // kernel and one per architecture, not one per (kernel, architecture).
-  enum class Probe : uint8_t { none, pair, kernel, arch };
   Probe probe(const KernelPairs& kp, DeviceId d, uint32_t samples) const {
     if (!peft_ || calibrate_ == kForce) return samples < min_samples_ ? Probe::pair : Probe::none;
     if (samples != 0) return Probe::none;
@@ -450,7 +334,7 @@ class Dmda final : public Policy {
   // An exploration of d ended (its task completed, or left d's queue): its slots are free.
   void end_explore(TaskRef t, DeviceId d, uint64_t word) {
     if (!(word & kExploreBit)) return;
-    const KernelPairs& kp = pairs_for(t);
+    const KernelPairs& kp = kernels_.of(t);
     kp[d]->exploring.fetch_sub(1, std::memory_order_relaxed);
     if (word & kKernelProbeBit) kp.probing.store(0, std::memory_order_relaxed);
     if ((word & kArchProbeBit) && devs_[d]->arch_index < kArchs)
@@ -461,14 +345,14 @@ class Dmda final : public Policy {
   // memory over d's inbound link).
   double copy_in(TaskRef t, DeviceId d) {
     uint64_t bytes = ctx_->bytes_to_fetch(t, d);
-    return bytes ? links_.predict(0, hot_[d].node, bytes) : 0;
+    return bytes ? links_.predict(0, loads_[d].node, bytes) : 0;
   }
   // Adds a placed task's predicted work to its device, and its copies to the links: the runtime
   // prefetches at once, so a link is busy from now until they are through (time frees it;
   // nothing needs to be taken back).
   // `queued`: the task waits in d's queue (rather than starting at once), where dmdas orders it.
   void charge(TaskRef t, DeviceId d, bool queued = true) {
-    Hot& dev = hot_[d];
+    DeviceLoad& dev = loads_[d];
     dev.pending_ns.fetch_add(exec_ns(t.policy_data()), std::memory_order_relaxed);
     if (by_priority_ && queued) devs_[d]->queued.add(t.priority(), exec_ns(t.policy_data()));
     if (peft_) {
@@ -496,7 +380,7 @@ class Dmda final : public Policy {
     return std::max(now, link_free_at_[node].load(std::memory_order_relaxed));
   }
   void discharge(TaskRef t, DeviceId d) {
-    hot_[d].pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
+    loads_[d].pending_ns.fetch_sub(exec_ns(t.policy_data()), std::memory_order_relaxed);
   }
   // A task charged as queued left d's queue (to run, to another device, or back to the core).
   void dequeued(TaskRef t, DeviceId d) {
@@ -505,7 +389,7 @@ class Dmda final : public Policy {
   // Predicted work ahead of a task of priority `prio` on d: everything started, and (dmdas, whose
   // queues run by priority) only the queued tasks it would not overtake.
   int64_t ahead_ns(DeviceId d, int prio) const {
-    const Hot& h = hot_[d];
+    const DeviceLoad& h = loads_[d];
     int64_t pending = h.pending_ns.load(std::memory_order_relaxed);
     if (!by_priority_ || prio <= h.lowest_queued.load(std::memory_order_acquire)) return pending;
     return std::max<int64_t>(0, pending - devs_[d]->queued.below(prio));
@@ -541,7 +425,7 @@ class Dmda final : public Policy {
     size_t n_seen = 0;
     for (DeviceId d = 0; d < n; ++d) {
       if (!(*capable)[d]) continue;
-      const Hot& dev = hot_[d];
+      const DeviceLoad& dev = loads_[d];
       const CostModel::Pair* p = pairs[d];
       double exec = -1;
       bool cached = false;
@@ -618,7 +502,7 @@ class Dmda final : public Policy {
   }
   double arrival(TaskRef t, DeviceId d, const InputSite* ins, size_t n, uint64_t extra,
                  double now, bool book) {
-    return copies_.arrival(ins, n, extra, hot_[d].node, t.priority(), now, book,
+    return copies_.arrival(ins, n, extra, loads_[d].node, t.priority(), now, book,
                            [this](uint32_t a, uint32_t b) { return ctx_->direct_copy(a, b); });
   }
 
@@ -720,7 +604,7 @@ class Dmda final : public Policy {
       if (!(*capable)[d]) continue;
       const double exec = exec_on(pairs, costs, d);
       if (exec < 0) continue;
-      const Hot& dev = hot_[d];
+      const DeviceLoad& dev = loads_[d];
       const double ready = now + static_cast<double>(ahead_ns(d, prio)) * 1e-9 / dev.slots;
       // Copies only delay: a device that cannot win without them is not asked for them.
       if (by_time && d != prefer && ready + exec + ahead.cost(dev.node) >= best_score) continue;
@@ -791,8 +675,8 @@ class Dmda final : public Policy {
     return best;
   }
   double pending_seconds(DeviceId d) const noexcept {
-    return static_cast<double>(hot_[d].pending_ns.load(std::memory_order_relaxed)) * 1e-9 /
-           hot_[d].slots;
+    return static_cast<double>(loads_[d].pending_ns.load(std::memory_order_relaxed)) * 1e-9 /
+           loads_[d].slots;
   }
   // Seconds from now the work queued on the capable devices, and one more task, would take spread
   // over all of them in proportion to their speeds for this task's kernel.
@@ -800,8 +684,8 @@ class Dmda final : public Policy {
     double work = 1, rate = 0;  // in this task's units; tasks per second
     for (const Option& o : options) {
       if (!(o.exec > 0)) return 0;
-      work += pending_seconds(o.d) * hot_[o.d].slots / o.exec;
-      rate += hot_[o.d].slots / o.exec;
+      work += pending_seconds(o.d) * loads_[o.d].slots / o.exec;
+      rate += loads_[o.d].slots / o.exec;
     }
     return rate > 0 ? work / rate : 0;
   }
@@ -840,7 +724,7 @@ class Dmda final : public Policy {
       uint64_t can_words[2];
       words_of(can, can_words);
       ArchCosts costs;
-      const KernelPairs& pairs = pairs_for(s);
+      const KernelPairs& pairs = kernels_.of(s);
       arch_costs(s, pairs, can_words, /*estimates=*/false, costs);
       // The consumer's best execution in each memory, then with the copy there from `t`.
       std::array<float, kNodeSlots> here;
@@ -849,8 +733,8 @@ class Dmda final : public Policy {
       for (DeviceId d = 0; d < count; ++d) {
         if (!can[d]) continue;
         const double exec = exec_on(pairs, costs, d);
-        if (exec < 0 || hot_[d].node >= nodes) continue;
-        here[hot_[d].node] = std::min(here[hot_[d].node], static_cast<float>(exec));
+        if (exec < 0 || loads_[d].node >= nodes) continue;
+        here[loads_[d].node] = std::min(here[loads_[d].node], static_cast<float>(exec));
         known = true;
       }
       if (!known) continue;
@@ -1003,7 +887,7 @@ class Dmda final : public Policy {
       const double ready = static_cast<double>(exec_ns(r.task.policy_data())) * 1e-9 / 2;
       for (size_t a = 0, na = r.task.arg_count(); a < na; ++a)
         if (const TaskArg arg = r.task.arg(a); writes(arg.access))
-          results[arg.buffer] = {hot_[r.device].node, ready};
+          results[arg.buffer] = {loads_[r.device].node, ready};
       const size_t n = r.task.successors(nullptr, nullptr, 0);
       found.resize(n);
       std::unique_ptr<bool[]> data(new bool[n + 1]);
@@ -1025,7 +909,7 @@ class Dmda final : public Policy {
     in.direct = [this](uint32_t a, uint32_t b) { return ctx_->direct_copy(a, b); };
     in.devices.resize(count);
     for (DeviceId d = 0; d < count; ++d) {  // the work started there (queued work is planned)
-      const Hot& h = hot_[d];
+      const DeviceLoad& h = loads_[d];
       const int64_t started = ahead_ns(d, INT_MAX);
       in.devices[d] = {h.node, h.slots, static_cast<double>(std::max<int64_t>(0, started)) * 1e-9 / h.slots};
     }
@@ -1047,7 +931,7 @@ class Dmda final : public Policy {
       ctx_->capable(w, count, can);
       uint64_t can_words[2];
       words_of(can, can_words);
-      const KernelPairs& pairs = pairs_for(w);
+      const KernelPairs& pairs = kernels_.of(w);
       ArchCosts costs;
       arch_costs(w, pairs, can_words, /*estimates=*/false, costs);
       pt.exec.resize(count);
@@ -1111,7 +995,7 @@ class Dmda final : public Policy {
   }
   // A task's mean predicted execution over the architectures of the devices (for ranks).
   double mean_cost(TaskRef t) {
-    const KernelPairs& pairs = pairs_for(t);
+    const KernelPairs& pairs = kernels_.of(t);
     const uint64_t all[2] = {~uint64_t{0}, ~uint64_t{0}};
     ArchCosts costs;
     arch_costs(t, pairs, all, /*estimates=*/false, costs);
@@ -1165,7 +1049,7 @@ class Dmda final : public Policy {
     std::vector<std::pair<int64_t, DeviceId>> victims;
     for (DeviceId v = 0, n = ctx_->device_count(); v < n; ++v)
       if (v != d && devs_[v]->queue.size() > 0)
-        victims.push_back({hot_[v].pending_ns.load(std::memory_order_relaxed) / hot_[v].slots, v});
+        victims.push_back({loads_[v].pending_ns.load(std::memory_order_relaxed) / loads_[v].slots, v});
     std::sort(victims.rbegin(), victims.rend());
     for (auto& [pending, v] : victims) {
       TaskRef t = devs_[v]->queue.pop_back(d);
@@ -1177,7 +1061,7 @@ class Dmda final : public Policy {
         ctx_->wake(v);  // v may have found its queue empty while t was out of it
         continue;
       }
-      const KernelPairs& pairs = pairs_for(t);
+      const KernelPairs& pairs = kernels_.of(t);
       Prediction here = model_.predict(*pairs[d], t.footprint(), t.size());
       Prediction there = model_.predict(*pairs[v], t.footprint(), t.size());
       double start_there = static_cast<double>(pending) * 1e-9;  // behind everything queued
@@ -1189,15 +1073,15 @@ class Dmda final : public Policy {
         // What each side leaves the task's readers: its results copied to where they run.
         Lookahead ahead;
         lookahead(t, ahead);
-        finish_here += ahead.cost(hot_[d].node);
-        finish_there += ahead.cost(hot_[v].node);
+        finish_here += ahead.cost(loads_[d].node);
+        finish_there += ahead.cost(loads_[v].node);
       }
       if (here.known() && finish_here < finish_there && worth_its_energy(t, pairs, d, v, here,
                                                                          there, finish_here,
                                                                          finish_there)) {
         dequeued(t, v);
         discharge(t, v);
-        t.set_policy_data(pack(here.seconds, copies, 0));
+        t.set_policy_data(placed_word(here.seconds, copies, 0));
         charge(t, d, /*queued=*/false);
         return t;
       }
@@ -1225,9 +1109,9 @@ class Dmda final : public Policy {
 
   // Charges a task taken from the shared queue to d.
   void account(TaskRef t, DeviceId d) {
-    Prediction pr = model_.predict(*pairs_for(t)[d], t.footprint(), t.size());
+    Prediction pr = model_.predict(*kernels_.of(t)[d], t.footprint(), t.size());
     const double copies = peft_ ? arrival(t, d, ctx_->now(), false) - ctx_->now() : copy_in(t, d);
-    t.set_policy_data(pack(pr.known() ? pr.seconds : 0, copies, t.policy_data()));
+    t.set_policy_data(placed_word(pr.known() ? pr.seconds : 0, copies, t.policy_data()));
     charge(t, d, /*queued=*/false);
   }
 
@@ -1243,7 +1127,7 @@ class Dmda final : public Policy {
     }
     const uint64_t data = t.policy_data();
     discharge(t, d);
-    CostModel::Pair& p = *pairs_for(t)[d];
+    CostModel::Pair& p = *kernels_.of(t)[d];
     if (seconds >= 0) {
       if (peft_ && seconds > 0) learn_ratios(t, d, seconds);
       const bool first = peft_ && model_.samples(p) == 0;
@@ -1279,7 +1163,7 @@ class Dmda final : public Policy {
   void energy(uint32_t kernel, std::string_view name, uint64_t footprint, double size,
               DeviceId d, double joules) override {
     if (d >= ctx_->device_count() || !(joules >= 0)) return;
-    CostModel::Pair& p = *pairs_for(kernel, name)[d];
+    CostModel::Pair& p = *kernels_.of(kernel, name)[d];
     // The device's draw above idle, joules per busy second, for kernels not measured yet there.
     const Prediction time = model_.predict(p, footprint, size);
     if (time.source == Prediction::Source::history && time.seconds > 0) {
@@ -1297,38 +1181,22 @@ class Dmda final : public Policy {
   }
 
  private:
-  // What a decision reads of every device, packed densely (a decision over 64 devices touches
-  // 16 cache lines rather than a few per device).
-  struct Hot {
-    std::atomic<int64_t> pending_ns{0};        // predicted work placed here, not finished
-    std::atomic<int> lowest_queued{INT_MAX};   // dmdas: the lowest priority queued here
-    uint16_t node = 0, slots = 1;
-  };
-  static_assert(sizeof(Hot) == 16);
-
   struct Dev {
-    Dev(bool by_priority, Hot& hot) : queue(queue_order(by_priority)), queued(hot.lowest_queued) {}
+    Dev(bool by_priority, DeviceLoad& load)
+        : queue(queue_order(by_priority)), queued(load.lowest_queued) {}
     DeviceQueue queue;
     WorkByPriority queued;  // dmdas only
-    std::string arch;
     uint8_t arch_index = kArchs;  // peft: its architecture's row of speed ratios (kArchs: none)
     std::atomic<double> dynamic_watts{0};  // joules per busy second above idle, learned (0: none)
   };
 
   // The next device's state (devices join in id order).
   std::unique_ptr<Dev> make_dev(const Device& d) {
-    Hot& h = hot_[devs_.size()];
+    DeviceLoad& h = loads_[devs_.size()];
     h.node = static_cast<uint16_t>(d.memory_node);
     h.slots = static_cast<uint16_t>(std::clamp<uint32_t>(d.concurrency, 1, 65535));
     auto dev = std::make_unique<Dev>(by_priority_, h);
-    dev->arch = d.arch;
-    auto known = std::find(arch_names_.begin(), arch_names_.end(), d.arch);
-    if (known != arch_names_.end()) {
-      dev->arch_index = static_cast<uint8_t>(known - arch_names_.begin());
-    } else if (arch_names_.size() < kArchs) {
-      dev->arch_index = static_cast<uint8_t>(arch_names_.size());
-      arch_names_.push_back(d.arch);
-    }
+    dev->arch_index = kernels_.add_device(d.arch);
     return dev;
   }
   // A device's memory node: its name (the architecture) for the link file, and the figures its
@@ -1367,7 +1235,7 @@ class Dmda final : public Policy {
     if (ratio_samples_[a].fetch_add(1, std::memory_order_relaxed) >= 64 &&
         (ratio_samples_[a].load(std::memory_order_relaxed) & 15) != 0)
       return;
-    const KernelPairs& pairs = pairs_for(t);
+    const KernelPairs& pairs = kernels_.of(t);
     std::bitset<kArchs> done;
     done[a] = true;
     for (DeviceId o = 0, count = ctx_->device_count(); o < count; ++o) {
@@ -1387,27 +1255,6 @@ class Dmda final : public Policy {
         r.n.store(n + 1, std::memory_order_relaxed);
       }
     }
-  }
-
-  // The model pair of each device for the task's kernel; built once per kernel.
-  const KernelPairs& pairs_for(TaskRef t) { return pairs_for(t.kernel_id(), t.kernel_name()); }
-  const KernelPairs& pairs_for(uint32_t id, std::string_view name) {
-    if (id < kFastKernels)
-      if (auto* v = by_kernel_[id].load(std::memory_order_acquire)) return *v;
-    std::lock_guard<std::mutex> lock(kernels_mutex_);
-    if (id < kFastKernels) {
-      if (auto* v = by_kernel_[id].load(std::memory_order_relaxed)) return *v;
-    } else if (auto it = slow_kernels_.find(id); it != slow_kernels_.end()) {
-      return *it->second;  // (made once: others may hold references to it)
-    }
-    auto* v = new KernelPairs();
-    std::string kernel(name);
-    for (size_t d = 0; d < devs_.size(); ++d)
-      v->add(d, model_.pair(kernel, devs_[d]->arch), devs_[d]->arch_index);
-    kernel_names_[id] = kernel;
-    if (id < kFastKernels) by_kernel_[id].store(v, std::memory_order_release);
-    else slow_kernels_[id] = v;
-    return *v;
   }
 
   void load() {
@@ -1446,22 +1293,18 @@ class Dmda final : public Policy {
   std::atomic<double> deadline_{0};  // objective "energy": the makespan bound of the work under way
   Context* ctx_ = nullptr;
   std::vector<std::unique_ptr<Dev>> devs_;
-  std::unique_ptr<Hot[]> hot_{new Hot[kMaxDevices]};
+  std::unique_ptr<DeviceLoad[]> loads_{new DeviceLoad[kMaxDevices]};
   CostModel model_;
   LinkModel links_;
+  KernelTable kernels_{model_};
   std::unique_ptr<std::atomic<double>[]> link_free_at_;  // dmda: when each node's inbound copies end
   // dmdas: each node's inbound link per priority; peft: both directions, and the copy planning.
   CopyPlanner copies_{links_};
   std::vector<std::string> node_names_;
   uint32_t node_capacity_ = 0;
-  std::map<uint32_t, std::string> kernel_names_;  // kernels with a pairs vector (kernels_mutex_)
-  std::vector<std::atomic<KernelPairs*>> by_kernel_;
-  std::mutex kernels_mutex_;
-  std::map<uint32_t, KernelPairs*> slow_kernels_;
   std::atomic<double> last_save_{0};
   std::mutex save_mutex_;
   // peft
-  std::vector<std::string> arch_names_;  // by Dev::arch_index (devices join one at a time)
   Ratio ratios_[kArchs][kArchs];
   std::atomic<uint32_t> arch_probing_[kArchs] = {};  // an exploration for the ratio is in flight
   std::atomic<uint32_t> ratio_samples_[kArchs] = {};  // completions seen per architecture
