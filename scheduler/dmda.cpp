@@ -19,6 +19,7 @@
 // never fed a share of the work it cannot finish in time.
 #include "cost_model.hpp"
 #include "device_queue.hpp"
+#include "energy_objective.hpp"
 #include "horizons.hpp"
 #include "kernel_pairs.hpp"
 #include "peft/copy_plan.hpp"
@@ -86,12 +87,7 @@ class Dmda final : public Policy {
         calibrate_(c.calibrate == "off" ? kOff : c.calibrate == "force" ? kForce : kAuto),
         min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
         dir_(model_directory(c)),
-        objective_(c.objective == "energy"     ? Objective::energy
-                   : c.objective == "weighted" ? Objective::weighted
-                                               : Objective::time),
-        max_slowdown_(std::max(1.0, c.max_slowdown)),
-        gamma_(c.gamma),
-        idle_power_(c.idle_power),
+        objective_(c, model_, loads_.get()),
         ranks_([this](TaskRef t) { return mean_cost(t); },
                [this](uint64_t bytes) { return mean_copy(bytes); }) {}
 
@@ -104,7 +100,8 @@ class Dmda final : public Policy {
 
   void attach(Context& ctx) override {
     ctx_ = &ctx;
-    if (!peft_ && objective_ != Objective::time)
+    objective_.attach(ctx);
+    if (!peft_ && !objective_.by_time())
       log::write(LogLevel::warn, "scheduler.objective: " + std::string(name()) +
                                      " minimises time only (the energy objectives are peft's)");
     const auto& devices = ctx.devices();
@@ -187,7 +184,7 @@ class Dmda final : public Policy {
                         : copy_in(t, best);
     } else {
       // (The plan minimises time: the energy objectives decide task by task.)
-      Choice c = peft_ && objective_ == Objective::time ? follow_plan(t, pairs, now, capable)
+      Choice c = peft_ && objective_.by_time() ? follow_plan(t, pairs, now, capable)
                                                         : Choice{};
       if (c.device == kAnyDevice) c = choose(t, pairs, now, /*estimates=*/true, &capable);
       if (c.device == kAnyDevice) {
@@ -597,9 +594,9 @@ class Dmda final : public Policy {
     Choice best, preferred;
     double best_score = INFINITY, preferred_score = INFINITY;
     // The energy objectives weigh each device's finish against the task's predicted joules.
-    std::array<Option, kMaxDevices> options;
+    std::array<EnergyObjective::Option, kMaxDevices> options;
     size_t n_options = 0;
-    const bool by_time = objective_ == Objective::time;
+    const bool by_time = objective_.by_time();
     for (DeviceId d = 0; d < count; ++d) {
       if (!(*capable)[d]) continue;
       const double exec = exec_on(pairs, costs, d);
@@ -626,76 +623,7 @@ class Dmda final : public Policy {
       return preferred;
     }
     if (by_time || best.device == kAnyDevice) return best;
-    return by_energy(t, pairs, now, best_score, {options.data(), n_options}, best);
-  }
-
-  // The energy objectives (Config::objective). "energy": the device predicted to use the least
-  // energy for the task — its own joules plus every device's idle draw over any time it adds to the
-  // predicted makespan — among those that keep the makespan of the work placed so far within
-  // max_slowdown of its time-optimal bound (the queued work spread over every device at its speed
-  // for this kernel, a fluid bound below any real schedule). "weighted" (StarPU's): the least
-  // finish + gamma x joules, plus idle_power watts for each second past the latest device horizon.
-  struct Option {  // one device's figures for a task
-    DeviceId d;
-    double finish, score, exec, xfer;
-  };
-  Choice by_energy(TaskRef t, const KernelPairs& pairs, double now, double best_score,
-                   std::span<const Option> options, Choice fastest) {
-    Choice best = fastest;
-    double best_value = INFINITY;
-    double horizon = now;  // the makespan as predicted so far
-    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d)
-      horizon = std::max(horizon, now + pending_seconds(d));
-    double bound = 0, idle = 0;
-    if (objective_ == Objective::energy) {
-      // The bound holds as an absolute deadline for the work under way: the fluid bound does not
-      // move while every device works, and a steal (below) keeps to it as placement did.
-      bound = now + max_slowdown_ * std::max(best_score - now, fluid_makespan(options));
-      double was = deadline_.load(std::memory_order_relaxed);
-      while (was < bound && !deadline_.compare_exchange_weak(was, bound, std::memory_order_relaxed)) {
-      }
-      bound = std::max(bound, was);
-      for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d)
-        idle += std::max(0.0, ctx_->idle_watts(d));
-    }
-    for (const Option& o : options) {
-      const double joules = task_joules(t, pairs, o.d, o.exec);
-      double value;
-      if (objective_ == Objective::energy) {
-        if (o.score > bound + 1e-12) continue;
-        value = joules + idle * std::max(0.0, o.finish - horizon);
-      } else {
-        value = o.score + gamma_ * joules + idle_power_ * std::max(0.0, o.finish - horizon);
-      }
-      if (value < best_value) {
-        best_value = value;
-        best = {o.d, o.exec, o.xfer};
-      }
-    }
-    return best;
-  }
-  double pending_seconds(DeviceId d) const noexcept {
-    return static_cast<double>(loads_[d].pending_ns.load(std::memory_order_relaxed)) * 1e-9 /
-           loads_[d].slots;
-  }
-  // Seconds from now the work queued on the capable devices, and one more task, would take spread
-  // over all of them in proportion to their speeds for this task's kernel.
-  double fluid_makespan(std::span<const Option> options) const noexcept {
-    double work = 1, rate = 0;  // in this task's units; tasks per second
-    for (const Option& o : options) {
-      if (!(o.exec > 0)) return 0;
-      work += pending_seconds(o.d) * loads_[o.d].slots / o.exec;
-      rate += loads_[o.d].slots / o.exec;
-    }
-    return rate > 0 ? work / rate : 0;
-  }
-  // Joules `t` is predicted to use on d above its idle draw: learned for its cell (or the fit over
-  // sizes), else its predicted duration at the device's learned watts above idle, else 0.
-  double task_joules(TaskRef t, const KernelPairs& pairs, DeviceId d, double exec) {
-    const Prediction e = model_.predict_energy(*pairs[d], t.footprint(), t.size());
-    if (e.known()) return e.seconds;
-    const double watts = devs_[d]->dynamic_watts.load(std::memory_order_relaxed);
-    return watts > 0 ? watts * exec : 0;
+    return objective_.choose(t, pairs, now, best_score, {options.data(), n_options}, best);
   }
 
   // PEFT's optimistic cost table, one level deep, per memory node: if `t` runs in node n's memory,
@@ -984,7 +912,7 @@ class Dmda final : public Policy {
   void ready_together(std::span<const TaskRef> tasks) override {
     if (!peft_) return;
     for (TaskRef t : tasks) assign_priority(t);
-    if (objective_ == Objective::time) plan(tasks, /*completing=*/false);
+    if (objective_.by_time()) plan(tasks, /*completing=*/false);
   }
 
   // Automatic priority: the application's, then the task's upward rank.
@@ -1076,9 +1004,8 @@ class Dmda final : public Policy {
         finish_here += ahead.cost(loads_[d].node);
         finish_there += ahead.cost(loads_[v].node);
       }
-      if (here.known() && finish_here < finish_there && worth_its_energy(t, pairs, d, v, here,
-                                                                         there, finish_here,
-                                                                         finish_there)) {
+      if (here.known() && finish_here < finish_there &&
+          objective_.worth_moving(t, pairs, d, v, here, there, finish_here, finish_there)) {
         dequeued(t, v);
         discharge(t, v);
         t.set_policy_data(placed_word(here.seconds, copies, 0));
@@ -1089,22 +1016,6 @@ class Dmda final : public Policy {
       ctx_->wake(v);            // (v may have found its queue empty meanwhile)
     }
     return {};
-  }
-
-  // Under the energy objectives a task placed on an efficient device stays there unless moving it
-  // to the idle (faster, hungrier) device d is what that objective would choose too.
-  bool worth_its_energy(TaskRef t, const KernelPairs& pairs, DeviceId d, DeviceId v,
-                        const Prediction& here, const Prediction& there, double finish_here,
-                        double finish_there) {
-    if (objective_ == Objective::time) return true;
-    const double j_here = task_joules(t, pairs, d, here.seconds);
-    const double j_there = task_joules(t, pairs, v, there.known() ? there.seconds : 0);
-    if (objective_ == Objective::energy) {
-      if (j_here <= j_there) return true;
-      // Where it waits it would finish past the deadline the placements kept to (by_energy).
-      return ctx_->now() + finish_there > deadline_.load(std::memory_order_relaxed);
-    }
-    return finish_here + gamma_ * j_here < finish_there + gamma_ * j_there;
   }
 
   // Charges a task taken from the shared queue to d.
@@ -1166,11 +1077,8 @@ class Dmda final : public Policy {
     CostModel::Pair& p = *kernels_.of(kernel, name)[d];
     // The device's draw above idle, joules per busy second, for kernels not measured yet there.
     const Prediction time = model_.predict(p, footprint, size);
-    if (time.source == Prediction::Source::history && time.seconds > 0) {
-      std::atomic<double>& w = devs_[d]->dynamic_watts;
-      const double x = joules / time.seconds, old = w.load(std::memory_order_relaxed);
-      w.store(old > 0 ? 0.9 * old + 0.1 * x : x, std::memory_order_relaxed);
-    }
+    if (time.source == Prediction::Source::history && time.seconds > 0)
+      objective_.learn_watts(d, joules / time.seconds);
     model_.record_energy(p, footprint, size, joules);
   }
 
@@ -1187,7 +1095,6 @@ class Dmda final : public Policy {
     DeviceQueue queue;
     WorkByPriority queued;  // dmdas only
     uint8_t arch_index = kArchs;  // peft: its architecture's row of speed ratios (kArchs: none)
-    std::atomic<double> dynamic_watts{0};  // joules per busy second above idle, learned (0: none)
   };
 
   // The next device's state (devices join in id order).
@@ -1287,16 +1194,13 @@ class Dmda final : public Policy {
   const Calibrate calibrate_;
   const uint32_t min_samples_;
   const std::string dir_;
-  enum class Objective : uint8_t { time, energy, weighted };  // [scheduler] objective (peft)
-  const Objective objective_;
-  const double max_slowdown_, gamma_, idle_power_;
-  std::atomic<double> deadline_{0};  // objective "energy": the makespan bound of the work under way
   Context* ctx_ = nullptr;
   std::vector<std::unique_ptr<Dev>> devs_;
   std::unique_ptr<DeviceLoad[]> loads_{new DeviceLoad[kMaxDevices]};
   CostModel model_;
   LinkModel links_;
   KernelTable kernels_{model_};
+  EnergyObjective objective_;  // [scheduler] objective (peft's placements, every rule's steals)
   std::unique_ptr<std::atomic<double>[]> link_free_at_;  // dmda: when each node's inbound copies end
   // dmdas: each node's inbound link per priority; peft: both directions, and the copy planning.
   CopyPlanner copies_{links_};
