@@ -3,11 +3,13 @@
 // device memory, directly between the memories of one plugin, through host memory between those
 // of two — each direction of each link free only after the copies booked on it (those of the
 // task's priority or higher). Placing the task books its copies, so the next decision sees the
-// links busy. The peft policy's prediction of data movement (dmda.cpp).
+// links busy. The peft policy's prediction of data movement (peft.cpp).
 #pragma once
 
 #include "../cost_model.hpp"
 #include "../horizons.hpp"
+
+#include <hcr/sched.hpp>
 
 #include <algorithm>
 #include <array>
@@ -118,5 +120,43 @@ class CopyPlanner {
   std::unique_ptr<LinkHorizon[]> in_, out_;
   uint32_t nodes_ = 0;
 };
+
+/// Where each input of `t` is (Context::locate), read once per decision, into `out` (up to
+/// CopyPlanner::kInputs of them; further inputs add their bytes to `extra`). Returns how many.
+inline size_t read_inputs(const Context& ctx, TaskRef t, InputSite* out, uint64_t& extra) {
+  size_t n = 0;
+  extra = 0;
+  const size_t args = t.arg_count();
+  for (size_t i = 0; i < args; ++i) {
+    const TaskArg a = t.arg(i);
+    if (!reads(a.access)) continue;
+    bool again = false;  // a buffer named twice is read once
+    for (size_t k = 0; k < i && !again; ++k) again = t.arg(k).buffer == a.buffer;
+    if (again) continue;
+    if (n == CopyPlanner::kInputs) {
+      extra += a.bytes;
+      continue;
+    }
+    InputSite& in = out[n++];
+    in.bytes = a.bytes;
+    uint64_t arriving[2];
+    ctx.locate(a.buffer, in.valid, arriving);
+    in.at[0] = in.valid[0] | arriving[0];
+    in.at[1] = in.valid[1] | arriving[1];
+  }
+  return n;
+}
+
+/// Whether every input of `t` has a valid replica in memory node `node`.
+inline bool inputs_on(const Context& ctx, TaskRef t, uint32_t node) {
+  for (size_t i = 0, n = t.arg_count(); i < n; ++i) {
+    const TaskArg a = t.arg(i);
+    if (!reads(a.access)) continue;
+    uint64_t valid[2], arriving[2];
+    ctx.locate(a.buffer, valid, arriving);
+    if (!on_node(valid, node)) return false;
+  }
+  return true;
+}
 
 }  // namespace hcr::sched

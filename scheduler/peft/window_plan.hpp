@@ -7,8 +7,8 @@
 // device unless spreading is predicted to pay: on communication-heavy graphs a greedy rule
 // spreads work whose copies cost more than it saves, which no look ahead one step deep sees.
 //
-// Plain data in, device per task out: the policy gathers the window (dmda.cpp); this file knows
-// nothing of the runtime.
+// Plain data in, device per task out: the policy gathers the window (window_input.hpp); this file
+// knows nothing of the runtime.
 #pragma once
 
 #include "../cost_model.hpp"
@@ -69,7 +69,7 @@ Plan plan_window(const PlanInput& in, Plan::Rule rule, uint32_t single = 0);
 
 /// The plan the peft policy follows: the shortest of HEFT, PEFT and every single device — a single
 /// device unless spreading is predicted to finish at least `spread_gain` (a fraction) sooner (the
-/// policy asks for 10%, dmda.cpp's kSpreadGain).
+/// policy asks for 5%, peft.hpp's kSpreadGain).
 Plan best_plan(const PlanInput& in, double spread_gain = 0.05);
 
 }  // namespace hcr::sched
