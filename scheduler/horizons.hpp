@@ -1,6 +1,7 @@
-// What the earliest-finish policies (dmda.cpp) predict a task waits behind, per priority: the
-// queued work of a device, and the copies booked on a link. Few distinct priorities are queued at
-// once in practice (an application's handful, or the policy's rank levels): short sorted lists.
+// What the earliest-finish policies (earliest_finish.hpp) predict a task waits behind, per
+// priority: the queued work of a device, and the copies booked on a link. Few distinct priorities
+// are queued at once in practice (an application's handful, or the policy's rank levels): short
+// sorted lists.
 #pragma once
 
 #include <hcr/detail/spin_lock.hpp>
