@@ -5,7 +5,8 @@
 #   bash tools/setup.sh test   runs every test three ways: the whole suite built with
 #                              AddressSanitizer + UndefinedBehaviorSanitizer, a concurrency subset
 #                              built with ThreadSanitizer, then the whole suite of the normal
-#                              (Release) build, whose ctest summary ends the output; between
+#                              (Release) build, whose ctest summary ends the output (the Python
+#                              module's pytest suite is one of its tests, python.pytest); between
 #                              them the libFuzzer targets run for a bounded time (tests/fuzz)
 # The build goes to ./build (HCR_BUILD_DIR overrides), the sanitizer builds beside it (build-asan,
 # build-tsan). A sanitizer report fails its test, and so the run. HCR_CI_SANITIZERS=0 skips the
@@ -31,6 +32,7 @@ packages=(
   liblapacke-dev                                         # linalg_bench: LAPACKE_?potrf baseline
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
   libopenmpi-dev openmpi-bin                             # hcr::mpi and its tests (mpirun)
+  pybind11-dev python3-dev python3-numpy python3-pytest  # the hcr Python module and its tests
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
@@ -46,6 +48,13 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The Python module is built for Debian's interpreter, where the packages above put NumPy and
+# pytest (not for whichever python3 comes first on PATH).
+python_args=()
+if [ -x /usr/bin/python3 ]; then
+  python_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
+fi
+
 cuda_args=()
 if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
@@ -58,7 +67,8 @@ timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
 }
 
 echo "== configuring and building in $build"
-timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
+timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" \
+  "${python_args[@]}"
 timed "build" cmake --build "$build"
 
 if [ "$mode" = run ]; then
