@@ -172,7 +172,11 @@ struct RuntimeObj {
 struct PausedScope {
   std::shared_ptr<RuntimeHolder> holder;
   void enter() { holder->get()->pause(); }
-  void exit() { holder->get()->resume(); }
+  void exit() {
+    auto rt = holder->get();
+    py::gil_scoped_release unlocked;
+    rt->resume();
+  }
 };
 
 }  // namespace
@@ -201,6 +205,26 @@ bool RuntimeHolder::closed() const {
 void RuntimeHolder::close() {
   if (in_kernel_of(this))
     throw_invalid("close: inside a kernel of this runtime (its end waits for that kernel)");
+  // Tasks first, while kernels may still submit theirs (the runtime's end waits for those too,
+  // but a kernel calling into a closed holder would fail). wait_all refuses where it would never
+  // return (a view this thread holds, a pause): the runtime's end then releases and resumes.
+  if (auto r = [&] {
+        std::lock_guard lock(mutex);
+        return rt;
+      }()) {
+    auto quiet_wait = [&] {
+      try {
+        r->wait_all();
+      } catch (const hcr::Error&) {
+      }
+    };
+    if (PyGILState_Check()) {
+      py::gil_scoped_release unlocked;
+      quiet_wait();
+    } else {
+      quiet_wait();
+    }
+  }
   std::shared_ptr<hcr::Runtime> r;
   {
     std::lock_guard lock(mutex);
@@ -448,7 +472,12 @@ interpreter lock when max_tasks_in_flight tasks are unfinished.)doc")
           "pause", [](const RuntimeObj& r) { r.holder->get()->pause(); },
           "Holds back every kernel task submitted from now on until resume().")
       .def(
-          "resume", [](const RuntimeObj& r) { r.holder->get()->resume(); },
+          "resume",
+          [](const RuntimeObj& r) {
+            auto rt = r.holder->get();
+            py::gil_scoped_release unlocked;  // it places the held tasks
+            rt->resume();
+          },
           "Ends a pause(); the held tasks start, most urgent first.")
       .def(
           "paused", [](const RuntimeObj& r) { return PausedScope{r.holder}; },

@@ -187,3 +187,19 @@ def test_wait_all_inside_a_kernel_is_refused(rt):
 def test_load_report_names_the_cpu_plugin(rt):
     report = rt.load_report()
     assert any(p["loaded"] and p["name"] == "cpu" for p in report["plugins"])
+
+
+def test_close_waits_for_tasks_kernels_submit():
+    r = hcr.Runtime(cpu_config())
+    out = np.zeros(4)
+    child = r.kernel("fill").cpu("fill")
+    buf = r.wrap(out)
+
+    def parent():
+        r.submit(child, writes=[buf], params=[2.0])
+
+    for _ in range(5):
+        r.submit(r.kernel("parent").cpu(parent))
+    r.close()  # the parents still submit while it waits
+    assert (out == 2).all()
+    assert r.closed
