@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <thread>
 
 namespace hcrpy {
@@ -160,6 +161,9 @@ void wait_quietly(const hcr::Event& ev) {
     std::this_thread::sleep_for(std::chrono::microseconds(us));
 }
 
+/// Threads that wait for events on behalf of Event.add_done_callback (and so `await`): one per
+/// event waited for at once, so that no event's callback waits behind another's (a callback may be
+/// what lets a paused runtime go); a thread idle for a while ends.
 class Waiters {
  public:
   struct Job {
@@ -174,25 +178,25 @@ class Waiters {
     if (stopped_)
       throw hcr::Error(hcr::ErrorCode::shutdown, "add_done_callback: the module is shutting down");
     jobs_.push_back(std::move(job));
-    if (idle_ == 0)
-      threads_.emplace_back([this] { loop(); });
-    else
+    if (jobs_.size() > idle_) {
+      std::thread t([this] { loop(); });
+      auto id = t.get_id();
+      threads_.emplace(id, std::move(t));
+    } else {
       cv_.notify_one();
+    }
   }
 
   void stop() {
+    std::map<std::thread::id, std::thread> threads;
     {
       std::lock_guard lock(m_);
       stopped_ = true;
-    }
-    cv_.notify_all();
-    std::vector<std::thread> threads;
-    {
-      std::lock_guard lock(m_);
       threads.swap(threads_);
     }
+    cv_.notify_all();
     py::gil_scoped_release unlocked;  // their callbacks take the lock
-    for (auto& t : threads) t.join();
+    for (auto& [id, t] : threads) t.join();
   }
 
  private:
@@ -202,9 +206,19 @@ class Waiters {
       {
         std::unique_lock lock(m_);
         ++idle_;
-        cv_.wait(lock, [&] { return stopped_ || !jobs_.empty(); });
+        bool woken = cv_.wait_for(lock, std::chrono::seconds(10),
+                                  [&] { return stopped_ || !jobs_.empty(); });
         --idle_;
-        if (jobs_.empty()) return;
+        if (jobs_.empty()) {
+          if (!stopped_ && !woken) {  // idle: this thread ends (it holds no Python state)
+            if (auto it = threads_.find(std::this_thread::get_id()); it != threads_.end()) {
+              it->second.detach();
+              threads_.erase(it);
+            }
+          }
+          if (stopped_ || !woken) return;
+          continue;
+        }
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
@@ -212,7 +226,6 @@ class Waiters {
       for (auto& g : job.gates) g->wait();
       if (python_finalizing()) continue;  // leak rather than touch Python
       py::gil_scoped_acquire gil;
-      keep_thread_state(gil);
       try {
         job.callback.get()(job.event.get());
       } catch (py::error_already_set& e) {
@@ -226,7 +239,7 @@ class Waiters {
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  std::vector<std::thread> threads_;
+  std::map<std::thread::id, std::thread> threads_;
   size_t idle_ = 0;
   bool stopped_ = false;
 };

@@ -260,3 +260,22 @@ def test_python_kernels_on_a_simulated_gpu(sim_rt):
     with x.acquire("read") as v:  # brings the data home from the device's memory
         np.testing.assert_array_equal(v, np.arange(8) * 8)
     assert sim_rt.stats()["data"]["bytes_moved"] > 0
+
+
+def test_awaiting_held_tasks_leaves_other_events_free(rt):
+    gate = threading.Event()
+    first = rt.submit(rt.kernel("gated").cpu(lambda: gate.wait(5)))
+    noop = rt.kernel("noop").cpu("noop")
+
+    async def main():
+        rt.pause()
+        held = [rt.submit(noop) for _ in range(20)]
+        everything = asyncio.ensure_future(asyncio.gather(*held))
+        await asyncio.sleep(0.01)  # their waiters now wait for tasks the pause holds
+        gate.set()
+        await first  # reported although every other waiter is busy
+        rt.resume()
+        await everything
+        return all(e.done() for e in held)
+
+    assert asyncio.run(main())
