@@ -63,8 +63,7 @@ class PyRef {
   PyObject* p_ = nullptr;
 };
 
-// --- errors (errors.cpp)
-// --------------------------------------------------------------------------
+// --- errors (errors.cpp) ------------------------------------------------------------------------
 
 /// A Python exception raised by a Python kernel, carried through the runtime to the task's Event
 /// (and re-raised there as the very same exception object).
@@ -79,15 +78,14 @@ class PythonKernelError : public std::runtime_error {
 };
 
 /// Sets the Python error for a C++ exception (hcr::Error -> hcr.<Code>Error with .code, a Python
-/// kernel's exception -> itself). Returns false for exceptions it does not know.
+/// kernel's exception -> itself, anything else -> RuntimeError).
 void raise_exception_ptr(std::exception_ptr e);
 /// The Python exception object for `e`, not raised.
 py::object exception_object(std::exception_ptr e);
 void register_errors(py::module_& m);
 [[noreturn]] void throw_invalid(const std::string& message);
 
-// --- element types
-// ----------------------------------------------------------------------------------
+// --- element types ------------------------------------------------------------------------------
 
 template <class T>
 struct TypeTag {
@@ -137,8 +135,7 @@ const char* access_name(hcr::Access a) noexcept;
 /// Marks a NumPy array read-only (no Python-level call).
 void clear_writeable(py::handle array) noexcept;
 
-// --- the runtime holder (runtime.cpp)
-// -------------------------------------------------------------
+// --- the runtime holder (runtime.cpp) -----------------------------------------------------------
 
 struct KernelInfo;
 struct KeepAlive;
@@ -190,14 +187,12 @@ struct RuntimeHolder {
   uint64_t retirements = 0;            // under `mutex`
 };
 
-/// True on a thread running a Python kernel (the lock is held there); of `h`'s runtime.
-bool in_python_kernel() noexcept;
+/// True on a thread running a Python kernel of `h`'s runtime (the lock is held there).
 bool in_kernel_of(const RuntimeHolder* h) noexcept;
 /// Closes every live runtime; the module's exit handler.
 void close_all_runtimes();
 
-// --- buffers (buffers.cpp)
-// ------------------------------------------------------------------------
+// --- buffers (buffers.cpp) ----------------------------------------------------------------------
 
 /// References a buffer's memory needs until the runtime no longer uses it.
 struct KeepAlive {
@@ -241,8 +236,7 @@ py::array make_view(hcr::DType dtype, void* data, size_t rows, size_t cols, size
 void register_buffers(py::module_& m);
 void register_dlpack(py::module_& m);
 
-// --- events, kernels, tasks (tasks.cpp, params.cpp)
-// -------------------------------------------------
+// --- events, kernels, tasks (tasks.cpp, params.cpp) ---------------------------------------------
 
 /// Completion of the host copy of an output (hcr.linalg on NumPy arrays): an asynchronous access
 /// that is granted once the writers are done and the data is home.
@@ -270,7 +264,8 @@ struct EventObj {
 void notify_when_done(py::object event, py::object callback);
 void stop_waiters();
 
-/// A scalar parameter type a Python kernel declares.
+/// What the module knows of a kernel: whether it has a Python implementation, and the parameter
+/// types that implementation declares (submit converts to them).
 struct KernelInfo {
   std::string name;
   bool python = false;  ///< has a Python implementation

@@ -29,7 +29,7 @@ std::string type_name(py::handle o) {
   return py::cast<std::string>(py::type::handle_of(o).attr("__name__"));
 }
 
-// --- Python kernels ------------------------------------------------------------------------------
+// --- Python kernels -----------------------------------------------------------------------------
 
 struct PythonImpl {
   PyRef fn;
@@ -91,8 +91,7 @@ hcr::CpuFunction python_kernel(std::shared_ptr<PythonImpl> impl) {
   };
 }
 
-// --- the module's native helper kernels
-// ------------------------------------------------------------
+// --- the module's native helper kernels ---------------------------------------------------------
 
 hcr::CpuFunction native_helper(const std::string& which) {
   if (which == "noop") return [](hcr::TaskContext&) {};
@@ -146,8 +145,7 @@ hcr::CpuFunction native_helper(const std::string& which) {
                 "Python function for your own");
 }
 
-// --- waiting for events on other threads
-// -------------------------------------------------------------
+// --- waiting for events on other threads --------------------------------------------------------
 
 /// Waits without ever throwing: Event::wait refuses a task a paused runtime holds, so that case
 /// polls until it has finished.
@@ -249,8 +247,7 @@ Waiters& waiters() {
   return *w;
 }
 
-// --- tasks
-// ------------------------------------------------------------------------------------------
+// --- tasks --------------------------------------------------------------------------------------
 
 /// hcr.Task: a task under construction; Runtime.submit consumes it.
 struct TaskObj {
@@ -342,7 +339,6 @@ py::object submit_task(RuntimeHolder& holder, hcr::Task& task) {
 
 }  // namespace
 
-bool in_python_kernel() noexcept { return tls_kernel_runtime != nullptr; }
 bool in_kernel_of(const RuntimeHolder* h) noexcept { return h && tls_kernel_runtime == h; }
 
 void Gate::open(std::exception_ptr e) {
