@@ -178,19 +178,46 @@ py::array make_view(hcr::DType dtype, void* data, size_t rows, size_t cols, size
   return a;
 }
 
-py::object wrap_memory(const std::shared_ptr<RuntimeHolder>& holder, void* data, hcr::DType dtype,
-                       size_t rows, size_t cols, size_t ld, int ndim, py::object owner) {
+/// The buffer of memory at `key`: the live one, the one its tasks still use (adopted), or new.
+py::object wrap_registered(const std::shared_ptr<RuntimeHolder>& holder, const WrapKey& key,
+                           py::object owner) {
   auto rt = holder->get();
+  std::optional<AnyBuffer> adopted;
+  {
+    std::lock_guard lock(holder->mutex);
+    if (auto it = holder->wraps.find(key); it != holder->wraps.end()) {
+      if (it->second.live != nullptr)  // the live Python object
+        return py::cast(it->second.live, py::return_value_policy::reference);
+      adopted = it->second.retiring;  // tasks may still use it: the same buffer goes on
+    }
+  }
+  const auto dt = static_cast<hcr::DType>(key.dtype);
   auto b = std::make_unique<BufferObj>();
   b->holder = holder;
-  b->buf = make_wrapped(*rt, dtype, data, rows, cols, ld);
-  b->dtype = dtype;
-  b->rows = rows;
-  b->cols = cols;
-  b->ld = ld;
-  b->ndim = ndim;
+  b->buf = adopted ? std::move(*adopted)
+                   : make_wrapped(*rt, dt, reinterpret_cast<void*>(key.data), key.rows, key.cols,
+                                  key.ld);
+  b->used = adopted.has_value();
+  b->dtype = dt;
+  b->rows = key.rows;
+  b->cols = key.cols;
+  b->ld = key.ld;
+  b->ndim = key.ndim;
+  b->readonly = key.readonly;
   b->owner = std::move(owner);
-  return new_buffer_object(std::move(b));
+  b->wrap_key = key;
+  BufferObj* raw = b.get();
+  py::object o = new_buffer_object(std::move(b));
+  std::lock_guard lock(holder->mutex);
+  holder->wraps[key].live = raw;
+  return o;
+}
+
+py::object wrap_memory(const std::shared_ptr<RuntimeHolder>& holder, void* data, hcr::DType dtype,
+                       size_t rows, size_t cols, size_t ld, int ndim, py::object owner) {
+  const WrapKey key{reinterpret_cast<uintptr_t>(data), rows, cols, ld,
+                    static_cast<int>(dtype),           ndim, false};
+  return wrap_registered(holder, key, std::move(owner));
 }
 
 py::object wrap_array(const std::shared_ptr<RuntimeHolder>& holder, py::handle obj,
@@ -225,18 +252,16 @@ py::object wrap_array(const std::shared_ptr<RuntimeHolder>& holder, py::handle o
                     ": hcr buffers are row-major; pass numpy.ascontiguousarray(a) (a copy) or "
                     "wrap a.T");
     throw_invalid("wrap: the array of shape " + shape_text(a) + " has strides " + strides_text(a) +
-                  ": its elements within a row must be contiguous (a column "
-                  "stride of " +
+                  ": its elements within a row must be contiguous (a column stride of " +
                   std::to_string(isz) + " bytes, the itemsize)");
   }
   size_t ld = cols;
   if (!empty && rows > 1) {
     if (row_stride < 0 || row_stride % isz != 0 || static_cast<size_t>(row_stride / isz) < cols)
-      throw_invalid(
-          "wrap: the array of shape " + shape_text(a) + " has strides " + strides_text(a) +
-          ": the row stride must be a non-negative multiple of the "
-          "itemsize (" +
-          std::to_string(isz) + ") of at least a row (" + std::to_string(cols * isz) + " bytes)");
+      throw_invalid("wrap: the array of shape " + shape_text(a) + " has strides " +
+                    strides_text(a) + ": the row stride must be a non-negative multiple of the " +
+                    "itemsize (" + std::to_string(isz) + ") of at least a row (" +
+                    std::to_string(cols * isz) + " bytes)");
     ld = static_cast<size_t>(row_stride / isz);
   }
   void* data = py::detail::array_proxy(a.ptr())->data;
@@ -246,8 +271,8 @@ py::object wrap_array(const std::shared_ptr<RuntimeHolder>& holder, py::handle o
   const bool writeable = a.writeable();
   if (readonly.has_value() && !*readonly && !writeable)
     throw_invalid(
-        "wrap: the array is read-only (flags.writeable is False): it can only be "
-        "wrapped with readonly=True");
+        "wrap: the array is read-only (flags.writeable is False): it can only be wrapped "
+        "with readonly=True");
   const WrapKey key{reinterpret_cast<uintptr_t>(data),
                     rows,
                     cols,
@@ -255,33 +280,7 @@ py::object wrap_array(const std::shared_ptr<RuntimeHolder>& holder, py::handle o
                     static_cast<int>(dt),
                     static_cast<int>(a.ndim()),
                     readonly.value_or(!writeable)};
-  auto rt = holder->get();
-  std::optional<AnyBuffer> adopted;
-  {
-    std::lock_guard lock(holder->mutex);
-    if (auto it = holder->wraps.find(key); it != holder->wraps.end()) {
-      if (it->second.live != nullptr)  // the live Python object
-        return py::cast(it->second.live, py::return_value_policy::reference);
-      adopted = it->second.retiring;  // tasks may still use it: the same buffer goes on
-    }
-  }
-  auto b = std::make_unique<BufferObj>();
-  b->holder = holder;
-  b->buf = adopted ? std::move(*adopted) : make_wrapped(*rt, dt, data, rows, cols, ld);
-  b->used = adopted.has_value();
-  b->dtype = dt;
-  b->rows = rows;
-  b->cols = cols;
-  b->ld = ld;
-  b->ndim = static_cast<int>(a.ndim());
-  b->readonly = key.readonly;
-  b->owner = py::reinterpret_borrow<py::object>(obj);
-  b->wrap_key = key;
-  BufferObj* raw = b.get();
-  py::object o = new_buffer_object(std::move(b));
-  std::lock_guard lock(holder->mutex);
-  holder->wraps[key].live = raw;
-  return o;
+  return wrap_registered(holder, key, py::reinterpret_borrow<py::object>(obj));
 }
 
 namespace {

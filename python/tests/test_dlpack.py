@@ -74,6 +74,7 @@ def test_numpy_to_hcr_without_a_copy(rt):
     assert buf.shape == (2, 3) and buf.dtype == np.float64
     rt.submit(rt.kernel("fill").cpu("fill"), writes=[buf], params=[6.0]).result()
     assert (a == 6).all()
+    assert rt.wrap(a) is buf and rt.from_dlpack(a) is buf  # one memory, one buffer
     assert hcr.from_dlpack(np.arange(3, dtype=np.int32), rt).to_numpy().tolist() == [0, 1, 2]
 
 
