@@ -28,8 +28,6 @@ class Call {
 
   /// `column`: a 1-d array is an n x 1 matrix (a right-hand side), not a 1 x n row.
   Operand& add(py::handle o, const char* name, bool output, bool column = false) {
-    for (auto& [n, op] : ops_)
-      if (op.from_array && op.array.is(o) && !output) return op;  // A may be B: one buffer
     Operand op;
     if (py::isinstance<BufferObj>(o)) {
       op.obj = py::reinterpret_borrow<py::object>(o);

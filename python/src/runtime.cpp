@@ -453,7 +453,7 @@ after buf.acquire() (or an Event of a task writing it on a CPU) to see results.)
     rt.submit(hcr.Task(kernel).write(x).read(y))
 
 The keyword form orders the buffer arguments reads, then writes, then read_writes (a Task takes
-any order). Params: hcr.f32(x), hcr.i32(n), ... say the type; a float is an f64, an int an i64, a
+any order); a NumPy array among them is wrapped (Runtime.wrap). Params: hcr.f32(x), hcr.i32(n), ... say the type; a float is an f64, an int an i64, a
 NumPy scalar keeps its dtype; a Python kernel's declared types convert them. Waits without the
 interpreter lock when max_tasks_in_flight tasks are unfinished.)doc")
       .def(

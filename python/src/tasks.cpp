@@ -270,11 +270,19 @@ KernelObj& as_kernel(py::handle o) {
   return py::cast<KernelObj&>(o);
 }
 
-void add_arg(hcr::Task& t, py::handle buffer, hcr::Access mode) {
-  BufferObj& b = as_buffer(buffer);
+/// Adds a buffer argument; a NumPy array is wrapped (rt.wrap) first. Returns the Buffer object,
+/// which the caller keeps until the task is submitted.
+py::object add_arg(hcr::Task& t, const std::shared_ptr<RuntimeHolder>& holder, py::handle arg,
+                   hcr::Access mode) {
+  py::object obj =
+      py::isinstance<py::array>(arg)
+          ? wrap_array(holder, arg, hcr::writes(mode) ? std::optional<bool>(false) : std::nullopt)
+          : py::reinterpret_borrow<py::object>(arg);
+  BufferObj& b = as_buffer(obj);
   b.check_writable("task argument", mode);
   b.used = true;
   t.arg(b.state(), mode);
+  return obj;
 }
 
 void add_param_checked(hcr::Task& t, const KernelInfo& info, py::handle v, size_t index) {
@@ -429,12 +437,14 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
   if (k.holder.get() != holder.get())
     throw_invalid("submit: kernel '" + k.info->name + "' belongs to another runtime");
   hcr::Task task(k.kernel);
+  std::vector<py::object> made;  // wraps of arrays, alive until submitted
   if (!reads.is_none())
-    for (py::handle b : reads) add_arg(task, b, hcr::Access::read);
+    for (py::handle b : reads) made.push_back(add_arg(task, holder, b, hcr::Access::read));
   if (!writes.is_none())
-    for (py::handle b : writes) add_arg(task, b, hcr::Access::write);
+    for (py::handle b : writes) made.push_back(add_arg(task, holder, b, hcr::Access::write));
   if (!read_writes.is_none())
-    for (py::handle b : read_writes) add_arg(task, b, hcr::Access::read_write);
+    for (py::handle b : read_writes)
+      made.push_back(add_arg(task, holder, b, hcr::Access::read_write));
   size_t n = 0;
   if (!params.is_none())
     for (py::handle v : params) add_param_checked(task, *k.info, v, n++);
@@ -597,8 +607,7 @@ Each method returns the task. Runtime.submit consumes it.)doc")
           "read",
           [](py::object self, py::object b) {
             TaskObj& t = py::cast<TaskObj&>(self);
-            add_arg(t.get("read"), b, hcr::Access::read);
-            t.buffers.push_back(std::move(b));
+            t.buffers.push_back(add_arg(t.get("read"), t.holder, b, hcr::Access::read));
             return self;
           },
           py::arg("buffer"))
@@ -606,8 +615,7 @@ Each method returns the task. Runtime.submit consumes it.)doc")
           "write",
           [](py::object self, py::object b) {
             TaskObj& t = py::cast<TaskObj&>(self);
-            add_arg(t.get("write"), b, hcr::Access::write);
-            t.buffers.push_back(std::move(b));
+            t.buffers.push_back(add_arg(t.get("write"), t.holder, b, hcr::Access::write));
             return self;
           },
           py::arg("buffer"))
@@ -615,8 +623,7 @@ Each method returns the task. Runtime.submit consumes it.)doc")
           "read_write",
           [](py::object self, py::object b) {
             TaskObj& t = py::cast<TaskObj&>(self);
-            add_arg(t.get("read_write"), b, hcr::Access::read_write);
-            t.buffers.push_back(std::move(b));
+            t.buffers.push_back(add_arg(t.get("read_write"), t.holder, b, hcr::Access::read_write));
             return self;
           },
           py::arg("buffer"))
@@ -624,8 +631,7 @@ Each method returns the task. Runtime.submit consumes it.)doc")
           "arg",
           [](py::object self, py::object b, const std::string& mode) {
             TaskObj& t = py::cast<TaskObj&>(self);
-            add_arg(t.get("arg"), b, access_from_string(mode));
-            t.buffers.push_back(std::move(b));
+            t.buffers.push_back(add_arg(t.get("arg"), t.holder, b, access_from_string(mode)));
             return self;
           },
           py::arg("buffer"), py::arg("mode"))

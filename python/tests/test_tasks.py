@@ -279,3 +279,19 @@ def test_awaiting_held_tasks_leaves_other_events_free(rt):
         return all(e.done() for e in held)
 
     assert asyncio.run(main())
+
+
+def test_arrays_given_to_tasks_are_wrapped(rt):
+    a = np.zeros(5, dtype=np.float64)
+    fill = rt.kernel("fill").cpu("fill")
+    rt.submit(fill, writes=[a], params=[1.5]).result()
+    assert (a == 1.5).all()
+    b = np.zeros((2, 2), dtype=np.int64)
+    rt.submit(hcr.Task(fill).write(b).param(3)).result()
+    assert (b == 3).all()
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    with pytest.raises(hcr.InvalidArgumentError, match="read-only"):
+        rt.submit(fill, writes=[ro], params=[0.0])
+    with pytest.raises(hcr.InvalidArgumentError, match="expected an hcr.Buffer, got list"):
+        rt.submit(fill, writes=[[1.0]], params=[0.0])
