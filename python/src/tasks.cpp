@@ -29,6 +29,20 @@ std::string type_name(py::handle o) {
   return py::cast<std::string>(py::type::handle_of(o).attr("__name__"));
 }
 
+/// str(o), or a placeholder when its __str__ raises.
+std::string safe_str(py::handle o) {
+  PyObject* s = PyObject_Str(o.ptr());
+  if (s == nullptr) {
+    PyErr_Clear();
+    return "<str() failed>";
+  }
+  const char* text = PyUnicode_AsUTF8(s);
+  std::string out = text ? text : "<not UTF-8>";
+  if (text == nullptr) PyErr_Clear();
+  Py_DECREF(s);
+  return out;
+}
+
 // --- Python kernels -----------------------------------------------------------------------------
 
 struct PythonImpl {
@@ -68,26 +82,36 @@ hcr::CpuFunction python_kernel(std::shared_ptr<PythonImpl> impl) {
       throw hcr::Error(hcr::ErrorCode::invalid_argument,
                        "kernel '" + impl->name + "' declares " + std::to_string(np) +
                            " parameter(s); the task has " + std::to_string(raw.num_params));
+    // Every Python error, from the call or from making its arguments, leaves as a
+    // PythonKernelError: the exception objects must not travel through the runtime's threads
+    // inside pybind11's error_already_set, whose destructor would wait for the lock.
     py::tuple args(raw.num_args + np);
-    for (size_t i = 0; i < raw.num_args; ++i) {
-      const hcr_arg_t& a = raw.args[i];
-      args[i] = make_view(static_cast<hcr::DType>(a.dtype), a.host, a.rows, a.cols, a.ld, 2,
-                          hcr::writes(static_cast<hcr::Access>(a.access)), py::handle());
-    }
-    for (size_t j = 0; j < np; ++j) args[raw.num_args + j] = decode_param(ctx, j, impl->params[j]);
-    auto seal = [&] {  // the views outlive the call only as read-only memory
-      for (size_t i = 0; i < raw.num_args; ++i) clear_writeable(args[i]);
-    };
+    size_t made = 0;
     try {
+      for (; made < raw.num_args; ++made) {
+        const hcr_arg_t& a = raw.args[made];
+        if (a.host == nullptr)
+          throw hcr::Error(hcr::ErrorCode::internal, "kernel '" + impl->name + "': argument " +
+                                                         std::to_string(made) +
+                                                         " has no host address");
+        args[made] = make_view(static_cast<hcr::DType>(a.dtype), a.host, a.rows, a.cols, a.ld, 2,
+                               hcr::writes(static_cast<hcr::Access>(a.access)), py::handle());
+      }
+      for (size_t j = 0; j < np; ++j)
+        args[raw.num_args + j] = decode_param(ctx, j, impl->params[j]);
       impl->fn.get()(*args);
     } catch (py::error_already_set& e) {
-      seal();
+      for (size_t i = 0; i < made; ++i) clear_writeable(args[i]);
       py::object value = py::reinterpret_borrow<py::object>(e.value());
-      std::string text = type_name(value) + ": " + py::cast<std::string>(py::str(value));
+      std::string text = type_name(value) + ": " + safe_str(value);
       throw PythonKernelError("kernel '" + impl->name + "' raised " + text,
                               std::make_shared<PyRef>(std::move(value)));
+    } catch (...) {
+      for (size_t i = 0; i < made; ++i) clear_writeable(args[i]);
+      throw;
     }
-    seal();
+    // The views outlive the call only as read-only memory.
+    for (size_t i = 0; i < made; ++i) clear_writeable(args[i]);
   };
 }
 
