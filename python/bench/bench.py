@@ -54,47 +54,27 @@ def cpu_runtime(threads: int) -> hcr.Runtime:
                         "backend": [{"name": "cpu", "threads": threads}]}, use_environment=False)
 
 
-def per_task(rt: hcr.Runtime, kernel: hcr.Kernel, batch: int, repeat: int) -> float:
+def per_task_once(rt: hcr.Runtime, kernel: hcr.Kernel, batch: int) -> float:
     submit = rt.submit
-    for _ in range(3):  # warm-up: the task pool grows, the workers start
-        for _ in range(batch):
-            submit(kernel)
-        rt.wait_all()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(batch):
-            submit(kernel)
-        rt.wait_all()
-        times.append((time.perf_counter() - start) / batch)
-    return statistics.median(times)
+    start = time.perf_counter()
+    for _ in range(batch):
+        submit(kernel)
+    rt.wait_all()
+    return (time.perf_counter() - start) / batch
 
 
-def cpp_per_task(build: str, repeat: int) -> dict[str, float]:
+def cpp_per_task_once(build: str, threads_arg: int) -> float | None:
+    """One run of the C++ figure, HcrEmptyTasks/<threads_arg> (0: every core) alone in its process:
+    the bench keeps its runtimes alive, and a one-worker runtime made first would hold the other to
+    one worker (oneTBB's parallelism limit)."""
     exe = os.path.join(build, "bin", "task_overhead_bench")
     if not os.access(exe, os.X_OK):
-        return {}
+        return None
     out = subprocess.run(
-        [exe, "--benchmark_filter=HcrEmptyTasks/", f"--benchmark_repetitions={repeat}",
-         "--benchmark_report_aggregates_only=true", "--benchmark_format=json"],
+        [exe, f"--benchmark_filter=HcrEmptyTasks/{threads_arg}/", "--benchmark_format=json"],
         capture_output=True, text=True, check=True,
         env={**os.environ, "HCR_PLUGIN_PATH": "", "HCR_SCHED": ""}).stdout
-    figures = {}
-    for b in json.loads(out)["benchmarks"]:
-        if b.get("aggregate_name") == "median":
-            threads = "1" if "/1/" in b["name"] else "all"
-            figures[threads] = b["per_task"]
-    return figures
-
-
-def timed(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return json.loads(out)["benchmarks"][0]["per_task"]
 
 
 def main() -> None:
@@ -118,21 +98,31 @@ def main() -> None:
 
     if "tasks" not in skip:
         wait_for_load(args.wait_load)
-        print(f"\n== per-task cost, empty tasks, batches of {args.batch} ({load()})")
-        for threads in (1, cores):
-            with cpu_runtime(threads) as rt:
-                native = per_task(rt, rt.kernel("noop").cpu("noop"), args.batch, args.repeat)
-                python = per_task(rt, rt.kernel("py-noop").cpu(lambda: None), args.batch,
-                                  args.repeat)
-            label = f"{threads} worker(s)"
-            print(f"  Python, native kernel ('noop'):   {native * 1e6:7.3f} us/task  {label}")
-            print(f"  Python, Python kernel (lambda):   {python * 1e6:7.3f} us/task  {label}")
-        cpp = cpp_per_task(args.build, args.repeat)
-        for key, seconds in sorted(cpp.items()):
-            label = "1 worker(s)" if key == "1" else f"{cores} worker(s)"
-            print(f"  C++ task_overhead_bench HcrEmptyTasks: {seconds * 1e6:7.3f} us/task  {label}")
-        if not cpp:
-            print(f"  (no {args.build}/bin/task_overhead_bench: the C++ figure is missing)")
+        print(f"\n== per-task cost, empty tasks, batches of {args.batch}; Python and C++ runs "
+              f"interleaved ({load()})")
+        # One runtime at a time: two in one process share oneTBB's parallelism limit (the smaller
+        # one wins), so the many-worker figure would be a one-worker figure.
+        for t in sorted({1, cores}):
+            native, python, cpp = [], [], []
+            with cpu_runtime(t) as rt:
+                kernels = (rt.kernel("noop").cpu("noop"), rt.kernel("py-noop").cpu(lambda: None))
+                for k in kernels:  # warm-up: the task pool grows, the workers start
+                    for _ in range(3):
+                        per_task_once(rt, k, args.batch)
+                for _ in range(args.repeat):
+                    native.append(per_task_once(rt, kernels[0], args.batch))
+                    python.append(per_task_once(rt, kernels[1], args.batch))
+                    figure = cpp_per_task_once(args.build, 1 if t == 1 else 0)
+                    if figure is not None:
+                        cpp.append(figure)
+            cpp_text = f"{statistics.median(cpp) * 1e6:6.3f} us/task" if cpp else "-"
+            print(f"  {t} worker(s): Python, native kernel ('noop') "
+                  f"{statistics.median(native) * 1e6:6.3f} us/task; Python kernel (lambda) "
+                  f"{statistics.median(python) * 1e6:6.3f} us/task; C++ HcrEmptyTasks/"
+                  f"{0 if t > 1 else 1} {cpp_text}")
+            if not cpp:
+                print(f"  (no {args.build}/bin/task_overhead_bench: the C++ figure is missing)")
+        print(f"  ({load()} after)")
 
     if "gemm" not in skip:
         wait_for_load(args.wait_load)
@@ -143,15 +133,29 @@ def main() -> None:
         b = rng.standard_normal((n, n), dtype=np.float32)
         c = np.empty((n, n), dtype=np.float32)
         flops = 2.0 * n ** 3
-        t_np = timed(lambda: np.matmul(a, b, out=c), args.repeat)
-        print(f"  numpy.matmul:            {t_np:8.3f} s  {flops / t_np / 1e9:7.1f} GFLOP/s")
-        reference = c.copy()
+        reference = np.matmul(a, b)
+        tiles = [int(x) for x in args.tiles.split(",")]
+        runs: dict[str, list[float]] = {"numpy": [], **{str(t): [] for t in tiles}}
+        errors = {}
         with cpu_runtime(cores) as rt:
-            for tile in map(int, args.tiles.split(",")):
-                t = timed(lambda: hcr.linalg.gemm(rt, a, b, c, tile=tile).result(), args.repeat)
-                err = float(np.max(np.abs(c - reference)) / np.max(np.abs(reference)))
-                print(f"  hcr.linalg.gemm tile {tile:4}: {t:8.3f} s  {flops / t / 1e9:7.1f} GFLOP/s"
-                      f"  ({t_np / t:4.2f}x numpy; max rel. diff {err:.1e})")
+            for tile in tiles:  # warm-up
+                hcr.linalg.gemm(rt, a, b, c, tile=tile).result()
+            for _ in range(args.repeat):  # interleaved, so that both see the same load
+                start = time.perf_counter()
+                np.matmul(a, b, out=c)
+                runs["numpy"].append(time.perf_counter() - start)
+                for tile in tiles:
+                    start = time.perf_counter()
+                    hcr.linalg.gemm(rt, a, b, c, tile=tile).result()
+                    runs[str(tile)].append(time.perf_counter() - start)
+                    errors[tile] = float(np.max(np.abs(c - reference)) / np.max(np.abs(reference)))
+        t_np = statistics.median(runs["numpy"])
+        print(f"  numpy.matmul:            {t_np:8.3f} s  {flops / t_np / 1e9:7.1f} GFLOP/s")
+        for tile in tiles:
+            t = statistics.median(runs[str(tile)])
+            print(f"  hcr.linalg.gemm tile {tile:4}: {t:8.3f} s  {flops / t / 1e9:7.1f} GFLOP/s"
+                  f"  ({t_np / t:4.2f}x numpy; max rel. diff {errors[tile]:.1e})")
+        print(f"  ({load()} after)")
 
     if "chol" not in skip:
         wait_for_load(args.wait_load)
@@ -165,36 +169,44 @@ def main() -> None:
             import scipy.linalg as sla
         except ImportError:
             sla = None
-        if sla is not None:
-            t_f = timed(lambda: sla.cho_factor(spd, lower=True), args.repeat)
-            factor = sla.cho_factor(spd, lower=True)
-            t_s = timed(lambda: sla.cho_solve(factor, rhs), args.repeat)
-            print(f"  scipy cho_factor + cho_solve: {t_f:7.3f} s + {t_s:7.3f} s")
-        t_f = timed(lambda: np.linalg.cholesky(spd), args.repeat)
-        t_s = timed(lambda: np.linalg.solve(spd, rhs), args.repeat)
-        print(f"  numpy.linalg.cholesky:  {t_f:7.3f} s   numpy.linalg.solve (LU): {t_s:7.3f} s")
-        with cpu_runtime(cores) as rt:
-            for tile in map(int, args.chol_tiles.split(",")):
-                work = spd.copy()
-                x = rhs.copy()
+        tiles = [int(x) for x in args.chol_tiles.split(",")]
+        work, x = spd.copy(), rhs.copy()
+        runs: dict[str, list[float]] = {}
 
-                def factor_and_solve():
+        def clock(name, fn):
+            start = time.perf_counter()
+            fn()
+            runs.setdefault(name, []).append(time.perf_counter() - start)
+
+        with cpu_runtime(cores) as rt:
+            for rep in range(args.repeat + 1):  # the first round warms up and is dropped
+                if sla is not None:
+                    clock("scipy factor", lambda: sla.cho_factor(spd, lower=True))
+                    factor = sla.cho_factor(spd, lower=True)
+                    clock("scipy solve", lambda: sla.cho_solve(factor, rhs))
+                clock("numpy cholesky", lambda: np.linalg.cholesky(spd))
+                clock("numpy solve", lambda: np.linalg.solve(spd, rhs))
+                for tile in tiles:
                     np.copyto(work, spd)
                     np.copyto(x, rhs)
-                    f0 = time.perf_counter()
-                    hcr.linalg.potrf(rt, work, tile=tile).result()
-                    f1 = time.perf_counter()
-                    hcr.linalg.potrs(rt, work, x, tile=tile).result()
-                    return f1 - f0, time.perf_counter() - f1
-
-                factor_and_solve()
-                runs = [factor_and_solve() for _ in range(args.repeat)]
-                tf = statistics.median(t[0] for t in runs)
-                ts = statistics.median(t[1] for t in runs)
-                resid = float(np.linalg.norm(spd @ x - rhs) / np.linalg.norm(rhs))
-                print(f"  hcr potrf + potrs tile {tile:4}: {tf:7.3f} s + {ts:7.3f} s"
-                      f"  (cholesky {t_f / tf:4.2f}x numpy; residual {resid:.1e})")
-
+                    clock(f"potrf {tile}", lambda: hcr.linalg.potrf(rt, work, tile=tile).result())
+                    clock(f"potrs {tile}",
+                          lambda: hcr.linalg.potrs(rt, work, x, tile=tile).result())
+                if rep == 0:
+                    runs.clear()
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        if sla is not None:
+            print(f"  scipy cho_factor + cho_solve: {med['scipy factor']:7.3f} s + "
+                  f"{med['scipy solve']:7.3f} s")
+        t_f = med["numpy cholesky"]
+        print(f"  numpy.linalg.cholesky:  {t_f:7.3f} s   numpy.linalg.solve (LU, not Cholesky): "
+              f"{med['numpy solve']:7.3f} s")
+        resid = float(np.linalg.norm(spd @ x - rhs) / np.linalg.norm(rhs))
+        for tile in tiles:
+            tf, ts = med[f"potrf {tile}"], med[f"potrs {tile}"]
+            print(f"  hcr potrf + potrs tile {tile:4}: {tf:7.3f} s + {ts:7.3f} s"
+                  f"  (potrf {t_f / tf:4.2f}x numpy.linalg.cholesky)")
+        print(f"  residual of the last solve {resid:.1e}; ({load()} after)")
 
 if __name__ == "__main__":
     main()
