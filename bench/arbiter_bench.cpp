@@ -12,6 +12,15 @@
 // Throughput: tasks each process completed in the measured window (both start at one instant)
 // over its length; B's burst time too (first submit to last completion). Medians over --reps.
 // Simulated devices in host memory, timing only (no data); each process is this program again.
+//
+//   build/bin/arbiter_bench --rebalance 8,32,64 [--keys 128] [--flips 101]
+//
+// The arbiter's state machine alone (no sockets, no processes): that many tenants of `keys`
+// devices each, all reporting the same devices (shared) or each its own (distinct: the pool is
+// tenants x keys). Every join is timed, then `flips` demand changes (a tenant going busy or idle,
+// in turn), each one rebalance; the devices revoked are released between flips, untimed, as
+// tenants would. Prints the medians (wall and the thread's CPU time) and the longest, in ms.
+#include <hcr/arbiter/arbitration.hpp>
 #include <hcr/arbiter/server.hpp>
 #include <hcr/hcr.hpp>
 
@@ -23,8 +32,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +125,64 @@ struct Result {
   double a = 0, b = 0, burst_ms = 0, max_release_ms = 0;
 };
 
+// CPU time of the calling thread: the machine may be shared, and a pass is all CPU.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// The state machine at scale: joins and demand changes of `tenants` tenants of `keys` devices.
+void rebalance_case(int tenants, int keys, int flips, bool shared) {
+  using namespace hcr::arbiter;
+  Arbitration arb;
+  std::map<TenantId, uint64_t> seq;  // each tenant's last grant
+  // Releases whatever the tenants were asked to give up (as a tenant does once nothing runs
+  // there); a release can grant or revoke more, so until nothing changes.
+  auto settle = [&] {
+    for (;;) {
+      for (const Grant& g : arb.take_changes()) seq[g.tenant] = g.seq;
+      bool any = false;
+      for (auto& [t, s] : seq)
+        for (uint32_t d : arb.releasing(t)) any = arb.released(t, d, s) || any;
+      if (!any) return;
+    }
+  };
+  std::vector<double> joins, join_cpu, rebalances, rebalance_cpu;
+  std::vector<TenantId> ids;
+  for (int t = 0; t < tenants; ++t) {
+    std::vector<DeviceReport> devices;
+    const std::string prefix = shared ? std::string() : "t" + std::to_string(t) + "/";
+    // One CPU device of 16 cores and GPUs of 16 GiB: dominant shares over all three resources.
+    devices.push_back({prefix + "cpu/0", Kind::cpu, 0, 16});
+    for (int k = 1; k < keys; ++k)
+      devices.push_back({prefix + "cuda/" + std::to_string(k), Kind::gpu, uint64_t{16} << 30, 132});
+    const double c0 = thread_cpu_seconds();
+    const auto t0 = Clock::now();
+    ids.push_back(arb.join(1 + t % 3, std::move(devices)));
+    joins.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    join_cpu.push_back(thread_cpu_seconds() - c0);
+    settle();
+  }
+  for (int f = 0; f < flips; ++f) {
+    const TenantId t = ids[static_cast<size_t>(f) % ids.size()];
+    const double c0 = thread_cpu_seconds();
+    const auto t0 = Clock::now();
+    arb.demand(t, !arb.busy(t));
+    rebalances.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    rebalance_cpu.push_back(thread_cpu_seconds() - c0);
+    settle();
+  }
+  std::printf("rebalance: %3d tenants x %d keys %-8s (%5zu devices): demand change median %.3f ms "
+              "(CPU %.3f ms), longest %.3f ms; join median %.3f ms (CPU %.3f ms), longest %.3f "
+              "ms; %d changes\n",
+              tenants, keys, shared ? "shared" : "distinct", arb.devices(),
+              median(rebalances) * 1e3, median(rebalance_cpu) * 1e3,
+              *std::max_element(rebalances.begin(), rebalances.end()) * 1e3, median(joins) * 1e3,
+              median(join_cpu) * 1e3, *std::max_element(joins.begin(), joins.end()) * 1e3, flips);
+  std::fflush(stdout);
+}
+
 // Runs both tenants (this program again) and reads their lines.
 Result run_pair(const Opt& o, const std::string& self, const std::string& socket, bool split) {
   const int64_t start = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -192,6 +261,8 @@ int main(int argc, char** argv) {
   std::string socket;
   int first = 0, count = 0;
   int64_t start = 0;
+  std::string rebalance;
+  int keys = 128, flips = 101;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--seconds") o.seconds = std::atof(v.c_str());
@@ -205,6 +276,9 @@ int main(int argc, char** argv) {
     else if (a == "--first") first = std::atoi(v.c_str());
     else if (a == "--count") count = std::atoi(v.c_str());
     else if (a == "--start") start = std::atoll(v.c_str());
+    else if (a == "--rebalance") rebalance = v;
+    else if (a == "--keys") keys = std::atoi(v.c_str());
+    else if (a == "--flips") flips = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "arbiter_bench: unknown option %s\n", a.c_str());
       return 2;
@@ -215,6 +289,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (role != 0) return tenant(o, role, socket, first, count, start);
+  if (!rebalance.empty()) {
+    if (keys < 1 || keys > 128 || flips < 1) {
+      std::fprintf(stderr, "arbiter_bench: 1 <= --keys <= 128, --flips >= 1\n");
+      return 2;
+    }
+    for (bool shared : {true, false})
+      for (size_t i = 0; i < rebalance.size();) {
+        size_t j = rebalance.find(',', i);
+        if (j == std::string::npos) j = rebalance.size();
+        const int n = std::atoi(rebalance.substr(i, j - i).c_str());
+        if (n < 1) {
+          std::fprintf(stderr, "arbiter_bench: --rebalance takes tenant counts: 8,32,64\n");
+          return 2;
+        }
+        rebalance_case(n, keys, flips, shared);
+        i = j + 1;
+      }
+    return 0;
+  }
   if (o.seconds < 1 || o.reps < 1 || o.devices < 2 || o.devices % 2 || o.task_us <= 0 ||
       o.busy <= 0 || o.busy >= 1) {
     std::fprintf(stderr, "arbiter_bench: --seconds >= 1, --reps >= 1, --devices even >= 2, "

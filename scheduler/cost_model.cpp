@@ -4,13 +4,18 @@
 
 #include <toml++/toml.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace hcr::sched {
 
@@ -179,6 +184,52 @@ PowerLaw fit_power_law(const std::vector<std::array<double, 3>>& points) {
   return best;
 }
 
+// ---- caps ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Microseconds since 1970, cheaply: a record takes one per sample, and the order of cells' last
+// samples needs no finer clock (CostModel::stamp makes the stamps distinct).
+int64_t now_us() noexcept {
+#ifdef CLOCK_REALTIME_COARSE
+  timespec ts{};
+  if (clock_gettime(CLOCK_REALTIME_COARSE, &ts) == 0)
+    return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+#endif
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Which of n cells stay within the caps: of each kernel the kMaxCellsPerKernel most recently
+// updated, and of those the kMaxCellsPerArch most recent. On a tie the later index is the newer
+// (a file's later cell, a map's later key).
+template <class KernelOf, class UpdatedOf>
+std::vector<bool> within_caps(size_t n, KernelOf kernel_of, UpdatedOf updated_of) {
+  std::vector<bool> keep(n, true);
+  if (n <= std::min(kMaxCellsPerKernel, kMaxCellsPerArch)) return keep;
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int64_t ua = updated_of(a), ub = updated_of(b);
+    return ua != ub ? ua > ub : a > b;
+  });
+  std::unordered_map<std::string_view, size_t> per_kernel;
+  size_t kept = 0;
+  for (size_t i : order) {
+    size_t& of_kernel = per_kernel[kernel_of(i)];
+    if (of_kernel < kMaxCellsPerKernel && kept < kMaxCellsPerArch) {
+      ++of_kernel;
+      ++kept;
+    } else {
+      keep[i] = false;
+    }
+  }
+  return keep;
+}
+
+}  // namespace
+
 // ---- CostModel --------------------------------------------------------------------------------
 
 CostModel::Pair* CostModel::find_or_add(const std::string& kernel, const std::string& arch) {
@@ -188,8 +239,80 @@ CostModel::Pair* CostModel::find_or_add(const std::string& kernel, const std::st
     p = std::make_unique<Pair>();
     p->kernel = kernel;
     p->arch = arch;
+    auto& state = archs_[arch];
+    if (!state) state = std::make_unique<ArchState>();
+    p->arch_state = state.get();
   }
   return p.get();
+}
+
+CostModel::Cell& CostModel::cell_of(Pair& p, uint64_t footprint, bool& added) {
+  auto [it, fresh] = p.cells.try_emplace(footprint);
+  added = fresh;
+  if (fresh) p.arch_state->cells.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+namespace {
+// A new cell just made `keep` the pair's newest: beyond kMaxCellsPerKernel, the least recently
+// updated of the others goes. Returns the cell count of the pair's architecture after.
+template <class Pair>
+size_t evict_for(Pair& p, uint64_t keep) {
+  if (p.cells.size() > kMaxCellsPerKernel) {
+    auto oldest = p.cells.end();
+    for (auto it = p.cells.begin(); it != p.cells.end(); ++it)
+      if (it->first != keep &&
+          (oldest == p.cells.end() || it->second.updated < oldest->second.updated))
+        oldest = it;
+    p.cells.erase(oldest);
+    p.arch_state->cells.fetch_sub(1, std::memory_order_relaxed);
+    p.fits_stale = true;
+  }
+  return p.arch_state->cells.load(std::memory_order_relaxed);
+}
+}  // namespace
+
+int64_t CostModel::stamp() noexcept {
+  const int64_t now = now_us();
+  int64_t last = clock_.load(std::memory_order_relaxed);
+  while (!clock_.compare_exchange_weak(last, std::max(now, last + 1), std::memory_order_relaxed)) {
+  }
+  return std::max(now, last + 1);
+}
+
+void CostModel::trim(const std::string& arch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  struct Item {
+    Pair* pair;
+    uint64_t footprint;
+    int64_t updated;
+  };
+  std::vector<Item> items;
+  for (auto& [key, p] : pairs_) {
+    if (p->arch != arch) continue;
+    std::lock_guard<detail::SpinLock> pl(p->lock);
+    for (auto& [fp, cell] : p->cells) items.push_back({p.get(), fp, cell.updated});
+  }
+  const std::vector<bool> keep = within_caps(
+      items.size(), [&](size_t i) { return std::string_view(items[i].pair->kernel); },
+      [&](size_t i) { return items[i].updated; });
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (keep[i]) continue;
+    Pair& p = *items[i].pair;
+    std::lock_guard<detail::SpinLock> pl(p.lock);
+    auto it = p.cells.find(items[i].footprint);
+    // A sample recorded since made it recent: it stays.
+    if (it == p.cells.end() || it->second.updated != items[i].updated) continue;
+    p.cells.erase(it);
+    p.arch_state->cells.fetch_sub(1, std::memory_order_relaxed);
+    p.fits_stale = true;
+  }
+}
+
+bool CostModel::needs_rewrite(const std::string& arch) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = archs_.find(arch);
+  return it != archs_.end() && it->second->rewrite;
 }
 
 CostModel::Pair* CostModel::pair(const std::string& kernel, const std::string& arch) {
@@ -231,12 +354,19 @@ void keep_fresh(std::vector<double>& fresh, uint32_t& count, double x) {
 }  // namespace
 
 void CostModel::record_energy(Pair& p, uint64_t footprint, double size, double joules) {
-  std::lock_guard<detail::SpinLock> lock(p.lock);
-  Cell& cell = p.cells[footprint];
-  cell.size = size;
-  cell.energy.add(joules);
-  if (History::accepts(joules)) keep_fresh(cell.energy_fresh, cell.energy_fresh_count, joules);
-  p.fits_stale = true;
+  size_t arch_cells = 0;
+  {
+    std::lock_guard<detail::SpinLock> lock(p.lock);
+    bool added = false;
+    Cell& cell = cell_of(p, footprint, added);
+    cell.size = size;
+    cell.energy.add(joules);
+    if (History::accepts(joules)) keep_fresh(cell.energy_fresh, cell.energy_fresh_count, joules);
+    cell.updated = stamp();
+    p.fits_stale = true;
+    if (added) arch_cells = evict_for(p, footprint);
+  }
+  if (arch_cells > kMaxCellsPerArch) trim(p.arch);
 }
 
 Prediction CostModel::predict_energy(Pair& p, uint64_t footprint, double size) const {
@@ -261,14 +391,23 @@ Prediction CostModel::predict_energy(Pair& p, uint64_t footprint, double size) c
 }
 
 void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds) {
-  std::lock_guard<detail::SpinLock> lock(p.lock);
-  Cell& cell = p.cells[footprint];
-  cell.size = size;
-  cell.history.add(seconds);
-  // Not in any file yet: the next save adds it.
-  if (History::accepts(seconds)) keep_fresh(cell.fresh, cell.fresh_count, seconds);
-  p.total.fetch_add(1, std::memory_order_relaxed);
-  p.fits_stale = true;
+  size_t arch_cells = 0;
+  {
+    std::lock_guard<detail::SpinLock> lock(p.lock);
+    bool added = false;
+    Cell& cell = cell_of(p, footprint, added);
+    cell.size = size;
+    cell.history.add(seconds);
+    // Not in any file yet: the next save adds it.
+    if (History::accepts(seconds)) keep_fresh(cell.fresh, cell.fresh_count, seconds);
+    cell.updated = stamp();
+    p.total.fetch_add(1, std::memory_order_relaxed);
+    p.fits_stale = true;
+    // A new footprint: the pair's least recently updated one goes beyond the kernel's cap, the
+    // architecture's beyond its own (trim, outside the pair's lock).
+    if (added) arch_cells = evict_for(p, footprint);
+  }
+  if (arch_cells > kMaxCellsPerArch) trim(p.arch);
 }
 
 Prediction CostModel::predict(Pair& p, uint64_t footprint, double size) const {
@@ -391,13 +530,31 @@ struct ParsedCell {
   std::vector<double> samples;
   std::vector<double> joules;  // (optional: energy per launch)
   uint32_t joules_count = 0;
+  int64_t updated = 0;  // (optional: 0 unknown, the oldest)
 };
 struct ParsedModel {
   std::string arch;
-  std::vector<ParsedCell> cells;  // with samples, in file order
+  std::vector<ParsedCell> cells;  // with samples, in file order, each once, within the caps
+  size_t read = 0;                // distinct cells with samples read
+  size_t truncated_from = 0;  // the text's size, when only its first kMaxModelParseBytes were read
 };
 
-ParsedModel parse_model(std::string_view text, const std::string& origin) {
+// The text up to its last cell boundary within kMaxModelParseBytes (all of it when it is no
+// larger): a file written before the caps could hold hundreds of thousands of cells, and what the
+// TOML parser takes, in time and in memory, grows with the text.
+std::string_view bounded(std::string_view text, const std::string& origin) {
+  if (text.size() <= kMaxModelParseBytes) return text;
+  const size_t at = text.rfind("\n[[cell]]", kMaxModelParseBytes - 1);
+  if (at == std::string_view::npos)
+    throw std::runtime_error(origin + ": " + std::to_string(text.size()) +
+                             " bytes, and no [[cell]] begins within the first " +
+                             std::to_string(kMaxModelParseBytes) +
+                             " (what a model file is read up to)");
+  return text.substr(0, at + 1);
+}
+
+ParsedModel parse_model(std::string_view whole, const std::string& origin) {
+  const std::string_view text = bounded(whole, origin);
   toml::table root = parse_toml(text, origin);
   auto format = root["format"].value<std::string>();
   // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
@@ -414,7 +571,7 @@ ParsedModel parse_model(std::string_view text, const std::string& origin) {
                              ", this hcr reads version " +
                              std::to_string(CostModel::kFormatVersion));
   if (!arch) throw std::runtime_error(origin + ": no arch");
-  ParsedModel out{*arch, {}};
+  ParsedModel out{*arch, {}, 0, text.size() < whole.size() ? whole.size() : 0};
   auto* cells = root["cell"].as_array();
   if (cells == nullptr) return out;
   for (auto&& node : *cells) {
@@ -458,15 +615,41 @@ ParsedModel parse_model(std::string_view text, const std::string& origin) {
     }
     if (!(p.size >= 0) || !std::isfinite(p.size))
       throw std::runtime_error(where() + ": size must be a non-negative number");
+    if (t->contains("updated")) {  // microseconds since 1970 of its last sample
+      auto updated = (*t)["updated"].value_exact<int64_t>();
+      if (!updated || *updated < 0)
+        throw std::runtime_error(where() +
+                                 ": updated must be a non-negative integer "
+                                 "(microseconds since 1970)");
+      p.updated = *updated;
+    }
     // A cell without samples says nothing.
     if (!p.samples.empty()) out.cells.push_back(std::move(p));
   }
+  // A cell twice: the last one counts. Then the caps: the most recently updated cells stay.
+  std::vector<size_t> distinct;  // indices into out.cells, in file order
+  {
+    std::map<std::pair<std::string_view, uint64_t>, size_t> last;
+    for (size_t i = 0; i < out.cells.size(); ++i)
+      last[{out.cells[i].kernel, out.cells[i].footprint}] = i;
+    for (size_t i = 0; i < out.cells.size(); ++i)
+      if (last[{out.cells[i].kernel, out.cells[i].footprint}] == i) distinct.push_back(i);
+  }
+  out.read = distinct.size();
+  const std::vector<bool> keep = within_caps(
+      distinct.size(), [&](size_t i) { return std::string_view(out.cells[distinct[i]].kernel); },
+      [&](size_t i) { return out.cells[distinct[i]].updated; });
+  std::vector<ParsedCell> kept;
+  for (size_t i = 0; i < distinct.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(out.cells[distinct[i]]));
+  out.cells = std::move(kept);
   return out;
 }
 
 // One cell as written: its size and history (and energy).
 struct FileCell {
   double size = 0;
+  int64_t updated = 0;
   History history;
   History energy;
 };
@@ -485,6 +668,7 @@ std::string format_model(const std::string& arch,
         {"count", static_cast<int64_t>(cell.history.count())},
         {"samples", std::move(samples)},
     };
+    if (cell.updated > 0) row.insert("updated", cell.updated);
     if (cell.energy.size() > 0) {
       toml::array joules;
       for (double x : cell.energy.samples()) joules.push_back(x);
@@ -508,9 +692,22 @@ std::string format_model(const std::string& arch,
 std::string CostModel::file_name(const std::string& arch) { return file_name_for(arch); }
 
 std::optional<std::string> CostModel::arch_of(std::string_view text) {
+  auto arch_in = [](std::string_view t) -> std::optional<std::string> {
+    try {
+      return toml::parse(t)["arch"].value<std::string>();
+    } catch (const toml::parse_error&) {
+      return std::nullopt;
+    }
+  };
+  // `arch` is a top-level key, and TOML has those before the first table header: the text up to
+  // the first line that opens one says it, however large the file (loading a directory asks
+  // every file). Where that prefix does not parse (such a line inside a multi-line value), the
+  // text within the parse bound.
+  if (const size_t header = text.find("\n["); header != std::string_view::npos)
+    if (auto arch = arch_in(text.substr(0, header + 1))) return arch;
   try {
-    return toml::parse(text)["arch"].value<std::string>();
-  } catch (const toml::parse_error&) {
+    return arch_in(bounded(text, "arch_of"));
+  } catch (const std::runtime_error&) {  // no cell boundary within the bound
     return std::nullopt;
   }
 }
@@ -523,7 +720,7 @@ std::map<std::string, std::vector<CostModel::SavedCell>> CostModel::snapshot() c
     for (auto& [fp, cell] : p->cells) {
       if (cell.history.size() == 0) continue;
       out[p->arch].push_back({p->kernel, fp, cell.size, cell.history.samples(),
-                              cell.history.count(), cell.fresh, cell.fresh_count,
+                              cell.history.count(), cell.updated, cell.fresh, cell.fresh_count,
                               cell.energy.samples(), cell.energy.count(), cell.energy_fresh,
                               cell.energy_fresh_count});
     }
@@ -542,8 +739,9 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
         throw std::runtime_error(origin + ": holds architecture '" + file.arch + "', not '" +
                                  arch + "'");
       for (auto& c : file.cells) {
-        FileCell& f = merged[{c.kernel, c.footprint}];  // a cell twice: the last one counts
+        FileCell& f = merged[{c.kernel, c.footprint}];
         f.size = c.size;
+        f.updated = c.updated;
         f.history.restore(c.samples, c.count);
         f.energy.restore(c.joules, c.joules_count);
       }
@@ -557,6 +755,7 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
     if (it == merged.end()) {  // only here: as this model has it
       FileCell& f = merged[{c.kernel, c.footprint}];
       f.size = c.size;
+      f.updated = c.updated;
       f.history.restore(c.samples, c.count);
       f.energy.restore(c.joules, c.joules_count);
       continue;
@@ -570,14 +769,30 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
       const uint32_t dropped = fresh_count - static_cast<uint32_t>(fresh.size());
       if (dropped > 0) h.restore(h.samples(), h.count() + dropped);
     };
-    if (c.fresh_count > 0 || c.joules_fresh_count > 0) f.size = c.size;
+    if (c.fresh_count > 0 || c.joules_fresh_count > 0) {
+      f.size = c.size;
+      f.updated = std::max(f.updated, c.updated);
+    }
     if (c.fresh_count > 0) add_fresh(f.history, c.fresh, c.fresh_count);
     if (c.joules_fresh_count > 0) add_fresh(f.energy, c.joules_fresh, c.joules_fresh_count);
   }
+  // The file's cells and this model's together, within the caps: the least recently updated go.
+  std::vector<decltype(merged)::iterator> at;
+  for (auto it = merged.begin(); it != merged.end(); ++it)
+    if (it->second.history.size() > 0) at.push_back(it);
+  const std::vector<bool> keep = within_caps(
+      at.size(), [&](size_t i) { return std::string_view(at[i]->first.first); },
+      [&](size_t i) { return at[i]->second.updated; });
+  for (size_t i = 0; i < at.size(); ++i)
+    if (!keep[i]) merged.erase(at[i]);
   return format_model(arch, merged);
 }
 
 void CostModel::mark_saved(const std::string& arch, const std::vector<SavedCell>& cells) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = archs_.find(arch); it != archs_.end()) it->second->rewrite = false;
+  }
   for (const SavedCell& c : cells) {
     if (c.fresh_count == 0 && c.joules_fresh_count == 0) continue;
     Pair* p = nullptr;
@@ -608,22 +823,46 @@ std::map<std::string, std::string> CostModel::save_text() const {
   return texts;
 }
 
-void CostModel::load_text(std::string_view text, const std::string& origin) {
+void CostModel::load_text(std::string_view text, const std::string& origin,
+                          std::vector<std::string>* warnings) {
   // Validated whole before the model is touched: a bad file changes nothing.
   ParsedModel file = parse_model(text, origin);
+  const bool truncated = file.truncated_from > 0, dropped = file.cells.size() < file.read;
+  if (warnings != nullptr && truncated)
+    warnings->push_back(origin + ": " + std::to_string(file.truncated_from) +
+                        " bytes, more than the " + std::to_string(kMaxModelParseBytes) +
+                        " a model file is read up to: only the " + std::to_string(file.read) +
+                        " cells before that were read (the next save rewrites the file)");
+  if (warnings != nullptr && dropped)
+    warnings->push_back(origin + ": " + std::to_string(file.read) + " cells, more than a model " +
+                        "keeps (" + std::to_string(kMaxCellsPerKernel) + " per kernel, " +
+                        std::to_string(kMaxCellsPerArch) + " per architecture): the " +
+                        std::to_string(file.read - file.cells.size()) +
+                        " least recently updated were left out (the next save rewrites the file "
+                        "without them)");
   for (auto& p : file.cells) {
     Pair& pr = *find_or_add(p.kernel, file.arch);
     std::lock_guard<detail::SpinLock> lock(pr.lock);
-    Cell& cell = pr.cells[p.footprint];
-    // A cell read twice (twice in a file, or in two files of one architecture): the last one
-    // counts, once.
+    bool added = false;
+    Cell& cell = cell_of(pr, p.footprint, added);
+    // A cell read twice (in two files of one architecture): the last one counts, once.
     pr.total.fetch_sub(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
     cell.size = p.size;
+    cell.updated = p.updated;
+    // Samples recorded from now on are newer than any loaded (a file from a clock ahead of ours).
+    for (int64_t last = clock_.load(std::memory_order_relaxed);
+         last < p.updated &&
+         !clock_.compare_exchange_weak(last, p.updated, std::memory_order_relaxed);) {
+    }
     cell.history.restore(p.samples, p.count);
     cell.energy.restore(p.joules, p.joules_count);
     pr.total.fetch_add(static_cast<uint32_t>(cell.history.size()), std::memory_order_relaxed);
   }
+  // With what the model had (another file of the architecture, samples recorded): the caps.
+  trim(file.arch);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (truncated || dropped)
+    if (auto it = archs_.find(file.arch); it != archs_.end()) it->second->rewrite = true;
   for (auto& [key, p] : pairs_) {
     std::lock_guard<detail::SpinLock> pl(p->lock);
     p->fits_stale = true;

@@ -9,6 +9,12 @@
 // tasks. Across footprints of one (kernel, architecture), a power law t = a * n^b + c in the
 // footprint's size n is fitted to the cells' estimates, and predicts sizes never measured.
 //
+// A model holds at most kMaxCellsPerKernel footprints of one (kernel, architecture) and
+// kMaxCellsPerArch of one architecture (one file): beyond them the least recently updated cells
+// go, in memory, when a file is loaded and when one is saved. An application whose sizes keep
+// changing (every run another problem size, a sweep) would otherwise grow its files without end,
+// and every start parses them whole.
+//
 // Thread safety: every member may be called concurrently.
 #pragma once
 
@@ -32,6 +38,18 @@ namespace hcr::sched {
 /// The longest duration (seconds, some 31 years) a model file may hold: beyond it the file is
 /// corrupt, and sums of predictions stay finite.
 inline constexpr double kMaxFileSeconds = 1e9;
+
+/// The most footprints (cells) a model keeps of one (kernel, architecture): the regression over
+/// sizes needs a handful, a tiled algorithm makes a few per problem size (full and edge tiles),
+/// and the cells kept are the most recently updated, so the sizes a run uses stay measured.
+inline constexpr size_t kMaxCellsPerKernel = 128;
+/// The most cells a model keeps of one architecture, all kernels together: one file's worth,
+/// some 0.4 MiB of text (0.8 MiB with energy), which loads in well under 0.1 s.
+inline constexpr size_t kMaxCellsPerArch = 1024;
+/// How much of a model file's text is parsed: a file of the caps above is far below it. A larger
+/// one (written before the caps, or by hand) is read up to its last cell boundary before this
+/// bound, with a warning; the next save rewrites it within the caps.
+inline constexpr size_t kMaxModelParseBytes = size_t{2} << 20;
 
 /// A prediction with what it rests on.
 struct Prediction {
@@ -138,8 +156,16 @@ class CostModel {
   /// Loads one file (throws std::runtime_error naming the file and what is wrong).
   void load_file(const std::filesystem::path& file);
   /// Loads one file's text; `origin` names it in messages. Throws std::runtime_error naming
-  /// `origin` and what is wrong; a text that does not load changes nothing.
-  void load_text(std::string_view text, const std::string& origin);
+  /// `origin` and what is wrong; a text that does not load changes nothing. Of a text beyond
+  /// kMaxModelParseBytes only the cells before that bound are read, and of more cells than the
+  /// caps (kMaxCellsPerKernel, kMaxCellsPerArch) only the most recently updated are kept: each
+  /// said in `warnings` (if given), naming `origin`; the next save rewrites that architecture's
+  /// file.
+  void load_text(std::string_view text, const std::string& origin,
+                 std::vector<std::string>* warnings = nullptr);
+  /// Whether the file of `arch` must be written at the next save even without new samples (it
+  /// was loaded truncated or over the caps).
+  bool needs_rewrite(const std::string& arch) const;
 
   /// Saving beside other processes. One cell as a save sees it: its window and, apart, the
   /// samples recorded since the last save that completed (those not yet in any file).
@@ -149,6 +175,7 @@ class CostModel {
     double size = 0;
     std::vector<double> samples;  ///< the window, oldest first
     uint32_t count = 0;           ///< every sample ever
+    int64_t updated = 0;          ///< its last sample, microseconds since 1970 (0: unknown)
     std::vector<double> fresh;    ///< the latest of the samples not yet saved, oldest first
     uint32_t fresh_count = 0;     ///< how many there are (`fresh` keeps the last kFreshKept)
     /// The same for energy (joules per launch), where measured.
@@ -183,6 +210,7 @@ class CostModel {
  private:
   struct Cell {
     double size = 0;
+    int64_t updated = 0;  // its last sample (or the file's stamp), microseconds since 1970
     History history;
     std::vector<double> fresh;  // the last kFreshKept samples not yet saved
     uint32_t fresh_count = 0;   // samples not yet saved
@@ -190,12 +218,28 @@ class CostModel {
     std::vector<double> energy_fresh;
     uint32_t energy_fresh_count = 0;
   };
+  // Cells of one architecture, all kernels: counted against kMaxCellsPerArch.
+  struct ArchState {
+    std::atomic<size_t> cells{0};
+    bool rewrite = false;  // loaded truncated or over the caps (guarded by mutex_)
+  };
   Pair* find_or_add(const std::string& kernel, const std::string& arch);
+  // The cell of `footprint`, made if missing (caller holds p.lock); `added` says which. Beyond
+  // kMaxCellsPerKernel the pair's least recently updated other cell goes.
+  Cell& cell_of(Pair& p, uint64_t footprint, bool& added);
+  // Keeps the architecture within kMaxCellsPerArch (caller holds no lock).
+  void trim(const std::string& arch);
+  // A Cell::updated for a sample recorded now: the time, but later than every stamp given or
+  // loaded before, so that the least recently updated cell is well defined however fast samples
+  // come (and a file from a clock ahead of ours cannot make new samples look old).
+  int64_t stamp() noexcept;
+  std::atomic<int64_t> clock_{0};
   static void refit(Pair& p);
   static void fresh_fits(Pair& p);  // refit when samples came since (caller holds p.lock)
 
-  mutable std::mutex mutex_;  // guards the map (pairs are added rarely)
+  mutable std::mutex mutex_;  // guards the maps (pairs are added rarely)
   std::map<std::pair<std::string, std::string>, std::unique_ptr<Pair>> pairs_;
+  std::map<std::string, std::unique_ptr<ArchState>> archs_;
 
  public:
   struct Pair {
@@ -208,6 +252,7 @@ class CostModel {
     bool fits_stale = false;
     std::atomic<uint32_t> total{0};
     std::atomic<uint32_t> exploring{0};  // calibration tasks in flight (policies' bookkeeping)
+    ArchState* arch_state = nullptr;     // its architecture's, owned by the model
   };
 };
 
@@ -272,7 +317,8 @@ class LinkModel {
 // absent from this run stay. The directory must be trusted (core/src/files/safe_file.hpp):
 // otherwise learned costs are neither loaded nor saved, with a warning.
 
-/// The largest model or link file read (a model file holds a few KiB per kernel).
+/// The largest model or link file read at all: a larger one is skipped with a warning. Of a model
+/// file only the first kMaxModelParseBytes are parsed.
 inline constexpr size_t kMaxModelFileBytes = size_t{64} << 20;
 /// The link model's file in a model directory.
 inline constexpr const char* kLinkFileName = "links.toml";

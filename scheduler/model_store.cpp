@@ -5,6 +5,7 @@
 #include "safe_file.hpp"
 
 #include <hcr/log.hpp>
+#include <hcr/sched.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -76,7 +77,7 @@ void load_from(CostModel& model, const files::TrustedDir& dir, std::vector<std::
   std::stable_partition(found.begin(), found.end(), [](const File& f) { return !f.of_record; });
   for (auto& f : found) {
     try {
-      model.load_text(f.text, dir.file(f.name).string());
+      model.load_text(f.text, dir.file(f.name).string(), &warnings);
     } catch (const std::exception& e) {
       warnings.push_back(std::string("ignoring cost model file ") + e.what());
     }
@@ -102,7 +103,9 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
                                    [](const CostModel::SavedCell& c) {
                                      return c.fresh_count > 0 || c.joules_fresh_count > 0;
                                    });
-    if (text && !fresh) continue;  // the file holds all this model learned of it, and maybe more
+    // The file holds all this model learned of it, and maybe more; unless it was loaded cut short
+    // or over the caps, and must be written within them.
+    if (text && !fresh && !model.needs_rewrite(arch)) continue;
     std::string why;
     std::string merged = CostModel::merged_text(
         arch, cells, text ? std::optional<std::string_view>(*text) : std::nullopt, path, &why);
@@ -161,6 +164,26 @@ void CostModel::load(const fs::path& dir, std::vector<std::string>& warnings) {
 
 void CostModel::load_file(const fs::path& file) {
   load_text(files::read_file(file, kMaxModelFileBytes), file.string());
+}
+
+std::string check_model_file(std::string_view name, std::string_view text) {
+  const std::string origin(name);
+  if (text.size() > kMaxModelParseBytes)
+    return origin + ": " + std::to_string(text.size()) + " bytes, more than the " +
+           std::to_string(kMaxModelParseBytes) + " a model file is read up to";
+  try {
+    CostModel model;  // loaded as a model directory's file is, and thrown away
+    std::vector<std::string> warnings;
+    model.load_text(text, origin, &warnings);
+    if (!warnings.empty()) return warnings.front();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  const std::optional<std::string> arch = CostModel::arch_of(text);
+  if (!arch || CostModel::file_name(*arch) != name)
+    return origin + ": holds architecture '" + arch.value_or("") + "', whose file is " +
+           CostModel::file_name(arch.value_or(""));
+  return {};
 }
 
 void load_models(const std::string& dir, CostModel& model, LinkModel& links,

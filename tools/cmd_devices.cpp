@@ -110,8 +110,9 @@ int list(const Config& config, int fd) {
       why = it->second + " (found probing in a child process; left out)";
     std::printf("  %-8s %-16s %s", loaded ? "loaded" : "skipped", what.c_str(),
                 p.path.empty() ? "" : p.path.c_str());
-    if (loaded) std::printf("  (%zu device%s)\n", p.devices, p.devices == 1 ? "" : "s");
-    else std::printf("\n           why: %s\n", why.c_str());
+    if (!loaded) std::printf("\n           why: %s\n", why.c_str());
+    else if (p.devices == 0 && !why.empty()) std::printf("  (0 devices)\n           why: %s\n", why.c_str());
+    else std::printf("  (%zu device%s)\n", p.devices, p.devices == 1 ? "" : "s");
   }
 
   std::printf("\ndevices:\n");

@@ -18,10 +18,35 @@ namespace {
 // A user or group by name or number; throws naming the value.
 template <class Id, class Lookup>
 Id id_of(const std::string& what, const std::string& v, Lookup lookup) {
-  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
-    return static_cast<Id>(std::stoul(v));
+  if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+    // An id is below 2^32 - 1 ((uid_t)-1 means "none"): anything longer is no id.
+    if (v.size() > 10 || std::stoull(v) >= 0xffffffffull)
+      throw Error(ErrorCode::invalid_argument,
+                  "--allow-" + what + " '" + v + "': not a " + what + " id (0 to 4294967294)");
+    return static_cast<Id>(std::stoull(v));
+  }
   if (auto id = lookup(v.c_str())) return *id;
   throw Error(ErrorCode::invalid_argument, "--allow-" + what + " '" + v + "': no such " + what);
+}
+
+// Plain decimal seconds ("30", "2.5"): no sign, exponent, hexadecimal, inf or nan, where strtod
+// takes them all. 0 is `off`; otherwise within [lo, hi]. Throws naming the option and the value.
+double seconds_of(const std::string& option, const std::string& v, double lo, double hi) {
+  const size_t point = v.find('.');
+  const std::string whole = v.substr(0, point);
+  const std::string part = point == std::string::npos ? "0" : v.substr(point + 1);
+  const auto digits = [](const std::string& d) {
+    return !d.empty() && d.find_first_not_of("0123456789") == std::string::npos;
+  };
+  char range[96];
+  std::snprintf(range, sizeof range, "0 (none), or %g to %g seconds", lo, hi);
+  if (!digits(whole) || !digits(part))
+    throw Error(ErrorCode::invalid_argument,
+                option + " '" + v + "' is not plain decimal seconds (such as 30 or 2.5): " + range);
+  const double s = std::strtod(v.c_str(), nullptr);
+  if (s != 0 && (s < lo || s > hi))
+    throw Error(ErrorCode::invalid_argument, option + " '" + v + "' is out of range: " + range);
+  return s;
 }
 
 }  // namespace
@@ -46,11 +71,13 @@ int cmd_serve(int argc, char** argv) {
         return std::nullopt;
       }));
     } else if (a == "--release-timeout") {
-      char* end = nullptr;
-      o.release_timeout = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != 0 || !(o.release_timeout >= 0) || o.release_timeout > 1e6)
+      o.release_timeout = seconds_of(a, v, 0.01, 86400);
+    } else if (a == "--max-connections") {
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(v) < 1 || std::stoul(v) > 100000)
         throw Error(ErrorCode::invalid_argument,
-                    "--release-timeout '" + v + "' is not a number of seconds (0: none)");
+                    "--max-connections '" + v + "' is not a whole number from 1 to 100000");
+      o.max_connections = std::stoul(v);
     } else {
       throw Error(ErrorCode::invalid_argument, "unknown option " + a);
     }
@@ -70,7 +97,8 @@ int cmd_serve(int argc, char** argv) {
     throw Error(ErrorCode::invalid_argument, e.what());
   }
   std::fprintf(stderr, "hcr serve: arbiter on '%s' (%zu user(s), %zu group(s) allowed)\n",
-               o.socket.c_str(), o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
+               server->path().c_str(),
+               o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
                o.groups.size());
   std::thread t([&] { server->run(); });
   int sig = 0;
@@ -80,10 +108,12 @@ int cmd_serve(int argc, char** argv) {
   const arbiter::ServerCounters c = server->counters();
   server.reset();  // removes the socket file
   std::fprintf(stderr, "hcr serve: stopped by signal %d; %llu tenant(s) joined, %llu refused, "
-               "%llu dropped for a bad message\n",
+               "%llu dropped (a bad message, a join or a release not in time), %llu turned away "
+               "(too many connections)\n",
                sig, static_cast<unsigned long long>(c.joined),
                static_cast<unsigned long long>(c.refused),
-               static_cast<unsigned long long>(c.dropped));
+               static_cast<unsigned long long>(c.dropped),
+               static_cast<unsigned long long>(c.turned_away));
   return 0;
 }
 

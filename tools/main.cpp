@@ -1,6 +1,8 @@
 // hcr — the command line of the heterogeneous compute runtime.
 #include "cli.hpp"
 
+#include <hcr/sched.hpp>
+
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -107,13 +109,17 @@ const char* kUsage =
     "  serve     the node arbiter: runtimes of several processes on this node ([arbiter]\n"
     "            socket, HCR_ARBITER_SOCKET) share its devices by weight; foreground, until\n"
     "            SIGINT or SIGTERM. Peers: the allowed users and groups only (default: this\n"
-    "            user); the socket file is mode 0600 (0660 with --allow-group)\n"
+    "            user), checked on accept; the socket file is mode 0600, or opened to them by\n"
+    "            an ACL (one group: owned by it, 0660). Its directory must be this user's or\n"
+    "            root's, writable by nobody else; a socket of another user there is refused\n"
     "            --socket PATH  --allow-user NAME|UID ...  --allow-group NAME|GID ...\n"
-    "            --release-timeout S (drop a tenant that keeps a revoked device S seconds; 0)\n"
+    "            --release-timeout S (drop a tenant that keeps a revoked device S seconds;\n"
+    "            plain decimal, 0: never, else 0.01 to 86400; 0)\n"
+    "            --max-connections N (tenants and joins at once; more are turned away; 256)\n"
     "  help      this text\n"
     "\n"
-    "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (policy: eager, random,\n"
-    "             ws, dmda, dmdas), HCR_TRACE (write a trace there at the end),\n"
+    "environment: HCR_PLUGIN_PATH (extra plugin directories), HCR_SCHED (a policy, below),\n"
+    "             HCR_TRACE (write a trace there at the end),\n"
     "             HCR_ARBITER_SOCKET (join that node arbiter),\n"
     "             HCR_LOG (trace|debug|info|warn|error|off; info names each plugin library\n"
     "             before its code runs), HCR_PLUGIN_DISABLE (plugin files never opened)\n";
@@ -121,7 +127,16 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "help") == 0 || std::strcmp(argv[1], "--help") == 0) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    FILE* out = argc < 2 ? stderr : stdout;
+    std::fputs(kUsage, out);
+    // The policies registered in this build, so the list never goes stale.
+    std::string names;
+    for (const std::string& n : hcr::sched::policy_names()) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(out,
+                 "\npolicies ([scheduler] policy, HCR_SCHED): %s\n"
+                 "             auto (the default): peft where the devices are of more than one\n"
+                 "             architecture, else eager\n",
+                 names.c_str());
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];

@@ -3,9 +3,13 @@
 #include <hcr/arbiter/client.hpp>
 #include <hcr/arbiter/protocol.hpp>
 
+#include "peer.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,33 +36,87 @@ bool Client::send(const std::string& line) {
   return true;
 }
 
+namespace {
+
+timeval timeval_of(std::chrono::milliseconds ms) {
+  const int64_t v = std::max<int64_t>(1, ms.count());
+  return timeval{static_cast<time_t>(v / 1000), static_cast<suseconds_t>(v % 1000 * 1000)};
+}
+
+}  // namespace
+
 bool Client::start() {
   const std::vector<DeviceReport> devices = host_.devices();
   count_ = static_cast<uint32_t>(std::min(devices.size(), kMaxDevicesPerTenant));
   allowed_.assign(count_, true);
   own_.assign(count_, true);
   const std::string where = "arbiter '" + options_.socket + "'";
+  const std::string as_without = "; running on every device, as without one";
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (options_.socket.empty() || options_.socket.size() >= sizeof a.sun_path) {
-    host_.log(true, where + ": not a socket path (empty or too long); running on every device");
+    host_.log(true, where + ": not a socket path (empty or too long)" + as_without);
     return false;
   }
   std::memcpy(a.sun_path, options_.socket.c_str(), options_.socket.size() + 1);
+  // Whoever listens on the path learns this process's id on connect and its devices after: a
+  // socket file of another user is not even connected to (its process is checked below too).
+  struct stat st{};
+  if (::lstat(options_.socket.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      host_.log(true, where + " is not a socket: refused" + as_without);
+      return false;
+    }
+    if (!detail::trusted_uid(st.st_uid)) {
+      host_.log(true, where + ": the socket file belongs to " + detail::user_text(st.st_uid) +
+                          ", neither this user (" + detail::user_text(::geteuid()) +
+                          ") nor root: refused" + as_without);
+      return false;
+    }
+  }
   fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0 || ::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-    host_.log(true, where + " does not answer (" + std::strerror(errno) +
-                        "); running on every device, as without one");
+  // On a Unix socket, connect() waits on a full backlog (an arbiter stopped, or overwhelmed) at
+  // most the send timeout: the connect timeout. Sends after it wait at most the join timeout.
+  const timeval connect_tv = timeval_of(options_.connect_timeout);
+  const timeval send_tv = timeval_of(options_.join_timeout);
+  int r = -1;
+  if (fd_ >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &connect_tv, sizeof connect_tv) == 0) {
+    do r = ::connect(fd_, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+    while (r != 0 && errno == EINTR);
+  }
+  if (r != 0) {
+    const int e = errno;
+    host_.log(true, where + " does not answer (" +
+                        (e == EAGAIN ? "no connection accepted within " +
+                                           std::to_string(options_.connect_timeout.count()) +
+                                           " ms: stopped, or its backlog is full"
+                                     : std::string(std::strerror(e))) +
+                        ")" + as_without);
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
     return false;
   }
-  bool sent = send(format(msg::Hello{kProtocolVersion, options_.weight}));
-  for (uint32_t i = 0; i < count_ && sent; ++i) sent = send(format(msg::Device{devices[i]}));
-  if (sent) send(format(msg::Joined{}));
+  ucred cred{};
+  std::string refusal;
+  if (!detail::peer_credentials(fd_, cred))
+    refusal = std::string("its credentials cannot be read (") + std::strerror(errno) + ")";
+  else if (!detail::trusted_uid(cred.uid))
+    refusal = "it runs as " + detail::user_text(cred.uid) + " (pid " + std::to_string(cred.pid) +
+              "), neither this user (" + detail::user_text(::geteuid()) + ") nor root";
+  else if (::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &send_tv, sizeof send_tv) != 0)
+    refusal = std::string("SO_SNDTIMEO: ") + std::strerror(errno);
+  if (!refusal.empty()) {
+    host_.log(true, where + ": " + refusal + ": refused" + as_without);
+    ::close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  std::string join = format(msg::Hello{kProtocolVersion, options_.weight});
+  for (uint32_t i = 0; i < count_; ++i) join += format(msg::Device{devices[i]});
   // The first grant: until it comes the runtime runs as without an arbiter. (A send that failed
   // still reads what the arbiter said before it closed: a refusal's reason.)
   const auto deadline = Clock::now() + options_.join_timeout;
+  send(join + format(msg::Joined{}));
   bool ok = true;
   while (ok && stats().grants == 0 && Clock::now() < deadline)
     ok = read_lines(true, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
@@ -68,9 +126,10 @@ bool Client::start() {
       std::lock_guard<std::mutex> g(stats_mutex_);
       why = error_;
     }
-    host_.log(true, where + (why.empty() ? std::string(" gave no grant in time")
+    host_.log(true, where + (why.empty() ? " gave no grant within " +
+                                               std::to_string(options_.join_timeout.count()) + " ms"
                                          : " refused: " + why) +
-                        "; running on every device, as without one");
+                        as_without);
     for (uint32_t d = 0; d < count_; ++d)
       if (!allowed_[d]) host_.allow(d, true);
     allowed_.assign(count_, true);
@@ -196,7 +255,8 @@ void Client::loop() {
     // Demand: busy at once, idle after a quiet spell.
     const auto now = Clock::now();
     bool ok = true;
-    if (host_.unfinished() > 0) {
+    const bool has_work = host_.unfinished() > 0;
+    if (has_work) {
       idle_since_ = {};
       if (!reported_busy_) {
         ok = send(format(msg::Busy{}));
@@ -229,7 +289,39 @@ void Client::loop() {
       fall_back("arbiter '" + options_.socket + "' lost (a send failed)");
       return;
     }
+    starved(has_work, now);
   }
+}
+
+// Work and no device: said once per episode, as a warning the first time (then at info), so that
+// tasks that wait for another tenant are not a silent hang. At once when its own share is empty
+// (only a tenant going idle lends it a device); after `starved_after` otherwise (a reclaim takes
+// one task's time, longer only when a holder does not release).
+void Client::starved(bool has_work, Clock::time_point now) {
+  const bool none =
+      count_ > 0 && std::find(allowed_.begin(), allowed_.end(), true) == allowed_.end();
+  if (!has_work || !none) {
+    starved_since_ = {};
+    starved_said_ = false;
+    return;
+  }
+  if (starved_since_ == Clock::time_point{}) starved_since_ = now;
+  if (starved_said_) return;
+  const auto own = static_cast<size_t>(std::count(own_.begin(), own_.end(), true));
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - starved_since_);
+  if (own > 0 && waited < options_.starved_after) return;
+  starved_said_ = true;
+  const std::string where =
+      "arbiter '" + options_.socket + "': tenant " + std::to_string(stats().tenant);
+  host_.log(!starved_warned_,
+            own == 0 ? where + " has work and no device: its own share is empty (more tenants "
+                               "than devices) and the other tenants hold every device it has; "
+                               "its tasks wait until one goes idle and lends it one"
+                     : where + " has had work and no device for " +
+                           std::to_string(waited.count()) + " ms: the " + std::to_string(own) +
+                           " device(s) of its own share are still held by other tenants (not "
+                           "released yet); its tasks wait for them");
+  starved_warned_ = true;
 }
 
 // Without the arbiter: its own share (every device when it has none), borrowed devices withheld

@@ -804,13 +804,30 @@ class CudaBackend final : public sdk::Backend {
       throw Error(HCR_ERROR_INVALID_ARGUMENT, describe());
     for (size_t i = 0; i < buffers; ++i)
       if (m.param_sizes[i] != sizeof(void*)) throw Error(HCR_ERROR_INVALID_ARGUMENT, describe());
-    // A parameter's span includes the padding before the next one, so it may exceed the kernel's
-    // size by less than an alignment; the last one is exact.
-    for (size_t i = 0; i < params.size(); ++i) {
-      const size_t want = m.param_sizes[buffers + i], have = params[i].second;
-      const bool last = i + 1 == params.size();
-      if (have < want || (last ? have != want : have - want >= 16))
-        throw Error(HCR_ERROR_INVALID_ARGUMENT, describe());
+    // A parameter's span includes the padding before the next one: the last one is exact, and
+    // another may exceed the kernel's size only by what rounds its end up to the next parameter's
+    // alignment, a power of two that divides that parameter's size (C++ makes a type's size a
+    // multiple of its alignment). A double given for a float followed by an int spans 8 bytes
+    // where 4 and no padding fit: the kernel would read the double's low half (0 for 2.0).
+    // Checked from the last, so that the parameter named is the one that is wrong.
+    for (size_t i = params.size(); i-- > 0;) {
+      const size_t want = m.param_sizes[buffers + i];
+      const auto [offset, have] = params[i];
+      bool fits = have == want;
+      if (have > want && i + 1 < params.size()) {
+        const size_t next = m.param_sizes[buffers + i + 1], end = offset + have;
+        for (size_t align = 1; align <= (next & (~next + 1)) && !fits; align *= 2)
+          fits = (offset + want + align - 1) / align * align == end;
+      }
+      if (!fits)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    "kernel '" + k.name + "': parameter " + std::to_string(i) + " spans " +
+                        std::to_string(have) + " bytes" +
+                        (i + 1 < params.size() ? " up to the next" : "") + " where argument " +
+                        std::to_string(buffers + i) + " takes " + std::to_string(want) +
+                        " (Task::param passes a value's bytes unconverted: give the argument's "
+                        "exact type, a float as 2.0f, not 2.0); " +
+                        describe());
     }
   }
 

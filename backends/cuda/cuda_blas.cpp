@@ -37,20 +37,6 @@ int to_int(const std::string& kname, uint64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-const char* op_name(BlasOp op) {
-  switch (op) {
-    case BlasOp::gemm: return "gemm";
-    case BlasOp::syrk: return "syrk";
-    case BlasOp::trsm: return "trsm";
-    case BlasOp::potrf: return "potrf";
-    case BlasOp::getrf_nopiv: return "getrf_nopiv";
-  }
-  return "?";
-}
-
-using sdk::param_flag;
-using sdk::read_params;
-
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 cublasFillMode_t fill(bool upper) {
   return upper ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
@@ -58,21 +44,22 @@ cublasFillMode_t fill(bool upper) {
 
 void enqueue_gemm(cublasHandle_t h, const BlasCall& g) {
   const CublasLib& lib = cublas();
+  const sdk::BlasParams& p = g.params;
   // Column-major C^T (n x m) = op(B)^T (n x k) op(A)^T (k x m).
-  const cublasOperation_t ta = op(g.trans_a), tb = op(g.trans_b);
+  const cublasOperation_t ta = op(p.trans_a), tb = op(p.trans_b);
   const void *A = g.ptr[0], *B = g.ptr[1];
   void* C = g.ptr[2];
   switch (g.kernel.dtype) {
     case HCR_DTYPE_F32: {
-      const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+      const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
       HCR_CUBLAS_CHECK(lib.sgemm(h, tb, ta, g.n, g.m, g.k, &alpha, static_cast<const float*>(B),
                                  g.ld[1], static_cast<const float*>(A), g.ld[0], &beta,
                                  static_cast<float*>(C), g.ld[2]));
       break;
     }
     case HCR_DTYPE_F64: {
-      HCR_CUBLAS_CHECK(lib.dgemm(h, tb, ta, g.n, g.m, g.k, &g.alpha, static_cast<const double*>(B),
-                                 g.ld[1], static_cast<const double*>(A), g.ld[0], &g.beta,
+      HCR_CUBLAS_CHECK(lib.dgemm(h, tb, ta, g.n, g.m, g.k, &p.alpha, static_cast<const double*>(B),
+                                 g.ld[1], static_cast<const double*>(A), g.ld[0], &p.beta,
                                  static_cast<double*>(C), g.ld[2]));
       break;
     }
@@ -80,7 +67,7 @@ void enqueue_gemm(cublasHandle_t h, const BlasCall& g) {
     case HCR_DTYPE_BF16: {
       // 16-bit inputs and output, f32 accumulation and scalars: the tensor-core path.
       const cudaDataType t = g.kernel.dtype == HCR_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-      const float alpha = static_cast<float>(g.alpha), beta = static_cast<float>(g.beta);
+      const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
       HCR_CUBLAS_CHECK(lib.gemm_ex(h, tb, ta, g.n, g.m, g.k, &alpha, B, t, g.ld[1], A, t, g.ld[0],
                                    &beta, C, t, g.ld[2], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       break;
@@ -92,35 +79,37 @@ void enqueue_gemm(cublasHandle_t h, const BlasCall& g) {
 
 void enqueue_syrk(cublasHandle_t h, const BlasCall& s) {
   const CublasLib& lib = cublas();
+  const sdk::BlasParams& p = s.params;
   // A's storage is op(A)^T's when trans is set, and op(A)'s transpose otherwise; C keeps its
   // values (symmetric) but its triangles swap names.
-  const cublasFillMode_t uplo = fill(!s.upper);
-  const cublasOperation_t trans = op(!s.trans_a);
+  const cublasFillMode_t uplo = fill(!p.upper);
+  const cublasOperation_t trans = op(!p.trans_a);
   if (s.kernel.dtype == HCR_DTYPE_F32) {
-    const float alpha = static_cast<float>(s.alpha), beta = static_cast<float>(s.beta);
+    const float alpha = static_cast<float>(p.alpha), beta = static_cast<float>(p.beta);
     HCR_CUBLAS_CHECK(lib.ssyrk(h, uplo, trans, s.n, s.k, &alpha,
                                static_cast<const float*>(s.ptr[0]), s.ld[0], &beta,
                                static_cast<float*>(s.ptr[1]), s.ld[1]));
   } else {
-    HCR_CUBLAS_CHECK(lib.dsyrk(h, uplo, trans, s.n, s.k, &s.alpha,
-                               static_cast<const double*>(s.ptr[0]), s.ld[0], &s.beta,
+    HCR_CUBLAS_CHECK(lib.dsyrk(h, uplo, trans, s.n, s.k, &p.alpha,
+                               static_cast<const double*>(s.ptr[0]), s.ld[0], &p.beta,
                                static_cast<double*>(s.ptr[1]), s.ld[1]));
   }
 }
 
 void enqueue_trsm(cublasHandle_t h, const BlasCall& t) {
   const CublasLib& lib = cublas();
+  const sdk::BlasParams& p = t.params;
   // Column-major B^T is n x m; A^T is the triangle of the other name, on the other side.
-  const cublasSideMode_t side = t.right ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
-  const cublasFillMode_t uplo = fill(!t.upper);
-  const cublasDiagType_t diag = t.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+  const cublasSideMode_t side = p.right ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;
+  const cublasFillMode_t uplo = fill(!p.upper);
+  const cublasDiagType_t diag = p.unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
   if (t.kernel.dtype == HCR_DTYPE_F32) {
-    const float alpha = static_cast<float>(t.alpha);
-    HCR_CUBLAS_CHECK(lib.strsm(h, side, uplo, op(t.trans_a), diag, t.n, t.m, &alpha,
+    const float alpha = static_cast<float>(p.alpha);
+    HCR_CUBLAS_CHECK(lib.strsm(h, side, uplo, op(p.trans_a), diag, t.n, t.m, &alpha,
                                static_cast<const float*>(t.ptr[0]), t.ld[0],
                                static_cast<float*>(t.ptr[1]), t.ld[1]));
   } else {
-    HCR_CUBLAS_CHECK(lib.dtrsm(h, side, uplo, op(t.trans_a), diag, t.n, t.m, &t.alpha,
+    HCR_CUBLAS_CHECK(lib.dtrsm(h, side, uplo, op(p.trans_a), diag, t.n, t.m, &p.alpha,
                                static_cast<const double*>(t.ptr[0]), t.ld[0],
                                static_cast<double*>(t.ptr[1]), t.ld[1]));
   }
@@ -167,7 +156,8 @@ void enqueue_potrf(Lane& l, const BlasCall& f, int* info) {
   cublasHandle_t bh = l.blas();
   cusolverDnHandle_t h = l.solver();
   const int n = f.n;
-  const cublasFillMode_t uplo = fill(f.upper);  // the tile's own triangle: W is not transposed
+  // The tile's own triangle: W is not transposed.
+  const cublasFillMode_t uplo = fill(f.params.upper);
   T* A = static_cast<T*>(f.ptr[0]);
   int lwork = 0;  // asked for the dense tile it will factor (the query reads no element)
   if constexpr (sizeof(T) == 4)
@@ -229,18 +219,7 @@ size_t dtype_size(hcr_dtype_t t) {
 }
 
 std::optional<Builtin> builtin(const std::string& name) {
-  const size_t us = name.rfind('_');
-  if (us == std::string::npos) return std::nullopt;
-  const std::string base = name.substr(0, us), type = name.substr(us + 1);
-  std::optional<BlasOp> op;
-  for (BlasOp o : {BlasOp::gemm, BlasOp::syrk, BlasOp::trsm, BlasOp::potrf, BlasOp::getrf_nopiv})
-    if (base == op_name(o)) op = o;
-  if (!op) return std::nullopt;
-  if (type == "f32") return Builtin{*op, HCR_DTYPE_F32};
-  if (type == "f64") return Builtin{*op, HCR_DTYPE_F64};
-  if (*op == BlasOp::gemm && type == "f16") return Builtin{*op, HCR_DTYPE_F16};
-  if (*op == BlasOp::gemm && type == "bf16") return Builtin{*op, HCR_DTYPE_BF16};
-  return std::nullopt;
+  return sdk::find_blas_builtin(name, /*half_gemm=*/true);
 }
 
 bool needs_cusolver(BlasOp op) noexcept {
@@ -250,21 +229,15 @@ bool needs_cusolver(BlasOp op) noexcept {
 BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* const* ptrs) {
   BlasCall c;
   c.kernel = kernel;
-  c.name = std::string(op_name(kernel.op)) + "_" + sdk::dtype_name(kernel.dtype);
+  c.name = sdk::blas_builtin_name(kernel);
   const std::string& kname = c.name;
-  static const char* const kRoles[5][3] = {
-      {"A", "B", "C"}, {"A", "C", ""}, {"A", "B", ""}, {"A", "", ""}, {"A", "", ""}};
-  const char* const* role = kRoles[static_cast<int>(kernel.op)];
-  const size_t want = kernel.op == BlasOp::gemm                                    ? 3
-                      : kernel.op == BlasOp::syrk || kernel.op == BlasOp::trsm ? 2
-                                                                                   : 1;
-  if (a.num_args != want) {
-    std::string roles;
-    for (size_t i = 0; i < want; ++i) roles += (i ? ", " : "") + std::string(role[i]);
+  const sdk::BlasOperands operands = sdk::blas_operands(kernel.op);
+  const char* const* role = operands.names;
+  const size_t want = operands.count;
+  if (a.num_args != want)
     throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " takes " + std::to_string(want) + " buffer" +
-                                                (want > 1 ? "s" : "") + " (" + roles + "), got " +
-                                                std::to_string(a.num_args));
-  }
+                                                (want > 1 ? "s" : "") + " (" + operands.list +
+                                                "), got " + std::to_string(a.num_args));
   for (size_t i = 0; i < want; ++i) {
     const hcr_arg_t& x = a.args[i];
     if (x.dtype != kernel.dtype)
@@ -282,23 +255,19 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
     c.ptr[i] = ptrs[i];
   }
 
+  // The parameter block (plugin.h's defaults where none was sent), then the shapes.
+  c.params = sdk::read_blas_params(kernel.op, kname, a);
+  const sdk::BlasParams& p = c.params;
   switch (kernel.op) {
     case BlasOp::gemm: {
-      if (auto p = read_params<hcr_gemm_params_t>(kname, "hcr_gemm_params_t", a,
-                                                  HCR_GEMM_PARAMS_STRUCT_SIZE_1_0)) {
-        c.alpha = p->alpha;
-        c.beta = p->beta;
-        c.trans_a = param_flag(kname, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
-        c.trans_b = param_flag(kname, "trans_b", p->trans_b, "HCR_NO_TRANS", "HCR_TRANS");
-      }
       const hcr_arg_t &A = a.args[0], &B = a.args[1], &C = a.args[2];
-      const uint64_t am = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
-      const uint64_t bk = c.trans_b ? B.cols : B.rows, bn = c.trans_b ? B.rows : B.cols;
+      const uint64_t am = p.trans_a ? A.cols : A.rows, ak = p.trans_a ? A.rows : A.cols;
+      const uint64_t bk = p.trans_b ? B.cols : B.rows, bn = p.trans_b ? B.rows : B.cols;
       if (bk != ak || C.rows != am || C.cols != bn) {
         std::string trans;
-        if (c.trans_a || c.trans_b)
-          trans = std::string(" with ") + (c.trans_a ? "A" : "") +
-                  (c.trans_a && c.trans_b ? " and " : "") + (c.trans_b ? "B" : "") +
+        if (p.trans_a || p.trans_b)
+          trans = std::string(" with ") + (p.trans_a ? "A" : "") +
+                  (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") +
                   " transposed";
         throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm shapes do not match: A is " + shape(A) +
                                                     ", B is " + shape(B) + ", C is " + shape(C) +
@@ -310,50 +279,31 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
       break;
     }
     case BlasOp::syrk: {
-      if (auto p = read_params<hcr_syrk_params_t>(kname, "hcr_syrk_params_t", a,
-                                                  HCR_SYRK_PARAMS_STRUCT_SIZE)) {
-        c.alpha = p->alpha;
-        c.beta = p->beta;
-        c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        c.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-      }
       const hcr_arg_t &A = a.args[0], &C = a.args[1];
-      const uint64_t an = c.trans_a ? A.cols : A.rows, ak = c.trans_a ? A.rows : A.cols;
+      const uint64_t an = p.trans_a ? A.cols : A.rows, ak = p.trans_a ? A.rows : A.cols;
       if (C.rows != C.cols || an != C.rows)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
                     kname + " shapes do not match: A is " + shape(A) + ", C is " + shape(C) +
-                        " (C must be n x n and A n x k" + (c.trans_a ? ", transposed: k x n" : "") +
+                        " (C must be n x n and A n x k" + (p.trans_a ? ", transposed: k x n" : "") +
                         ")");
       c.n = to_int(kname, an, "n");
       c.k = to_int(kname, ak, "k");
       break;
     }
     case BlasOp::trsm: {
-      if (auto p = read_params<hcr_trsm_params_t>(kname, "hcr_trsm_params_t", a,
-                                                  HCR_TRSM_PARAMS_STRUCT_SIZE)) {
-        c.alpha = p->alpha;
-        c.right = param_flag(kname, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
-        c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
-        c.trans_a = param_flag(kname, "trans", p->trans, "HCR_NO_TRANS", "HCR_TRANS");
-        c.unit = param_flag(kname, "diag", p->diag, "HCR_NON_UNIT", "HCR_UNIT");
-      }
       const hcr_arg_t &A = a.args[0], &B = a.args[1];
-      const uint64_t order = c.right ? B.cols : B.rows;
+      const uint64_t order = p.right ? B.cols : B.rows;
       if (A.rows != A.cols || A.rows != order)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
                     kname + " shapes do not match: A is " + shape(A) + ", B is " + shape(B) +
-                        " (A must be square with B's " + (c.right ? "columns" : "rows") +
-                        " as its order: side is " + (c.right ? "right" : "left") + ")");
+                        " (A must be square with B's " + (p.right ? "columns" : "rows") +
+                        " as its order: side is " + (p.right ? "right" : "left") + ")");
       c.m = to_int(kname, B.rows, "m");
       c.n = to_int(kname, B.cols, "n");
       break;
     }
     case BlasOp::potrf:
     case BlasOp::getrf_nopiv: {
-      if (kernel.op == BlasOp::potrf)
-        if (auto p = read_params<hcr_potrf_params_t>(kname, "hcr_potrf_params_t", a,
-                                                     HCR_POTRF_PARAMS_STRUCT_SIZE))
-          c.upper = param_flag(kname, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
       const hcr_arg_t& A = a.args[0];
       if (A.rows != A.cols)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
@@ -391,9 +341,9 @@ void enqueue_blas(Lane& l, const BlasCall& c, int* info) {
 }
 
 hcr_error_t* factor_error(const BlasCall& c, int info) {
-  const std::string what = c.name + " (" + std::to_string(c.n) + "x" + std::to_string(c.n) +
-                           (c.kernel.op == BlasOp::potrf ? c.upper ? ", upper" : ", lower" : "") +
-                           ")";
+  const char* uplo = c.kernel.op != BlasOp::potrf ? "" : c.params.upper ? ", upper" : ", lower";
+  const std::string what =
+      c.name + " (" + std::to_string(c.n) + "x" + std::to_string(c.n) + uplo + ")";
   if (info < 0)  // an argument cuSOLVER refused: ours to get right, not the caller's
     return sdk::make_error(HCR_ERROR_INTERNAL, what + ": cuSOLVER refused its argument " +
                                                    std::to_string(-info) + " (devInfo " +
@@ -425,7 +375,7 @@ double estimate_seconds(const BlasCall& c, const GpuInfo& gpu) {
   switch (c.kernel.op) {
     case BlasOp::gemm: flops = 2 * m * n * k; break;
     case BlasOp::syrk: flops = n * n * k; break;
-    case BlasOp::trsm: flops = (c.right ? n : m) * m * n; break;
+    case BlasOp::trsm: flops = (c.params.right ? n : m) * m * n; break;
     // The factorizations are sequences of small panel steps: far from peak on one tile, and a
     // few launches each.
     case BlasOp::potrf:

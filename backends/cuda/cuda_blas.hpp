@@ -6,6 +6,7 @@
 #include "cuda_device.hpp"
 
 #include <hcr/plugin.h>
+#include <hcr/sdk/blas.hpp>
 
 #include <optional>
 #include <string>
@@ -15,13 +16,10 @@ namespace hcr::cuda {
 /// Bytes per element; throws INVALID_ARGUMENT for an unknown dtype.
 size_t dtype_size(hcr_dtype_t t);
 
-enum class BlasOp { gemm, syrk, trsm, potrf, getrf_nopiv };
+using BlasOp = sdk::BlasOp;
 
 /// A built-in kernel: what it computes, on which element type.
-struct Builtin {
-  BlasOp op = BlasOp::gemm;
-  hcr_dtype_t dtype = HCR_DTYPE_F32;
-};
+using Builtin = sdk::BlasBuiltin;
 
 /// The built-in named `name` ("gemm_f32", "potrf_f64", ...), or nullopt. gemm comes in f32, f64,
 /// f16 and bf16; the others in f32 and f64.
@@ -40,11 +38,7 @@ struct BlasCall {
   int m = 0, n = 0, k = 0;
   void* ptr[3] = {nullptr, nullptr, nullptr};  ///< device address of each matrix's element (0,0)
   int ld[3] = {1, 1, 1};                       ///< leading dimensions, >= max(1, columns)
-  double alpha = 1, beta = 0;
-  bool trans_a = false, trans_b = false;  ///< gemm; syrk's and trsm's trans is trans_a
-  bool upper = false;                     ///< syrk, trsm, potrf: uplo
-  bool right = false;                     ///< trsm: side
-  bool unit = false;                      ///< trsm: diag
+  sdk::BlasParams params;  ///< alpha, beta and the flags (trans_a is syrk's and trsm's trans)
 };
 
 /// Checks the launch's arguments and parameters against plugin.h's contract for `kernel` (the

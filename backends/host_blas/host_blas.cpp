@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 
 // OpenBLAS's LAPACK entries, Fortran calling convention: every argument by address, and the
 // length of each character argument appended (gfortran's hidden argument; OpenBLAS's own potrf,
@@ -35,64 +34,10 @@ std::string shape(const hcr_arg_t& a) {
   return std::to_string(a.rows) + "x" + std::to_string(a.cols);
 }
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::gemm: return "gemm";
-    case Op::syrk: return "syrk";
-    case Op::trsm: return "trsm";
-    case Op::potrf: return "potrf";
-    case Op::getrf_nopiv: return "getrf_nopiv";
-  }
-  return "?";
-}
-
-// The buffers of each operation, in order, and what its parameter block is called.
-struct Shape {
-  const char* names[3];
-  size_t count;
-  const char* list;  // "A, B, C"
-  const char* params;
-};
-Shape layout(Op op) {
-  switch (op) {
-    case Op::gemm: return {{"A", "B", "C"}, 3, "A, B, C", "hcr_gemm_params_t"};
-    case Op::syrk: return {{"A", "C", nullptr}, 2, "A, C", "hcr_syrk_params_t"};
-    case Op::trsm: return {{"A", "B", nullptr}, 2, "A, B", "hcr_trsm_params_t"};
-    case Op::potrf: return {{"A", nullptr, nullptr}, 1, "A", "hcr_potrf_params_t"};
-    case Op::getrf_nopiv: return {{"A", nullptr, nullptr}, 1, "A", nullptr};
-  }
-  return {{nullptr, nullptr, nullptr}, 0, "", nullptr};
-}
-
-// Reads the caller's parameter block: at least the fields of `min_size` (the block's first ABI),
-// struct_size within the bytes given, what this build does not know ignored (APPEND ONLY).
-template <class P>
-P read_params(const Call& c, const void* params, size_t size, size_t min_size) {
-  const char* type = layout(c.kernel.op).params;
-  if (size < sizeof(size_t) || params == nullptr)
-    invalid(c, std::string("parameters: ") + std::to_string(size) + " bytes, expected an " + type);
-  size_t struct_size = 0;
-  std::memcpy(&struct_size, params, sizeof struct_size);
-  if (struct_size < min_size || struct_size > size)
-    invalid(c, std::string(type) + ": struct_size " + std::to_string(struct_size) + " in " +
-                   std::to_string(size) + " bytes of parameters (it must be at least " +
-                   std::to_string(min_size) + " and fit in them)");
-  P out{};
-  std::memcpy(static_cast<void*>(&out), params, std::min(struct_size, sizeof(P)));
-  out.struct_size = sizeof(P);
-  return out;
-}
-
-void check_enum(const Call& c, const char* field, int32_t v, const char* zero, const char* one) {
-  if (v != 0 && v != 1)
-    invalid(c, std::string(field) + " " + std::to_string(v) + " is neither " + zero + " (0) nor " +
-                   one + " (1)");
-}
-
 // ---- BLAS by element type -------------------------------------------------------------------
 
-CBLAS_TRANSPOSE trans_of(int32_t t) { return t == HCR_TRANS ? CblasTrans : CblasNoTrans; }
-CBLAS_UPLO uplo_of(int32_t u) { return u == HCR_UPPER ? CblasUpper : CblasLower; }
+CBLAS_TRANSPOSE trans_of(bool t) { return t ? CblasTrans : CblasNoTrans; }
+CBLAS_UPLO uplo_of(bool upper) { return upper ? CblasUpper : CblasLower; }
 
 template <class T>
 struct Blas;
@@ -205,7 +150,7 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
       const uint64_t len = by_rows ? c.m : c.n;
       if (len < 2 * grain) return false;
       const Ranges r{len, len / grain};
-      const bool ta = c.gemm.trans_a == HCR_TRANS, tb = c.gemm.trans_b == HCR_TRANS;
+      const bool ta = c.params.trans_a, tb = c.params.trans_b;
       split.for_each(r.parts, [&](size_t i) {
         const uint64_t x0 = r.begin(i), x1 = r.end(i);
         const T* a = m[0].data;
@@ -221,8 +166,8 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
           cm += x0;
           cols = x1 - x0;
         }
-        Blas<T>::gemm(trans_of(c.gemm.trans_a), trans_of(c.gemm.trans_b), b(rows), b(cols),
-                      b(c.k), c.gemm.alpha, a, m[0].ld, bm, m[1].ld, c.gemm.beta, cm, m[2].ld);
+        Blas<T>::gemm(trans_of(c.params.trans_a), trans_of(c.params.trans_b), b(rows), b(cols),
+                      b(c.k), c.params.alpha, a, m[0].ld, bm, m[1].ld, c.params.beta, cm, m[2].ld);
       });
       return true;
     }
@@ -232,7 +177,7 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
       // are A's rows, or A's columns when transposed.
       if (c.n < 2 * grain) return false;
       const Ranges r{c.n, c.n / grain};
-      const bool t = c.syrk.trans == HCR_TRANS, lower = c.syrk.uplo != HCR_UPPER;
+      const bool t = c.params.trans_a, lower = !c.params.upper;
       const T* a = m[0].data;
       const blasint lda = m[0].ld, ldc = m[1].ld;
       auto rows_of_a = [&](uint64_t x) { return a + (t ? x : x * static_cast<uint64_t>(lda)); };
@@ -243,25 +188,25 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
         const uint64_t c0 = lower ? 0 : x1, cols = lower ? x0 : c.n - x1;
         if (cols > 0)
           Blas<T>::gemm(t ? CblasTrans : CblasNoTrans, t ? CblasNoTrans : CblasTrans, b(rows),
-                        b(cols), b(c.k), c.syrk.alpha, rows_of_a(x0), lda, rows_of_a(c0), lda,
-                        c.syrk.beta, crow + c0, ldc);
-        Blas<T>::syrk(uplo_of(c.syrk.uplo), trans_of(c.syrk.trans), b(rows), b(c.k),
-                      c.syrk.alpha, rows_of_a(x0), lda, c.syrk.beta, crow + x0, ldc);
+                        b(cols), b(c.k), c.params.alpha, rows_of_a(x0), lda, rows_of_a(c0), lda,
+                        c.params.beta, crow + c0, ldc);
+        Blas<T>::syrk(uplo_of(c.params.upper), trans_of(c.params.trans_a), b(rows), b(c.k),
+                      c.params.alpha, rows_of_a(x0), lda, c.params.beta, crow + x0, ldc);
       });
       return true;
     }
     case Op::trsm: {
       // op(A) X = alpha B (left): B's columns are independent; X op(A) = alpha B (right): its rows.
-      const bool left = c.trsm.side != HCR_RIGHT;
+      const bool left = !c.params.right;
       const uint64_t len = left ? c.n : c.m;
       if (len < 2 * grain) return false;
       const Ranges r{len, len / grain};
       split.for_each(r.parts, [&](size_t i) {
         const uint64_t x0 = r.begin(i), x1 = r.end(i);
         T* bm = m[1].data + (left ? x0 : x0 * static_cast<uint64_t>(m[1].ld));
-        Blas<T>::trsm(left ? CblasLeft : CblasRight, uplo_of(c.trsm.uplo),
-                      trans_of(c.trsm.trans), c.trsm.diag == HCR_UNIT ? CblasUnit : CblasNonUnit,
-                      b(left ? c.m : x1 - x0), b(left ? x1 - x0 : c.n), c.trsm.alpha, m[0].data,
+        Blas<T>::trsm(left ? CblasLeft : CblasRight, uplo_of(c.params.upper),
+                      trans_of(c.params.trans_a), c.params.unit ? CblasUnit : CblasNonUnit,
+                      b(left ? c.m : x1 - x0), b(left ? x1 - x0 : c.n), c.params.alpha, m[0].data,
                       m[0].ld, bm, m[1].ld);
       });
       return true;
@@ -275,7 +220,7 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
 
 template <class T>
 void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullptr) {
-  const Shape s = layout(c.kernel.op);
+  const sdk::BlasOperands s = sdk::blas_operands(c.kernel.op);
   Mat<T> m[3] = {};
   for (size_t i = 0; i < s.count; ++i) {
     const hcr_arg_t& x = sdk::element(args, i);
@@ -293,19 +238,19 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
   switch (c.kernel.op) {
     case Op::gemm:
       if (M == 0 || N == 0) return;
-      Blas<T>::gemm(trans_of(c.gemm.trans_a), trans_of(c.gemm.trans_b), M, N, K, c.gemm.alpha,
-                    m[0].data, m[0].ld, m[1].data, m[1].ld, c.gemm.beta, m[2].data, m[2].ld);
+      Blas<T>::gemm(trans_of(c.params.trans_a), trans_of(c.params.trans_b), M, N, K, c.params.alpha,
+                    m[0].data, m[0].ld, m[1].data, m[1].ld, c.params.beta, m[2].data, m[2].ld);
       return;
     case Op::syrk:
       if (N == 0) return;
-      Blas<T>::syrk(uplo_of(c.syrk.uplo), trans_of(c.syrk.trans), N, K, c.syrk.alpha, m[0].data,
-                    m[0].ld, c.syrk.beta, m[1].data, m[1].ld);
+      Blas<T>::syrk(uplo_of(c.params.upper), trans_of(c.params.trans_a), N, K, c.params.alpha,
+                    m[0].data, m[0].ld, c.params.beta, m[1].data, m[1].ld);
       return;
     case Op::trsm:
       if (M == 0 || N == 0) return;
-      Blas<T>::trsm(c.trsm.side == HCR_RIGHT ? CblasRight : CblasLeft, uplo_of(c.trsm.uplo),
-                    trans_of(c.trsm.trans), c.trsm.diag == HCR_UNIT ? CblasUnit : CblasNonUnit, M,
-                    N, c.trsm.alpha, m[0].data, m[0].ld, m[1].data, m[1].ld);
+      Blas<T>::trsm(c.params.right ? CblasRight : CblasLeft, uplo_of(c.params.upper),
+                    trans_of(c.params.trans_a), c.params.unit ? CblasUnit : CblasNonUnit, M,
+                    N, c.params.alpha, m[0].data, m[0].ld, m[1].data, m[1].ld);
       return;
     case Op::potrf: {
       if (N == 0) return;
@@ -314,7 +259,7 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
       // in the same memory. Calling LAPACK on the transposed view copies nothing (LAPACKE's
       // row-major interface transposes into a scratch matrix and back).
       blasint info = 0;
-      Blas<T>::potrf(c.potrf.uplo == HCR_UPPER ? 'L' : 'U', N, m[0].data, m[0].ld, &info);
+      Blas<T>::potrf(c.params.upper ? 'L' : 'U', N, m[0].data, m[0].ld, &info);
       if (info > 0)
         invalid(c, "the leading minor of order " + std::to_string(info) + " (of " +
                        std::to_string(N) + ") is not positive definite: no Cholesky factor");
@@ -332,26 +277,17 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
 }  // namespace
 
 std::optional<Builtin> find(std::string_view name) noexcept {
-  hcr_dtype_t dtype;
-  if (name.ends_with("_f32")) dtype = HCR_DTYPE_F32;
-  else if (name.ends_with("_f64")) dtype = HCR_DTYPE_F64;
-  else return std::nullopt;
-  name.remove_suffix(4);
-  for (Op op : {Op::gemm, Op::syrk, Op::trsm, Op::potrf, Op::getrf_nopiv})
-    if (name == op_name(op)) return Builtin{op, dtype};
-  return std::nullopt;
+  return sdk::find_blas_builtin(name);
 }
 
-std::string name(Builtin kernel) {
-  return std::string(op_name(kernel.op)) + "_" + sdk::dtype_name(kernel.dtype);
-}
+std::string name(Builtin kernel) { return sdk::blas_builtin_name(kernel); }
 
 double Call::flops() const noexcept {
   const double M = static_cast<double>(m), N = static_cast<double>(n), K = static_cast<double>(k);
   switch (kernel.op) {
     case Op::gemm: return 2 * M * N * K;
     case Op::syrk: return N * N * K;
-    case Op::trsm: return trsm.side == HCR_RIGHT ? M * N * N : M * M * N;
+    case Op::trsm: return params.right ? M * N * N : M * M * N;
     case Op::potrf: return N * N * N / 3;
     case Op::getrf_nopiv: return 2 * N * N * N / 3;
   }
@@ -362,7 +298,7 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
            size_t params_size) {
   Call c;
   c.kernel = kernel;
-  const Shape s = layout(kernel.op);
+  const sdk::BlasOperands s = sdk::blas_operands(kernel.op);
   if (num_args != s.count)
     invalid(c, "takes " + std::to_string(s.count) + (s.count == 1 ? " buffer (" : " buffers (") +
                    s.list + "), got " + std::to_string(num_args));
@@ -380,15 +316,12 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       invalid(c, std::string(s.names[i]) + " is " + shape(x[i]) + ", not square");
     return x[i].rows;
   };
+  // The parameter block (gemm's may be absent: alpha 1, beta 0, no transposes), then the shapes.
+  c.params = sdk::read_blas_params(kernel.op, name(kernel), params, params_size,
+                                   sdk::BlasParamsRules::host);
   switch (kernel.op) {
     case Op::gemm: {
-      c.gemm = hcr_gemm_params_t{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_NO_TRANS, HCR_NO_TRANS};
-      if (params_size != 0)
-        c.gemm = read_params<hcr_gemm_params_t>(c, params, params_size,
-                                                HCR_GEMM_PARAMS_STRUCT_SIZE_1_0);
-      check_enum(c, "trans_a", c.gemm.trans_a, "HCR_NO_TRANS", "HCR_TRANS");
-      check_enum(c, "trans_b", c.gemm.trans_b, "HCR_NO_TRANS", "HCR_TRANS");
-      const bool ta = c.gemm.trans_a == HCR_TRANS, tb = c.gemm.trans_b == HCR_TRANS;
+      const bool ta = c.params.trans_a, tb = c.params.trans_b;
       c.m = ta ? x[0].cols : x[0].rows;
       c.k = ta ? x[0].rows : x[0].cols;
       const uint64_t kb = tb ? x[1].cols : x[1].rows;
@@ -401,11 +334,8 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       break;
     }
     case Op::syrk: {
-      c.syrk = read_params<hcr_syrk_params_t>(c, params, params_size, HCR_SYRK_PARAMS_STRUCT_SIZE);
-      check_enum(c, "uplo", c.syrk.uplo, "HCR_LOWER", "HCR_UPPER");
-      check_enum(c, "trans", c.syrk.trans, "HCR_NO_TRANS", "HCR_TRANS");
       c.n = square(1);
-      const bool t = c.syrk.trans == HCR_TRANS;
+      const bool t = c.params.trans_a;
       c.k = t ? x[0].rows : x[0].cols;
       if ((t ? x[0].cols : x[0].rows) != c.n)
         invalid(c, "shapes do not match: A is " + shape(x[0]) + ", C is " + shape(x[1]) +
@@ -413,14 +343,9 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       break;
     }
     case Op::trsm: {
-      c.trsm = read_params<hcr_trsm_params_t>(c, params, params_size, HCR_TRSM_PARAMS_STRUCT_SIZE);
-      check_enum(c, "side", c.trsm.side, "HCR_LEFT", "HCR_RIGHT");
-      check_enum(c, "uplo", c.trsm.uplo, "HCR_LOWER", "HCR_UPPER");
-      check_enum(c, "trans", c.trsm.trans, "HCR_NO_TRANS", "HCR_TRANS");
-      check_enum(c, "diag", c.trsm.diag, "HCR_NON_UNIT", "HCR_UNIT");
       c.m = x[1].rows;
       c.n = x[1].cols;
-      const bool left = c.trsm.side == HCR_LEFT;
+      const bool left = !c.params.right;
       const uint64_t order = square(0);
       if (order != (left ? c.m : c.n))
         invalid(c, "shapes do not match: A is " + shape(x[0]) + ", B is " + shape(x[1]) +
@@ -429,14 +354,7 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       break;
     }
     case Op::potrf:
-      c.potrf = read_params<hcr_potrf_params_t>(c, params, params_size,
-                                                HCR_POTRF_PARAMS_STRUCT_SIZE);
-      check_enum(c, "uplo", c.potrf.uplo, "HCR_LOWER", "HCR_UPPER");
-      c.n = square(0);
-      break;
     case Op::getrf_nopiv:
-      if (params_size != 0)
-        invalid(c, "takes no parameters, got " + std::to_string(params_size) + " bytes of them");
       c.n = square(0);
       break;
   }

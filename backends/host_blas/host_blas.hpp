@@ -5,6 +5,7 @@
 #pragma once
 
 #include <hcr/plugin.h>
+#include <hcr/sdk/blas.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -15,13 +16,10 @@
 
 namespace hcr::host_blas {
 
-enum class Op : uint8_t { gemm, syrk, trsm, potrf, getrf_nopiv };
+using Op = sdk::BlasOp;
 
 /// A built-in kernel: the operation and its element type (f32 or f64).
-struct Builtin {
-  Op op;
-  hcr_dtype_t dtype;
-};
+using Builtin = sdk::BlasBuiltin;
 
 /// The built-in named `name` ("gemm_f32", "syrk_f64", ..., "getrf_nopiv_f64"), or nullopt.
 std::optional<Builtin> find(std::string_view name) noexcept;
@@ -31,15 +29,12 @@ std::string name(Builtin kernel);
 
 /// A launch checked and decoded. Dimensions, by operation: gemm C (m x n) += op(A) (m x k) op(B);
 /// syrk C n x n, op(A) n x k; trsm B m x n (A m x m on the left, n x n on the right); potrf and
-/// getrf_nopiv A n x n. The parameter block of the operation is in this build's layout (an older
-/// caller's block reads as if the fields it lacks were 0).
+/// getrf_nopiv A n x n. The parameter block decoded (an older caller's block reads as if the fields
+/// it lacks were 0: the defaults).
 struct Call {
   Builtin kernel{};
   uint64_t m = 0, n = 0, k = 0;
-  hcr_gemm_params_t gemm{};
-  hcr_syrk_params_t syrk{};
-  hcr_trsm_params_t trsm{};
-  hcr_potrf_params_t potrf{};
+  sdk::BlasParams params{};
 
   /// Floating-point operations, as the simulated devices' cost model counts them: gemm 2mnk, syrk
   /// n²k, trsm m²n (left) or mn² (right), potrf n³/3, getrf_nopiv 2n³/3.

@@ -9,6 +9,7 @@
 #include "sim_units.hpp"
 
 #include <hcr/sdk/backend.hpp>
+#include <hcr/sdk/memory.hpp>
 
 #include <cstring>
 #include <new>
@@ -65,23 +66,6 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-// a * b + c without wrapping; false when it would.
-bool mul_add(uint64_t a, uint64_t b, uint64_t c, uint64_t& out) {
-  if (a != 0 && b > (~uint64_t{0} - c) / a) return false;
-  out = a * b + c;
-  return true;
-}
-
-// Bytes spanned by `rows` rows of `width` bytes `pitch` apart, from `offset`; false on overflow.
-bool span_end(uint64_t offset, uint64_t rows, uint64_t pitch, uint64_t width, uint64_t& end) {
-  if (rows == 0 || width == 0) {
-    end = offset;
-    return true;
-  }
-  uint64_t last = 0;
-  return mul_add(rows - 1, pitch, width, last) && mul_add(1, offset, last, end);
-}
-
 class SimBackend final : public sdk::Backend {
  public:
   explicit SimBackend(const sdk::CreateContext& ctx)
@@ -99,9 +83,13 @@ class SimBackend final : public sdk::Backend {
                     "' works in host memory and has no link");
     sim_ = std::make_unique<Simulator>(machine_, std::move(keys),
                                        [this](const std::string& m) { host().warn(m); });
-    host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
-                std::to_string(machine_.seed) + ", time_scale " +
-                std::to_string(machine_.time_scale) + (machine_.compute ? "" : ", timing only"));
+    if (machine_.devices.empty())
+      host().info("sim: no devices: none described (a simulated device is asked for with a "
+                  "[[backend.device]] table, see samples/sim_machine.toml)");
+    else
+      host().info("sim: " + std::to_string(machine_.devices.size()) + " device(s), seed " +
+                  std::to_string(machine_.seed) + ", time_scale " +
+                  std::to_string(machine_.time_scale) + (machine_.compute ? "" : ", timing only"));
   }
 
   // Outstanding operations end first (hung ones with a timeout), then what the host did not free
@@ -167,20 +155,7 @@ class SimBackend final : public sdk::Backend {
   void copy(const hcr_copy_args_t& a) override {
     const DeviceConfig& c = own_memory(a.device, "copy");
     check_not_lost(a.device, "copy");
-    if ((a.src_memory == nullptr) == (a.src_host == nullptr))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: the source must be exactly one of src_memory and src_host");
-    if ((a.dst_memory == nullptr) == (a.dst_host == nullptr))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: the destination must be exactly one of dst_memory and dst_host");
-    if (a.src_host != nullptr && a.dst_host != nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: host to host; a device engine copies to or from device memory");
-    if (a.rows > 1 && (a.src_pitch < a.width || a.dst_pitch < a.width))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: pitches " + std::to_string(a.src_pitch) + " (source) and " +
-                      std::to_string(a.dst_pitch) + " (destination) must be at least the width " +
-                      std::to_string(a.width));
+    sdk::check_copy_ends(a, "a device engine copies to or from device memory");
     const std::byte* src = a.src_host ? static_cast<const std::byte*>(a.src_host) : nullptr;
     std::byte* dst = a.dst_host ? static_cast<std::byte*>(a.dst_host) : nullptr;
     bool from_device = false, into_device = false;  // an end in a.device's own memory
@@ -188,13 +163,13 @@ class SimBackend final : public sdk::Backend {
       std::lock_guard<std::mutex> lock(memory_mutex_);
       if (a.src_memory) {
         SimMemory& m = live(a.src_memory, "copy source");
-        check_span(m, a.src_offset, a.rows, a.src_pitch, a.width, "copy source");
+        sdk::check_span(m.bytes, a.src_offset, a.rows, a.src_pitch, a.width, "copy source");
         src = m.data + a.src_offset;
         from_device = m.device == a.device;
       }
       if (a.dst_memory) {
         SimMemory& m = live(a.dst_memory, "copy destination");
-        check_span(m, a.dst_offset, a.rows, a.dst_pitch, a.width, "copy destination");
+        sdk::check_span(m.bytes, a.dst_offset, a.rows, a.dst_pitch, a.width, "copy destination");
         dst = m.data + a.dst_offset;
         into_device = m.device == a.device;
       }
@@ -349,15 +324,7 @@ class SimBackend final : public sdk::Backend {
  private:
   const SimKernel& kernel_of(const hcr_launch_args_t& a) {
     check_device(a.device);
-    if (a.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
-    const auto& k = *reinterpret_cast<const SimKernel*>(a.kernel);
-    if (k.device != a.device)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "kernel '" + k.name + "' was made for device " + std::to_string(k.device) +
-                      ", not device " + std::to_string(a.device));
-    if (a.num_args > 0 && a.args == nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
-    return k;
+    return sdk::launch_kernel<const SimKernel>(a);
   }
 
   // A built-in kernel's launch checked against its contract (throws naming what does not fit);
@@ -421,9 +388,9 @@ class SimBackend final : public sdk::Backend {
                       which + " lives on device " + std::to_string(m.device) +
                           ", not on device " + std::to_string(a.device));
         uint64_t width = 0, pitch = 0;
-        if (!mul_add(x.cols, esize, 0, width) || !mul_add(x.ld, esize, 0, pitch))
+        if (!sdk::mul_add(x.cols, esize, 0, width) || !sdk::mul_add(x.ld, esize, 0, pitch))
           throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " is implausibly large");
-        check_span(m, x.offset, x.rows, pitch, width, which);
+        sdk::check_span(m.bytes, x.offset, x.rows, pitch, width, which);
         x.host = m.data + x.offset;
       }
       args.push_back(x);
@@ -465,17 +432,6 @@ class SimBackend final : public sdk::Backend {
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   what + ": memory is not a live allocation of this plugin");
     return *m;
-  }
-
-  static void check_span(const SimMemory& m, uint64_t offset, uint64_t rows, uint64_t pitch,
-                         uint64_t width, const std::string& what) {
-    uint64_t end = 0;
-    if (!span_end(offset, rows, pitch, width, end) || end > m.bytes)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  what + ": " + std::to_string(rows) + " row(s) of " + std::to_string(width) +
-                      " bytes, " + std::to_string(pitch) + " apart, from offset " +
-                      std::to_string(offset) + " overrun the allocation of " +
-                      std::to_string(m.bytes) + " bytes");
   }
 
   static void release(SimMemory* m) noexcept {

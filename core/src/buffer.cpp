@@ -104,8 +104,8 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
   check_host_access(b, mode, "acquire");
   // A second view of the same data from the thread that holds the first would wait for itself,
   // and so would a kernel waiting for data its own task uses.
-  b->rt->check_view_conflict(*b, mode);
-  b->rt->check_not_held(*b, mode);
+  b->rt->host().check_view_conflict(*b, mode);
+  b->rt->pauses().check_not_held(*b, mode);
   if (const TaskNode* running = running_cpu_task(); running != nullptr && running->rt == b->rt.get())
     for (const ArgRec& a : running->args)
       if (a.buffer == b && (writes(mode) || writes(a.access)))
@@ -127,16 +127,16 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
     std::exception_ptr e = t->error;
     std::rethrow_exception(e);
   }
-  b->rt->view_granted(t);
+  b->rt->host().view_granted(t);
   retain(b);
   t->view = b;
   return {b->host, std::move(token)};
 }
 
 void buffer_release(TaskNode* token) noexcept {
-  token->rt->view_released(token);
+  token->rt->host().view_released(token);
   // Whoever moves `granted` from 1 ends the access (here, or the runtime's end while this view
-  // was still held: RuntimeCore::end_views_of_this_thread).
+  // was still held: HostAccesses::end_views_of_this_thread).
   if (token->granted.exchange(2, std::memory_order_acq_rel) == 1) token->rt->finish(token, nullptr);
   if (BufferState* b = std::exchange(token->view, nullptr)) release(b);
   release(token);
@@ -152,13 +152,13 @@ void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user
   t->view = b;
   t->grant_fn = fn;
   t->grant_user = user;
-  b->rt->submit(t);  // takes our reference; RuntimeCore::grant_async hands the callback another
+  b->rt->submit(t);  // takes our reference; HostAccesses::grant_async hands the callback another
 }
 
 void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept {
   RuntimeCore* rt = token->rt;
-  rt->async_released(token);
-  rt->end_async(token, std::move(error));
+  rt->host().async_released(token);
+  rt->host().end_async(token, std::move(error));
   if (BufferState* b = std::exchange(token->view, nullptr)) release(b);
   release(token);
 }

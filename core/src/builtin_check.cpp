@@ -1,14 +1,14 @@
-// The submit-time contract of the built-in kernels: plugin.h's "Built-in kernels" section read
-// against a task's buffers (shape, element type, access mode) and its parameter block. The
-// backends check launches again (the ABI asks them to); this catches the mistake where it was made.
+// The submit-time contract of the built-in kernels: <hcr/builtin_params.h> read against a task's
+// buffers (shape, element type, access mode) and its parameter block. The backends check launches
+// again (the ABI asks them to); this catches the mistake where it was made.
 #include "builtin_check.hpp"
 
 #include "buffer_state.hpp"
 #include "kernel_state.hpp"
 #include "task_node.hpp"
 
+#include <hcr/builtin_params.h>
 #include <hcr/error.hpp>
-#include <hcr/plugin.h>
 
 #include <cstring>
 #include <string>

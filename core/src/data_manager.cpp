@@ -464,6 +464,12 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = nodes_[n];
+    // A device out of scheduling (withheld by the node arbiter, quarantined, removed) gets no
+    // copy and no allocation ahead of a task: on a GPU another process holds, that memory is
+    // theirs.
+    if (n != 0 && (node.abandoned || node.device->status.load(std::memory_order_seq_cst) !=
+                                         DeviceState::kActive))
+      return;
     for (const Ref<BufferState>& in : inputs) {
       BufferState& b = *in;
       Replica& r = data(b).replicas[n];

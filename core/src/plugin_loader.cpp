@@ -32,6 +32,11 @@ namespace {
 void host_log(void* host_context, hcr_log_level_t level, const char* message) {
   auto* p = static_cast<PluginInstance*>(host_context);
   if (message == nullptr) return;
+  if (p->starting.load(std::memory_order_acquire) && level >= HCR_LOG_INFO) {
+    std::lock_guard<std::mutex> g(p->notes_mutex);
+    if (p->notes.size() == 8) p->notes.erase(p->notes.begin());
+    p->notes.emplace_back(message, strnlen(message, 1024));
+  }
   log::write(static_cast<LogLevel>(level), p->log_prefix + message);
 }
 
@@ -263,12 +268,16 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   p->idle_watts = bc.idle_watts;
   p->busy_watts = bc.busy_watts;
   p->origin = bc.origin;
+  p->options = bc.options;
+  std::sort(p->options.begin(), p->options.end());
   p->services.struct_size = HCR_HOST_SERVICES_STRUCT_SIZE;
   p->services.abi_major = HCR_ABI_MAJOR;
   p->services.abi_minor = HCR_ABI_MINOR;
   p->services.host_context = p.get();
   p->services.log = &host_log;
-  p->services.log_level = static_cast<hcr_log_level_t>(log::level());
+  p->services.log_level =
+      static_cast<hcr_log_level_t>(std::min(static_cast<int>(log::level()), int{HCR_LOG_INFO}));
+  p->starting.store(true, std::memory_order_release);
 
   std::vector<hcr_option_t> options;
   for (auto& [k, v] : bc.options)
@@ -340,6 +349,13 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
     p->devices.push_back({i, std::move(d), info.flags});
   }
   record.devices = p->devices.size();
+  p->starting.store(false, std::memory_order_release);
+  p->services.log_level = static_cast<hcr_log_level_t>(log::level());
+  if (p->devices.empty()) {  // why not, in the plugin's own words (its last info line)
+    std::lock_guard<std::mutex> g(p->notes_mutex);
+    record.reason = p->notes.empty() ? "the plugin found no device (and said nothing of why)"
+                                     : p->notes.back();
+  }
   return p;
 }
 
@@ -592,7 +608,8 @@ std::vector<std::unique_ptr<PluginInstance>> load_plugins(const Config& config,
 }
 
 std::unique_ptr<PluginInstance> load_one(const fs::path& file, const BackendConfig& backend,
-                                         PluginRecord& record, std::string* mistake) {
+                                         PluginRecord& record, std::string* mistake,
+                                         std::span<const PluginInstance* const> loaded) {
   record.path = file.string();
   auto lib = open_library(file, record);
   if (!lib) return nullptr;
@@ -600,6 +617,18 @@ std::unique_ptr<PluginInstance> load_one(const fs::path& file, const BackendConf
     record.reason = "the library is plugin '" + lib->name + "', not '" + backend.name + "'";
     return nullptr;
   }
+  auto options = backend.options;
+  std::sort(options.begin(), options.end());
+  for (const PluginInstance* other : loaded)
+    if (other != nullptr && other->name == lib->name && other->options == options) {
+      record.name = lib->name;
+      record.reason = "plugin '" + lib->name + "' is loaded already with the same options" +
+                      (other->origin.empty() ? std::string() : " (" + other->origin + ")") +
+                      ": a second instance would drive the same devices twice (give it options "
+                      "that select other devices)";
+      if (mistake != nullptr) *mistake = record.reason;
+      return nullptr;
+    }
   std::optional<detail::ConfigProblem> refused;
   auto inst = instantiate(lib, backend, record, &refused);
   if (refused && mistake != nullptr) *mistake = refused->where + ": " + refused->text;

@@ -10,8 +10,11 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include <atomic>
+#include <mutex>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,13 @@ struct PluginInstance {
   std::string memory_limit;  // the [[backend]] table's, read by the runtime
   double idle_watts = -1, busy_watts = -1;  // the same: declared power, < 0 none
   std::string origin;        // where that table is
+  std::vector<std::pair<std::string, std::string>> options;  // the table's, sorted
+  // While it starts (create, counting and describing its devices) the plugin is asked for its
+  // info lines too, and the last few are kept: a plugin that finds no device says why at info
+  // level, which the loader's record then carries whatever the log level.
+  std::atomic<bool> starting{false};
+  std::mutex notes_mutex;
+  std::vector<std::string> notes;
   hcr_host_services_t services{};
   struct DeviceRecord {
     size_t index;  // the plugin's own device index
@@ -76,10 +86,13 @@ struct DeviceBudget {
 
 /// Loads one library file and instantiates it with `backend` (options) — hot-plug and tests.
 /// When the plugin refuses the options (a mistake in the table, not a broken library), `mistake`
-/// (if given) gets "where: backend.key: what".
-std::unique_ptr<PluginInstance> load_one(const std::filesystem::path& file,
-                                         const BackendConfig& backend, PluginRecord& record,
-                                         std::string* mistake = nullptr);
+/// (if given) gets "where: backend.key: what". An instance in `loaded` of the same plugin with the
+/// same options drives the same devices: the library is then not instantiated again, and
+/// `mistake` says so (as the configuration's loader refuses two such tables).
+std::unique_ptr<PluginInstance> load_one(
+    const std::filesystem::path& file, const BackendConfig& backend, PluginRecord& record,
+    std::string* mistake = nullptr,
+    std::span<const PluginInstance* const> loaded = {});
 
 /// Text of an ABI error, which is then freed through `api`.
 std::string take_error(const hcr_plugin_api_t* api, hcr_error_t* error);

@@ -12,12 +12,15 @@
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 namespace hcr::detail {
 
@@ -49,24 +52,48 @@ TaskNode::~TaskNode() {
 
 RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
   if (config_.log_level) log::set_level(*config_.log_level);
-  // Readers index these without a lock while devices join (hot-plug): they never reallocate.
-  dev_.reserve(kMaxDevices);
-  devices_.reserve(kMaxDevices);
   plugins_ = load_plugins(config_, report_);
   for (auto& p : plugins_) add_devices(*p);
+  warn_if_oversubscribed();
   data_.set_eager_writeback(config_.writeback == "eager");
 }
 
+// CPU devices run one task per slot on a core of their own: more slots than the process may use
+// cores (several cpu tables, a threads option above the affinity mask) make workers take turns on
+// a core, and every prediction of their speed wrong. Said once per runtime (and again when a
+// plugged-in device raises the count).
+void RuntimeCore::warn_if_oversubscribed() {
+  uint32_t slots = 0, devices = 0;
+  for (size_t d = 0; d < devices_.appended(); ++d)
+    if (devices_[d].info.kind == DeviceKind::cpu) {
+      slots += std::max<uint32_t>(1, devices_[d].info.concurrency);
+      ++devices;
+    }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const uint32_t cores = ::sched_getaffinity(0, sizeof(set), &set) == 0
+                             ? static_cast<uint32_t>(CPU_COUNT(&set))
+                             : std::max(1u, std::thread::hardware_concurrency());
+  if (slots <= cores || slots <= oversubscribed_warned_) return;
+  oversubscribed_warned_ = slots;
+  HCR_LOG(warn, devices << " CPU device(s) run " << slots << " worker(s) on the " << cores
+                        << " core(s) this process may use: workers take turns and run slower "
+                           "than their model predicts (give the cpu backends threads that add up "
+                           "to at most "
+                        << cores << ")");
+}
+
 void RuntimeCore::add_devices(PluginInstance& p) {
-  if (dev_.size() + p.devices.size() > kMaxDevices)
+  if (devices_.appended() + p.devices.size() > kMaxDevices)
     throw Error(ErrorCode::config, "plugin '" + p.name + "': more than " +
                                        std::to_string(kMaxDevices) + " devices in one runtime");
   for (auto& rec : p.devices) {
     auto ds = std::make_unique<DeviceState>();
     DeviceState& d = *ds;
     d.info = rec.info;
-    d.info.id = static_cast<uint32_t>(dev_.size());
+    d.info.id = devices_.appended();
     d.plugin = &p;
+    d.attempts = &completion_;
     d.index = rec.index;
     d.flags = rec.flags;
     // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
@@ -87,18 +114,16 @@ void RuntimeCore::add_devices(PluginInstance& p) {
       uint64_t bytes = limit.apply(d.info.memory_bytes);
       if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
       d.info.memory_node = data_.add_node({&d, d.info.name, bytes});
-      node_plugin_[d.info.memory_node] = &p;
     }
-    devices_.push_back(d.info);
     energy_.add_device(d.info.id,
                        {p.api, p.handle, rec.index, std::max<uint32_t>(1, d.info.concurrency),
                         p.idle_watts, p.busy_watts, d.info.name},
                        now());
-    hot_[d.info.id] = {d.info.memory_node, d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node)};
-    usable_bits_[d.info.id / 64].fetch_or(uint64_t{1} << (d.info.id % 64), std::memory_order_release);
-    dev_.push_back(std::move(ds));
+    health_.joined(d.info.id);
+    devices_.append(std::move(ds),
+                    d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node));
     if (sched::Policy* pl = pol()) pl->device_added(d.info.id);  // hot-plug: before anyone sees it
-    ndev_.store(static_cast<uint32_t>(dev_.size()), std::memory_order_release);
+    devices_.publish();
   }
 }
 
@@ -106,23 +131,19 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   self_ = self;
   // "auto" (the default): chosen from the devices found at the start.
   policy_name_ =
-      config_.policy == "auto" ? sched::default_policy(devices_) : std::string_view(config_.policy);
+      config_.policy == "auto" ? sched::default_policy(devices_.infos()) : std::string_view(config_.policy);
   policy_owner_ = sched::make_policy(policy_name_, config_);
-  policy_owner_->attach(*this);
-  policy_.store(policy_owner_.get(), std::memory_order_release);
+  policy_owner_->attach(view_);
+  placement_.set_policy(policy_owner_.get());
   const bool timing = policy_owner_->wants_timing();
   timing_.store(timing, std::memory_order_relaxed);
-  energy_policy_ = policy_owner_->wants_energy();
+  completion_.set_energy_policy(policy_owner_->wants_energy());
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
                       std::memory_order_relaxed);
+  placement_.measure_decisions(timing || config_.counters);
   for (const ContextConfig& c : config_.contexts) make_context(c);
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
-  task_timeout_ = config_.task_timeout;
-  task_timeout_duration_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(task_timeout_));
-  max_in_flight_ = config_.max_tasks_in_flight;
-  if (task_timeout_ > 0) watchdog_thread_ = std::thread([this] { watchdog(); });
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << pol()->name() << "'");
@@ -132,32 +153,25 @@ RuntimeCore::~RuntimeCore() { shutdown(); }
 
 void RuntimeCore::shutdown() noexcept {
   if (!alive_.exchange(false, std::memory_order_acq_rel)) return;
-  while (resume()) {
+  while (pause_.resume()) {
   }  // what a pause still holds runs: the end drains every task
-  wait_idle();
+  graph_.wait_idle();
   if (context_policy_ != nullptr) context_policy_->stop();  // (reserves: nothing left to pump)
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
   if (tenant_) tenant_->leave();
-  if (watchdog_thread_.joinable()) {
-    {
-      std::lock_guard<std::mutex> g(watchdog_mutex_);
-      watchdog_stop_ = true;
-    }
-    watchdog_cv_.notify_all();
-    watchdog_thread_.join();
-  }
+  launches_.stop();  // the watchdog
   // A plugin still running a launch the watchdog gave up on is left running; its devices' memory
   // counts as lost (no copy from it, nothing freed in it).
   const std::vector<PluginInstance*> stuck = settle_hung_launches();
   auto is_stuck = [&](const PluginInstance* p) {
     return std::find(stuck.begin(), stuck.end(), p) != stuck.end();
   };
-  std::vector<bool> device_stuck(dev_.size());  // by device: its plugin will not be destroyed
-  for (size_t i = 0; i < dev_.size(); ++i) {
-    device_stuck[i] = is_stuck(dev_[i]->plugin);
-    if (device_stuck[i] && dev_[i]->info.memory_node != 0)
-      data_.abandon_node(dev_[i]->info.memory_node, dev_[i]->info.name);
+  std::vector<bool> device_stuck(devices_.appended());  // by device: its plugin will not be destroyed
+  for (size_t i = 0; i < devices_.appended(); ++i) {
+    device_stuck[i] = is_stuck(devices_[i].plugin);
+    if (device_stuck[i] && devices_[i].info.memory_node != 0)
+      data_.abandon_node(devices_[i].info.memory_node, devices_[i].info.name);
   }
   data_.shutdown();  // every buffer's data home, device memory freed
   for (auto [file, write] : {std::pair{config_.trace_file, &RuntimeCore::write_trace},
@@ -170,9 +184,9 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(error, e.what());
     }
   }
-  for (size_t i = 0; i < dev_.size(); ++i) {
+  for (size_t i = 0; i < devices_.appended(); ++i) {
     if (device_stuck[i]) continue;
-    DeviceState* d = dev_[i].get();
+    DeviceState* d = &devices_[i];
     if (hcr_error_t* e = d->plugin->api->synchronize(d->plugin->handle, d->index))
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
@@ -184,29 +198,29 @@ void RuntimeCore::shutdown() noexcept {
       for (size_t d = 0, n = device_count(); d < n; ++d) {
         if (device_stuck[d]) continue;  // a stuck launch may still use the handle: it stays
         KernelDevice& kd = k->devices[d];
-        if (kd.handle) dev_[d]->plugin->api->kernel_release(dev_[d]->plugin->handle, kd.handle);
+        if (kd.handle) devices_[d].plugin->api->kernel_release(devices_[d].plugin->handle, kd.handle);
         kd.handle = nullptr;
         k->set_capability(d, Capability::no);
       }
     }
   }
-  policy_.store(nullptr, std::memory_order_release);
+  placement_.set_policy(nullptr);
   policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
   for (auto& p : plugins_)
     if (!is_stuck(p.get())) p.reset();
-  for (size_t i = 0; i < dev_.size(); ++i) {
+  for (size_t i = 0; i < devices_.appended(); ++i) {
     if (device_stuck[i]) continue;
-    DeviceState* d = dev_[i].get();
+    DeviceState* d = &devices_[i];
     // No answer can come any more: the slots go back to the table, releasing what a launch given
     // up on held if its plugin ended without answering.
-    for_each_slot(*d, [](LaunchSlot& s) {
+    Launches::for_each_slot(*d, [](LaunchSlot& s) {
       uint64_t st = s.state.load(std::memory_order_acquire);
       if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
           s.state.compare_exchange_strong(
               st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
-        release_hung(s.hung.load(std::memory_order_relaxed));
+        Launches::release_hung(s.hung.load(std::memory_order_relaxed));
     });
     for (uint32_t c = 0, n = d->slot_chunks_used.load(); c < n; ++c)
       LaunchTable::give_back(d->slot_chunks[c].load(std::memory_order_relaxed));
@@ -236,14 +250,15 @@ void RuntimeCore::shutdown() noexcept {
 std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
   std::vector<PluginInstance*> stuck;
   // A few timeouts, at least a second: time for a launch that was merely slow to come back.
-  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * task_timeout_duration_,
+  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(launches_.task_timeout())),
                                                                     std::chrono::seconds(1));
   for (auto& p : plugins_) {
     auto hung = [&] {
       std::vector<std::string> out;
-      for (auto& d : dev_) {
+      for (uint32_t i = 0; i < devices_.appended(); ++i) {
+        DeviceState* d = &devices_[i];
         if (d->plugin != p.get()) continue;
-        for_each_slot(*d, [&](LaunchSlot& s) {
+        Launches::for_each_slot(*d, [&](LaunchSlot& s) {
           const auto st = LaunchSlot::status(s.state.load(std::memory_order_acquire));
           if (st == LaunchSlot::kGivenUp || st == LaunchSlot::kGivingUp)
             out.push_back(std::string("kernel '") + s.kernel.load(std::memory_order_relaxed) +
@@ -262,8 +277,8 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
     };
     auto sync = std::make_shared<Sync>();
     std::vector<size_t> indices;
-    for (auto& d : dev_)
-      if (d->plugin == p.get()) indices.push_back(d->index);
+    for (uint32_t i = 0; i < devices_.appended(); ++i)
+      if (devices_[i].plugin == p.get()) indices.push_back(devices_[i].index);
     bool done = false;
     try {
       std::thread([sync, api = p->api, handle = p->handle, indices] {
@@ -295,6 +310,13 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
 
 // ---- kernels --------------------------------------------------------------------------------
 
+std::string RuntimeCore::kernel_name(uint32_t id) const {
+  std::lock_guard<std::mutex> lock(kernels_mutex_);
+  for (auto& [name, k] : kernels_)
+    if (k->id == id) return name;
+  return "?";
+}
+
 Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   check_alive("kernel");
   if (name.empty()) throw Error(ErrorCode::invalid_argument, "a kernel needs a name");
@@ -321,7 +343,7 @@ void RuntimeCore::resolve(KernelState& k) {
   for (size_t d = 0, n = device_count(); d < n; ++d) {
     KernelDevice& kd = k.devices[d];
     if (kd.capability.load(std::memory_order_relaxed) == Capability::unknown) {
-      DeviceState& ds = *dev_[d];
+      DeviceState& ds = devices_[d];
       const hcr_plugin_api_t* api = ds.plugin->api;
       std::string why;
       auto try_desc = [&](const hcr_kernel_desc_t& desc) {
@@ -488,12 +510,29 @@ const void* task_param(const TaskNode* t, size_t index, size_t size) {
     throw Error(ErrorCode::invalid_argument,
                 "parameter " + std::to_string(index) + " requested; the task has " +
                     std::to_string(t->param_offsets.size()));
-  size_t off = t->param_offsets[index];
-  size_t end = index + 1 < t->param_offsets.size() ? t->param_offsets[index + 1] : t->params.size();
-  if (size > end - off)
-    throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) + " has " +
-                                                 std::to_string(end - off) + " bytes; " +
-                                                 std::to_string(size) + " requested");
+  const size_t off = t->param_offsets[index];
+  const bool last = index + 1 == t->param_offsets.size();
+  const size_t end = last ? t->params.size() : t->param_offsets[index + 1];
+  auto refuse = [&](const char* why) {
+    throw Error(ErrorCode::invalid_argument,
+                "parameter " + std::to_string(index) + " holds " + std::to_string(end - off) +
+                    " bytes" + (last ? "" : " (up to the next)") + "; " + std::to_string(size) +
+                    " requested" + why +
+                    ": Task::param passes a value's bytes unconverted, so read it as the type it "
+                    "was given as (a float given as 2.0 is a double; give 2.0f)");
+  };
+  if (size > end - off) refuse("");
+  // What lies beyond the value read may only be the zero padding that aligns the next parameter
+  // (to a power of two dividing its offset): else a double given for a float would be read as its
+  // low half, 0 for 2.0, without a word.
+  if (size < end - off) {
+    bool padding = !last;
+    for (size_t i = off + size; padding && i < end; ++i) padding = t->params[i] == std::byte{0};
+    bool aligns = false;
+    for (size_t align = 1; padding && !aligns && align <= (end & (~end + 1)); align *= 2)
+      aligns = (off + size + align - 1) / align * align == end;
+    if (!aligns) refuse(", and the rest is not the padding before the next parameter");
+  }
   return t->params.data() + off;
 }
 
@@ -674,8 +713,8 @@ Runtime::Runtime(Config config)
 Runtime::~Runtime() {
   if (!core_) return;
   // Views this thread still holds would keep the wait below from ever ending.
-  core_->end_views_of_this_thread();
-  core_->end_async_accesses();  // likewise for acquire_async accesses never released
+  core_->host().end_views_of_this_thread();
+  core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
   core_->shutdown();
 }
 
@@ -728,18 +767,18 @@ void Runtime::wait_all() {
     throw Error(ErrorCode::invalid_argument,
                 "Runtime::wait_all inside kernel '" + t->kernel->name +
                     "' would wait forever: the kernel's own task is unfinished work");
-  core_->check_no_view_held("Runtime::wait_all");
-  core_->check_not_held("Runtime::wait_all", nullptr);
+  core_->host().check_no_view_held("Runtime::wait_all");
+  core_->pauses().check_not_held("Runtime::wait_all", nullptr);
   core_->wait_all();
 }
 
 void Runtime::pause() {
   core_->check_alive("Runtime::pause");
-  core_->pause();
+  core_->pauses().pause();
 }
 
 void Runtime::resume() {
-  if (!core_->resume())
+  if (!core_->pauses().resume())
     throw Error(ErrorCode::invalid_argument, "Runtime::resume without a Runtime::pause to end");
 }
 

@@ -30,92 +30,12 @@ namespace hcr::detail {
 
 namespace {
 
-// Tasks that became ready while this thread is already dispatching wait here, so chains of
-// tasks that finish at once (joins, plugins completing inline) never recurse deeply.
-struct ReadyList {
-  bool active = false;
-  std::deque<TaskNode*> items;
-};
-thread_local ReadyList tl_ready;
-
-void note_dependency_failure(TaskNode* s, const std::exception_ptr& cause) noexcept {
-  s->lock.lock();
-  if (!s->dep_error) s->dep_error = cause;
-  s->lock.unlock();
-}
-
-// pred -> succ. `data`: succ reads what pred wrote, so pred's failure becomes succ's. Returns
-// whether succ now waits for pred (false: pred had finished).
-bool add_edge(TaskNode* pred, TaskNode* succ, bool data) {
-  if (pred == succ) return false;
-  pred->lock.lock();
-  if (!pred->finished) {
-    pred->successors.push_back({succ, data});
-    succ->pending.fetch_add(1, std::memory_order_relaxed);
-    succ->waited = true;  // (the submitting thread's, read once the task is ready)
-    pred->lock.unlock();
-    return true;
-  }
-  bool failed = pred->failed;
-  std::exception_ptr cause = failed ? pred->error : nullptr;
-  pred->lock.unlock();
-  if (data && failed) note_dependency_failure(succ, cause);
-  return false;
-}
-
-// Failures of the device or its driver, which another device may not share. A kernel's own
-// exception, bad arguments or a missing kernel would fail anywhere.
-bool device_side(ErrorCode c) {
-  switch (c) {
-    case ErrorCode::device_lost:
-    case ErrorCode::backend:
-    case ErrorCode::timeout:
-    case ErrorCode::out_of_memory:
-    case ErrorCode::internal:
-    case ErrorCode::unknown:
-      return true;
-    default:
-      return false;
-  }
-}
-ErrorCode code_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const Error& x) {
-    return x.code();
-  } catch (...) {
-    return ErrorCode::unknown;
-  }
-}
-
 inline uint64_t mix(uint64_t h, uint64_t v) noexcept {
   h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
   return h;
 }
 
 }  // namespace
-
-std::string what(const std::exception_ptr& e) {
-  if (!e) return {};
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-std::exception_ptr dependency_error(const std::exception_ptr& cause) {
-  try {
-    std::rethrow_exception(cause);
-  } catch (const Error& e) {
-    if (e.code() == ErrorCode::dependency) return cause;  // keep the root cause's message
-  } catch (...) {
-  }
-  return std::make_exception_ptr(
-      Error(ErrorCode::dependency, "a task this one depends on failed: " + what(cause)));
-}
 
 // The footprint must mean the same in every process (cost models persist): shapes and types only;
 // the kernel is part of the model's key already.
@@ -140,1078 +60,43 @@ void RuntimeCore::check_alive(std::string_view what) const {
                 what.empty() ? "the runtime has ended" : std::string(what) + ": the runtime has ended");
 }
 
-// ---- host views -------------------------------------------------------------------------------
-
-namespace {
-bool is_tile_of(const BufferState* tile, const BufferState* whole) noexcept {
-  for (const BufferState* p = tile->parent.get(); p != nullptr; p = p->parent.get())
-    if (p == whole) return true;
-  return false;
-}
-}  // namespace
-
-void RuntimeCore::view_granted(TaskNode* token) {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  views_.emplace_back(token, std::this_thread::get_id());
-  views_held_.store(views_.size(), std::memory_order_relaxed);
-}
-
-void RuntimeCore::view_released(TaskNode* token) noexcept {
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (size_t i = 0; i < views_.size(); ++i)
-    if (views_[i].first == token) {
-      views_[i] = views_.back();
-      views_.pop_back();
-      views_held_.store(views_.size(), std::memory_order_relaxed);
-      return;
-    }
-}
-
-void RuntimeCore::check_view_conflict(const BufferState& b, Access mode) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_) {
-    if (holder != me) continue;  // another thread's view: it will be released there
-    const ArgRec& held = token->args[0];
-    std::string why;
-    if (held.buffer == &b) {
-      if (writes(mode) || writes(held.access))  // two reads share; anything else waits
-        why = "this thread holds a " + std::string(access_name(held.access)) + " view of it";
-    } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
-      // Partition and unpartition order tiles and the whole by a join that writes both.
-      why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +
-            describe(*held.buffer) + (is_tile_of(&b, held.buffer) ? ", which it is a tile of"
-                                                                 : ", one of its tiles");
-    }
-    if (!why.empty())
-      throw Error(ErrorCode::invalid_argument,
-                  "acquire(" + std::string(access_name(mode)) + ") of a " + describe(b) +
-                      " would wait forever: " + why + "; release that view first");
-  }
-}
-
 void RuntimeCore::check_wait(const TaskNode* target) const {
-  if (paused_.load(std::memory_order_relaxed) != 0) check_not_held("Event::wait", target);
-  // No view anywhere: nothing to look at. A view this thread acquired is counted here already (it
-  // was registered on this thread before acquire returned).
-  if (views_held_.load(std::memory_order_relaxed) == 0) return;
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (auto& [token, holder] : views_)
-      if (holder == me) mine.push_back(token);
-  }
-  // Everything reachable from a view this thread holds through successor edges waits for that
-  // view, so it stays pending (and alive) while this thread looks; a walk too large to finish
-  // quickly is given up (the wait then simply waits).
-  constexpr size_t kMaxWalk = 100000;
-  for (TaskNode* view : mine) {
-    std::vector<TaskNode*> stack{view};
-    std::unordered_set<const TaskNode*> seen{view};
-    while (!stack.empty() && seen.size() < kMaxWalk) {
-      TaskNode* n = stack.back();
-      stack.pop_back();
-      boost::container::small_vector<Edge, 8> next;
-      n->lock.lock();
-      next.assign(n->successors.begin(), n->successors.end());
-      n->lock.unlock();
-      for (const Edge& e : next) {
-        if (e.task == target) {
-          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) about one long sum.
-          std::string msg = "Event::wait would wait forever: the ";
-          if (target->kernel) {
-            msg += "task of kernel '";
-            msg += target->kernel->name;
-            msg += "'";
-          } else {
-            msg += "operation";
-          }
-          msg += " depends on the ";
-          msg += access_name(view->args[0].access);
-          msg += " view of a ";
-          msg += describe(*view->args[0].buffer);
-          msg += " this thread holds (Buffer::acquire); release that view first";
-          throw Error(ErrorCode::invalid_argument, msg);
-        }
-        if (seen.insert(e.task).second) stack.push_back(e.task);
-      }
-    }
-  }
-}
-
-void RuntimeCore::check_no_view_held(std::string_view what) const {
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me)
-      throw Error(ErrorCode::invalid_argument,
-                  std::string(what) + " would wait forever: this thread holds a " +
-                      access_name(token->args[0].access) + " view of a " +
-                      describe(*token->args[0].buffer) +
-                      " (Buffer::acquire), which counts as unfinished work until released");
-}
-
-void RuntimeCore::end_views_of_this_thread() noexcept {
-  const std::thread::id me = std::this_thread::get_id();
-  std::vector<TaskNode*> mine;
-  {
-    std::lock_guard<std::mutex> g(views_mutex_);
-    for (size_t i = 0; i < views_.size();)
-      if (views_[i].second == me) {
-        retain(views_[i].first);
-        mine.push_back(views_[i].first);
-        views_[i] = views_.back();
-        views_.pop_back();
-        views_held_.store(views_.size(), std::memory_order_relaxed);
-      } else {
-        ++i;
-      }
-  }
-  for (TaskNode* t : mine) {
-    HCR_LOG(error, "the runtime ends while this thread holds a "
-                       << access_name(t->args[0].access) << " view of a "
-                       << describe(*t->args[0].buffer)
-                       << " (Buffer::acquire): the view is released now, tasks waiting for it run; "
-                          "release views before the runtime ends");
-    // Whoever moves `granted` from 1 ends the access: the HostView's own release later only
-    // drops its reference.
-    if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, nullptr);
-    release(t);
-  }
-}
-
-void RuntimeCore::grant_async(TaskNode* t) noexcept {
-  retain(t);  // the token the callback gets
-  bool open = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    if (!async_closing_) {
-      retain(t);  // the list's
-      async_open_.push_back(t);
-      t->granted.store(1, std::memory_order_release);
-      open = true;
-    }
-  }
-  if (!open) {
-    release(t);
-    // finish() hands the callback this error (the access was never granted).
-    finish(t, std::make_exception_ptr(
-                  Error(ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
-                                                 ": the runtime ended before it was granted")));
-    return;
-  }
-  retain(t);  // ours across the call: the callback may release the token at once
-  try {
-    t->grant_fn(t->grant_user, t->view->host, t, nullptr);
-  } catch (...) {
-    HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
-    end_async(t, std::current_exception());  // nothing if it was released while unwinding
-  }
-  release(t);
-}
-
-void RuntimeCore::end_async(TaskNode* t, std::exception_ptr e) noexcept {
-  if (t->granted.exchange(2, std::memory_order_acq_rel) == 1) finish(t, std::move(e));
-}
-
-void RuntimeCore::async_released(TaskNode* t) noexcept {
-  bool listed = false;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    for (size_t i = 0; i < async_open_.size(); ++i)
-      if (async_open_[i] == t) {
-        async_open_[i] = async_open_.back();
-        async_open_.pop_back();
-        listed = true;
-        break;
-      }
-  }
-  if (listed) release(t);
-}
-
-void RuntimeCore::end_async_accesses() noexcept {
-  std::vector<TaskNode*> open;
-  {
-    std::lock_guard<std::mutex> g(async_mutex_);
-    async_closing_ = true;
-    open.swap(async_open_);
-  }
-  for (TaskNode* t : open) {
-    HCR_LOG(error, "the runtime ends while an acquire_async access ("
-                       << access_name(t->args[0].access) << ") of a "
-                       << describe(*t->args[0].buffer)
-                       << " is unreleased: it is ended now, tasks waiting for it run; release "
-                          "async accesses before the runtime ends");
-    end_async(t, nullptr);  // the holder's release later only drops its reference
-    release(t);
-  }
-}
-
-bool RuntimeCore::holds_view() const noexcept {
-  if (views_held_.load(std::memory_order_relaxed) == 0) return false;
-  const std::thread::id me = std::this_thread::get_id();
-  std::lock_guard<std::mutex> g(views_mutex_);
-  for (auto& [token, holder] : views_)
-    if (holder == me) return true;
-  return false;
+  pause_.check_not_held("Event::wait", target);
+  host_.check_wait(target);
 }
 
 void RuntimeCore::submit(TaskNode* t) {
-  t->submitted = true;
   if (timing_.load(std::memory_order_relaxed) && !t->footprint_valid) compute_footprint(t);
-  // Back-pressure: tickets in submission order; the task holding ticket `seq` enters once fewer
-  // than max_in_flight_ of the tasks before it are unfinished. completed_ shares its line with
-  // open_, which this submit writes below anyway.
-  const uint64_t seq = submitted_.fetch_add(1, std::memory_order_relaxed);
-  if (max_in_flight_ != 0 &&
-      static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
-          static_cast<int64_t>(max_in_flight_))
-    wait_for_room(seq);
-  // wait_all's epochs: counted in the current epoch's parity. An epoch that moved on between the
-  // load and the count may have been looked at without this task: it then counts in the new one
-  // instead, so that a wait_all beginning after this submit returns always waits for it. A task
-  // submitted by a running kernel counts with that kernel's task instead, whose count stays open
-  // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
-  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == this) {
-    open_[parent->epoch].fetch_add(1, std::memory_order_seq_cst);
-    t->epoch = parent->epoch;
-  } else {
-    uint64_t e = epoch_.load(std::memory_order_seq_cst);
-    for (;;) {
-      open_[e & 1].fetch_add(1, std::memory_order_seq_cst);
-      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
-      if (now == e) break;
-      if (open_[e & 1].fetch_sub(1, std::memory_order_acq_rel) == 1) open_[e & 1].notify_all();
-      e = now;
-    }
-    t->epoch = static_cast<uint8_t>(e & 1);
-  }
-
-  // One registration per distinct buffer, with the union of its access modes. Inputs no unfinished
-  // task still writes are noted: should the task wait for others, they can move now.
-  boost::container::small_vector<Ref<BufferState>, 3> available;
-  const bool move_early = t->kind == TaskKind::kernel && data_.active() && config_.prefetch;
-  const size_t n = t->args.size();
-  for (size_t i = 0; i < n; ++i) {
-    BufferState* b = t->args[i].buffer;
-    int mode = static_cast<int>(t->args[i].access);
-    bool first = true;
-    for (size_t j = 0; j < n; ++j) {
-      if (t->args[j].buffer != b) continue;
-      if (j < i) {
-        first = false;
-        break;
-      }
-      mode |= static_cast<int>(t->args[j].access);
-    }
-    if (first) {
-      t->uargs.push_back({b, static_cast<Access>(mode)});
-      t->bytes += b->bytes();
-      if (!register_access(*b, t, static_cast<Access>(mode)) && move_early &&
-          reads(static_cast<Access>(mode)))
-        available.push_back(Ref<BufferState>::share(b));
-    }
-  }
-  for (TaskNode* before : t->after) {
-    add_edge(before, t, true);
-    release(before);
-  }
-  t->after.clear();
-  // Still waiting (beyond the submission's own count, so `t` stays ours): what it reads and is
-  // ready starts moving to where it will run, as prefetch_for_successors does for what its
-  // predecessors write (a producer that finished before this submit leaves it no one to do so).
-  if (!available.empty() && t->pending.load(std::memory_order_relaxed) > 1)
-    if (const int64_t node = expected_node(t); node >= 0)
-      data_.prefetch({available.data(), available.size()}, t->priority,
-                     static_cast<uint32_t>(node), t->context);
-  if (paused_.load(std::memory_order_relaxed) != 0 && hold(t)) return;
-  if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) ready(t);
+  graph_.submit(t);
 }
 
-bool RuntimeCore::register_access(BufferState& b, TaskNode* t, Access mode) {
-  b.lock.lock();
-  const bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
-  if (writes(mode)) {
-    if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
-    for (TaskNode* r : b.readers) {
-      add_edge(r, t, false);
-      release(r);
-    }
-    b.readers.clear();
-    b.prune_readers_at = 16;
-    retain(t);
-    if (b.last_writer) release(b.last_writer);
-    b.last_writer = t;
-  } else {
-    // Forget finished readers so the list stays short; the next sweep waits until the list has
-    // doubled, so many readers still running (submitted faster than they run) cost O(1) each
-    // rather than a sweep of all of them per new reader.
-    if (b.readers.size() >= b.prune_readers_at) {
-      size_t keep = 0;
-      for (TaskNode* r : b.readers) {
-        if (r->state.load(std::memory_order_acquire) == kPending) b.readers[keep++] = r;
-        else release(r);
-      }
-      b.readers.resize(keep);
-      b.prune_readers_at = std::max<size_t>(16, 2 * keep);
-    }
-    retain(t);
-    b.readers.push_back(t);
-  }
-  b.lock.unlock();
-  return waits;
+void RuntimeCore::waiting_with_inputs(TaskNode* t,
+                                      std::span<const Ref<BufferState>> inputs) noexcept {
+  placement_.move_ahead(t, inputs);
 }
 
-void RuntimeCore::ready(TaskNode* t) noexcept {
-  ReadyList& rl = tl_ready;
-  if (rl.active) {
-    rl.items.push_back(t);
-    return;
-  }
-  rl.active = true;
-  t->rt->dispatch(t);
-  while (!rl.items.empty()) {
-    TaskNode* next = rl.items.front();
-    rl.items.pop_front();
-    next->rt->dispatch(next);
-  }
-  rl.active = false;
+void RuntimeCore::finished_before(TaskNode* t, std::span<const Edge> successors) noexcept {
+  placement_.move_ahead_for(t, successors);
 }
 
-void RuntimeCore::dispatch(TaskNode* t) noexcept {
-  if (t->dep_error) {  // set by predecessors before they released us: visible here
-    finish(t, dependency_error(t->dep_error));
-    return;
-  }
-  if (t->kind != TaskKind::kernel) {  // joins and host access run where the host memory is
-    if (data_.active()) {
-      switch (data_.acquire(t, 0)) {
-        case DataManager::Status::pending: return;  // data_ready() continues
-        case DataManager::Status::failed: finish(t, t->transfer_error); return;
-        default: break;
-      }
-    }
-    host_task_ready(t);
-    return;
-  }
-  KernelState& k = *t->kernel;
-  bool runnable = k.any_capable.load(std::memory_order_relaxed);
-  const uint32_t retired = retired_.load(std::memory_order_seq_cst);
-  // The cheap answer holds unless something narrows the devices: a pin, a context, memory limits,
-  // devices that failed this task, devices out of scheduling.
-  if (runnable && (t->pinned >= 0 || t->context != nullptr || data_.active() ||
-                   !t->excluded.empty() || retired != 0)) {
-    runnable = false;
-    for (size_t d = 0, n = device_count(); d < n && !runnable; ++d)
-      runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
-  }
-  if (!runnable) {
-    if (withheld_.load(std::memory_order_seq_cst) != 0 && park(t)) return;
-    finish(t, no_device_error(*t));
-    return;
-  }
-  // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
-  // the offers below still read it: a reference of ours keeps it until we are done. (TSan: can_run
-  // read a node that another thread had meanwhile reused for a new task.) Finishing gives the
-  // task's buffers up, so the inputs to prefetch are taken, with references, before the push.
-  const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
-  boost::container::small_vector<Ref<BufferState>, 3> inputs;
-  if (data_.active() && config_.prefetch)
-    for (const ArgRec& a : t->uargs)
-      if (reads(a.access)) inputs.push_back(Ref<BufferState>::share(a.buffer));
-  sched::DeviceId d;
-  if (launch_flags_.load(std::memory_order_relaxed) != 0) {  // counters on: the decision's cost
-    const int64_t t0 = TraceRecorder::now_ns();
-    d = pol()->push(sched::TaskRef(t));
-    decision_ns_.fetch_add(TraceRecorder::now_ns() - t0, std::memory_order_relaxed);
-    decisions_.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    d = pol()->push(sched::TaskRef(t));
-  }
-  // A device left scheduling meanwhile: retire() counts before it drains, so either its drain saw
-  // this task, or this sees the count and drains again (the task may sit on that device or in a
-  // shared queue no device can take it from).
-  if (retired_.load(std::memory_order_seq_cst) != retired) {
-    for (size_t x = 0, n = device_count(); x < n; ++x)
-      if (!usable(x))
-        for (sched::TaskRef q : pol()->drain(static_cast<sched::DeviceId>(x))) ready(q.node());
-    if (d != sched::kAnyDevice) {
-      if (usable(d)) pump(*dev_[d]);
-      return;
-    }
-  } else if (d != sched::kAnyDevice) {
-    // Into the device's memory, or home for a device working in host memory (a slot of it would
-    // otherwise wait for the copies out of another device's memory).
-    if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, t->priority, dev_[d]->info.memory_node,
-                     t->context);
-    pump(*dev_[d]);
-    return;
-  }
-  // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
-  // from a rotating device spreads the offers; stopping at the first taker keeps this O(1) for
-  // many devices (a device finishing a task pumps itself anyway).
-  const size_t n = device_count();
-  const size_t first = next_offer_.fetch_add(1, std::memory_order_relaxed) % n;
-  for (size_t i = 0; i < n; ++i) {
-    DeviceState& ds = *dev_[(first + i) % n];
-    if (ds.in_flight.load(std::memory_order_relaxed) < ds.window &&
-        sched::TaskRef(t).can_run(ds.info.id) && pump(ds) > 0)
-      return;
-  }
+void RuntimeCore::place_together(std::vector<TaskNode*> now) noexcept {
+  placement_.place_together(std::move(now));
 }
 
-// One pumper per device at a time; a caller that finds another pumping leaves a request, which
-// the pumper notices before it stops. So no ready task is left behind with a free slot.
-// The request count and the flag are seq_cst: "request, then try to become the pumper" here
-// against "stop pumping, then look at the requests" in the pumper is the store-buffering pattern,
-// where with acquire/release each side may miss the other's write (x86 lets a store pass a later
-// load), and a queued task was left with an idle device and no pumper.
-uint32_t RuntimeCore::pump(DeviceState& d) noexcept {
-  d.pump_requests.fetch_add(1, std::memory_order_seq_cst);
-  uint32_t launched = 0;
-  for (;;) {
-    // Another thread pumping counts as taking the work: it sees our request before it stops.
-    if (d.pumping.exchange(true, std::memory_order_seq_cst)) return launched + 1;
-    uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
-    while (d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
-      // Handed to the plugin: taken, less those waiting for copies or for room.
-      const uint32_t in_flight = d.in_flight.load(std::memory_order_acquire);
-      const uint32_t landed = d.landed.size();
-      const uint32_t waiting = d.fetching.load(std::memory_order_acquire) + landed;
-      if (in_flight - std::min(in_flight, waiting) >= d.window) break;
-      if (landed != 0) {  // taken earlier, its data there now: first
-        if (TaskNode* t = d.landed.take()) {
-          ++launched;
-          start_kernel(t, d);
-          continue;
-        }
-      }
-      if (in_flight >= 2 * d.window) break;
-      sched::TaskRef t = pol()->pop(d.info.id);
-      if (!t) break;
-      d.in_flight.fetch_add(1, std::memory_order_acq_rel);
-      ++launched;
-      if (!arm_slot(d, t.node())) {
-        abandon(t.node(), d,
-                std::make_exception_ptr(Error(
-                    ErrorCode::internal,
-                    "device '" + d.info.name + "' has " +
-                        std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
-                        " launches outstanding (launches given up on that never came back), or "
-                        "the process has " +
-                        std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
-        continue;
-      }
-      launch(t.node(), d);
-    }
-    d.pumping.store(false, std::memory_order_seq_cst);
-    if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
-  }
-  if (wakes_.load(std::memory_order_acquire) != 0) pump_woken();
-  return launched;
+bool RuntimeCore::moves_inputs_early(const TaskNode& t) const noexcept {
+  return t.kind == TaskKind::kernel && data_.active() && config_.prefetch;
 }
 
-void RuntimeCore::wake(sched::DeviceId d) noexcept {
-  if (d < device_count() && !dev_[d]->wake_requested.exchange(true, std::memory_order_acq_rel))
-    wakes_.fetch_add(1, std::memory_order_release);
+bool RuntimeCore::may_wait_for_room() const noexcept {
+  return running_cpu_task() == nullptr && !host_.holds_view();
 }
 
-// Pumps the devices the policy asked to wake, after the policy call that asked has returned.
-void RuntimeCore::pump_woken() noexcept {
-  for (size_t i = 0, n = device_count(); i < n && wakes_.load(std::memory_order_acquire) != 0; ++i)
-    if (dev_[i]->wake_requested.exchange(false, std::memory_order_acq_rel)) {
-      wakes_.fetch_sub(1, std::memory_order_acq_rel);
-      if (usable(i)) pump(*dev_[i]);
-    }
+void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
+  placement_.take_back(d.info.id);
+  driver_.hand_back_landed(d);
 }
 
-void RuntimeCore::launch(TaskNode* t, DeviceState& d) noexcept {
-  t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
-  if (data_.active()) {
-    d.fetching.fetch_add(1, std::memory_order_acq_rel);  // (before: data_ready may come first)
-    const DataManager::Status s = data_.acquire(t, d.info.memory_node);
-    if (s == DataManager::Status::pending) return;  // data_ready() starts it
-    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
-    switch (s) {
-      case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
-      case DataManager::Status::failed: abandon(t, d, t->transfer_error); return;
-      default: break;
-    }
-  }
-  start_kernel(t, d);
-}
-
-void RuntimeCore::data_ready(TaskNode* t) noexcept {
-  if (t->kind == TaskKind::kernel) {
-    DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
-    if (t->transfer_error) {
-      start_kernel(t, d);  // (abandons it)
-      return;
-    }
-    // Launched when the window has room (pump), unless the device left scheduling meanwhile:
-    // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
-    // in the list, or this sees the state that retire() set before it looked).
-    if (d.landed.add(t, [&] {
-          return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
-        }))
-      pump(d);
-    else
-      give_back(t, d);
-  } else {
-    host_task_ready(t);
-  }
-}
-
-void RuntimeCore::retry_acquire(TaskNode* t) noexcept { launch(t, *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]); }
-
-void RuntimeCore::host_task_ready(TaskNode* t) noexcept {
-  if (t->transfer_error) {
-    if (!retry_host_copy(t)) finish(t, t->transfer_error);
-  } else if (t->kind == TaskKind::join) {
-    finish(t, nullptr);
-  } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
-    grant_async(t);
-  } else {  // host access: granted until Buffer's HostView releases it
-    t->granted.store(1, std::memory_order_release);
-    t->granted.notify_all();
-  }
-}
-
-bool RuntimeCore::retry_host_copy(TaskNode* t) noexcept {
-  uint32_t culprit = 0;
-  bool lost = false;
-  try {
-    std::rethrow_exception(t->transfer_error);
-  } catch (const CopyError& c) {
-    culprit = c.device;
-    lost = c.lost;
-  } catch (...) {
-    return false;  // not a copy (no memory, data lost): no retry helps
-  }
-  if (t->foreign_faults >= kHostCopyRetries) return false;
-  ++t->foreign_faults;
-  const std::string why = what(t->transfer_error);
-  if (!lost && culprit < device_count()) {  // a lost device was retired by the copy already
-    DeviceState& x = *dev_[culprit];
-    x.failed.fetch_add(1, std::memory_order_relaxed);
-    note_fault(x, ErrorCode::backend, why);
-  }
-  HCR_LOG(info, "copying data home failed (" << why << "): fetching it again");
-  t->transfer_error = nullptr;
-  if (t->data_node >= 0) data_.commit(t, false);  // unpins; what is valid elsewhere stays so
-  retries_.fetch_add(1, std::memory_order_relaxed);
-  ready(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
-  return true;
-}
-
-void RuntimeCore::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
-  disarm_slot(t);  // the launch never reached the plugin: no answer will come for it
-  pol()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
-  // A copy another device failed (the source's end of a fetch) is that device's fault: it is
-  // charged, and the task is placed again with d still allowed. Bounded, in case that device
-  // keeps failing without leaving scheduling.
-  uint32_t culprit = d.info.id;
-  bool culprit_lost = false;
-  try {
-    if (e) std::rethrow_exception(e);
-  } catch (const CopyError& c) {
-    culprit = c.device;
-    culprit_lost = c.lost;
-  } catch (...) {
-  }
-  if (culprit != d.info.id && culprit < device_count() && t->foreign_faults < 4) {
-    ++t->foreign_faults;
-    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    pump(d);
-    DeviceState& x = *dev_[culprit];
-    const std::string why = what(e);
-    if (!culprit_lost) {
-      x.failed.fetch_add(1, std::memory_order_relaxed);
-      note_fault(x, ErrorCode::backend, why);
-    }
-    HCR_LOG(info, "task of kernel '" << t->kernel->name << "' lost an input copy on '"
-                                     << x.info.name << "' (" << why << "): placing it again");
-    place_again(t);
-    return;
-  }
-  d.tasks.fetch_add(1, std::memory_order_relaxed);
-  d.failed.fetch_add(1, std::memory_order_relaxed);
-  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  pump(d);
-  if (retry_elsewhere(t, d, code_of(e), what(e))) return;
-  finish(t, std::move(e));
-}
-
-void RuntimeCore::start_kernel(TaskNode* t, DeviceState& d) noexcept {
-  if (t->transfer_error) {
-    abandon(t, d, t->transfer_error);
-    return;
-  }
-  KernelDevice& kd = t->kernel->devices[d.info.id];
-  const hcr_plugin_api_t* api = d.plugin->api;
-  const uint32_t node = d.info.memory_node;
-  t->abi_args.clear();
-  for (const ArgRec& a : t->args) {
-    BufferState& b = *a.buffer;
-    hcr_arg_t x{};
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
-    x.rows = b.rows;
-    x.cols = b.cols;
-    if (node == 0) {
-      x.host = b.host;
-      x.ld = b.ld;
-    } else {  // device replicas are contiguous
-      x.memory = data_.memory(b, node);
-      x.ld = b.cols;
-    }
-    t->abi_args.push_back(x);
-  }
-  hcr_launch_args_t la{};
-  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-  la.device = d.index;
-  la.kernel = kd.handle;
-  la.args = t->abi_args.data();
-  la.num_args = t->abi_args.size();
-  la.params = t->params.data();
-  la.params_size = t->params.size();
-  la.host_token = t;
-  la.flags =
-      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
-  // A token, not the task: once done is called, `t` may finish and its node be reused at once.
-  void* const token = t->launch_token;
-  la.done = &RuntimeCore::on_launch_done;
-  la.done_user_data = token;
-  la.param_offsets = t->param_offsets.data();
-  la.num_params = t->param_offsets.size();
-  for (int i = 0; i < 3; ++i) {
-    la.global_size[i] = t->global_size[i];
-    la.local_size[i] = t->local_size[i];
-  }
-  if (timing_.load(std::memory_order_relaxed) || trace_.on())
-    t->start = std::chrono::steady_clock::now();
-  // From now on the watchdog keeps an eye on this launch, and may end the attempt: the last
-  // touch of `t` here comes before (release; the watchdog reads the deadline with acquire).
-  if (task_timeout_ > 0)
-    LaunchTable::slot(LaunchTable::index_of(token))
-        ->deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                (std::chrono::steady_clock::now() + task_timeout_duration_)
-                                    .time_since_epoch())
-                                .count(),
-                            std::memory_order_release);
-  if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
-    launch_answered(token, err, nullptr, true);  // not `t`: done may have come first
-}
-
-// ---- launch tokens ----------------------------------------------------------------------------
-
-bool RuntimeCore::try_arm(uint32_t index, TaskNode* t) noexcept {
-  LaunchSlot& s = *LaunchTable::slot(index);
-  const uint64_t st = s.state.load(std::memory_order_acquire);
-  if (LaunchSlot::status(st) != LaunchSlot::kFree) return false;
-  // Free slots change hands only here (one pumper per device). The generation moves first, then
-  // the fields, then the status: a late call for the previous launch that reads the kernel field
-  // (acquire, pairing with the release here) and then the generation sees whether the field is
-  // still that launch's (protocol_error).
-  const uint64_t gen = (LaunchSlot::generation(st) + 1) & LaunchSlot::kGenerationMask;
-  s.state.store(LaunchSlot::make(gen, LaunchSlot::kFree), std::memory_order_relaxed);
-  s.task.store(t, std::memory_order_relaxed);
-  s.kernel.store(t->kernel->name.c_str(), std::memory_order_release);
-  s.deadline_ns.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);
-  t->launch_token = LaunchTable::token(index, gen);
-  s.state.store(LaunchSlot::make(gen, LaunchSlot::kArmed), std::memory_order_release);
-  return true;
-}
-
-bool RuntimeCore::arm_slot(DeviceState& d, TaskNode* t) noexcept {
-  const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_relaxed);
-  const uint32_t capacity = chunks * LaunchTable::kChunk;
-  for (uint32_t probe = 0; probe < capacity; ++probe) {
-    const uint32_t i = d.slot_cursor;
-    d.slot_cursor = i + 1 == capacity ? 0 : i + 1;
-    const uint32_t chunk = d.slot_chunks[i / LaunchTable::kChunk].load(std::memory_order_relaxed);
-    if (try_arm(chunk * LaunchTable::kChunk + i % LaunchTable::kChunk, t)) return true;
-  }
-  // Every slot is busy: one chunk more (the first launch of a device comes here too).
-  if (chunks == DeviceState::kMaxSlotChunks) return false;
-  uint32_t chunk;
-  try {
-    chunk = LaunchTable::take_chunk(&d);
-  } catch (...) {
-    return false;
-  }
-  if (chunk == LaunchTable::kNone) return false;
-  d.slot_chunks[chunks].store(chunk, std::memory_order_relaxed);
-  d.slot_chunks_used.store(chunks + 1, std::memory_order_release);  // the watchdog reads them
-  d.slot_cursor = capacity + 1;
-  return try_arm(chunk * LaunchTable::kChunk, t);
-}
-
-void RuntimeCore::disarm_slot(TaskNode* t) noexcept {
-  void* token = std::exchange(t->launch_token, nullptr);
-  if (token == nullptr) return;
-  LaunchTable::slot(LaunchTable::index_of(token))
-      ->state.store(LaunchSlot::make(LaunchTable::generation_of(token), LaunchSlot::kFree),
-                    std::memory_order_release);
-}
-
-void RuntimeCore::on_launch_done(void* token, hcr_error_t* error,
-                                 const hcr_completion_info_t* info) {
-  launch_answered(token, error, info, false);
-}
-
-void RuntimeCore::launch_answered(void* token, hcr_error_t* error,
-                                  const hcr_completion_info_t* info, bool returned) noexcept {
-  LaunchSlot* s = LaunchTable::slot(LaunchTable::index_of(token));
-  if (s == nullptr) {  // no plugin known to free the error through: it is left
-    HCR_LOG(error, "a plugin answered a launch with a token the runtime never issued ("
-                       << token << "): ignored");
-    return;
-  }
-  const uint64_t gen = LaunchTable::generation_of(token);
-  for (;;) {
-    uint64_t st = s->state.load(std::memory_order_acquire);
-    if (LaunchSlot::generation(st) != gen) break;  // the slot has moved on: a late answer
-    const LaunchSlot::Status status = LaunchSlot::status(st);
-    if (status == LaunchSlot::kArmed) {  // the first answer: it ends the launch
-      TaskNode* t = s->task.load(std::memory_order_relaxed);
-      if (!s->state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kFree),
-                                            std::memory_order_acq_rel))
-        continue;
-      t->launch_token = nullptr;
-      t->rt->launch_done(t, error, info);
-      return;
-    }
-    if (status == LaunchSlot::kGivingUp) {  // the watchdog is taking it over: a moment
-      std::this_thread::yield();
-      continue;
-    }
-    if (status == LaunchSlot::kGivenUp) {  // back after the watchdog gave up: only let go
-      HungLaunch* h = s->hung.load(std::memory_order_relaxed);
-      DeviceState* d = s->device.load(std::memory_order_relaxed);
-      const char* kernel = s->kernel.load(std::memory_order_relaxed);
-      if (!s->state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kFree),
-                                            std::memory_order_acq_rel))
-        continue;
-      if (error != nullptr) d->plugin->api->error_destroy(error);
-      HCR_LOG(debug, "kernel '" << kernel << "' on device '" << d->info.name
-                                << "' came back after the task timeout gave up on it");
-      release_hung(h);
-      return;
-    }
-    break;  // free: answered before
-  }
-  protocol_error(*s, gen, error, returned);
-}
-
-void RuntimeCore::protocol_error(LaunchSlot& s, uint64_t gen, hcr_error_t* error,
-                                 bool returned) noexcept {
-  // The slot's device is valid while its plugin can call (devices outlive their plugins; a plugin
-  // left running at shutdown keeps the whole runtime). Its kernel field names this launch's
-  // kernel unless the generation has moved on since (see try_arm; kernels outlive plugins too).
-  DeviceState* d = s.device.load(std::memory_order_acquire);
-  const char* kernel = s.kernel.load(std::memory_order_acquire);
-  if (LaunchSlot::generation(s.state.load(std::memory_order_relaxed)) != gen) kernel = nullptr;
-  if (d == nullptr) {
-    HCR_LOG(error, "a launch was answered after its runtime had ended: ignored");
-    return;
-  }
-  if (error != nullptr) d->plugin->api->error_destroy(error);
-  const uint64_t n = d->protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
-  std::ostringstream msg;
-  msg << "plugin '" << d->plugin->name << "' "
-      << (returned ? "returned an error from launch after calling done for it"
-                   : "called done for a launch that had been answered already")
-      << " (kernel '" << (kernel != nullptr ? kernel : "?") << "' on device '" << d->info.name
-      << "'): ignored";
-  if (n == 1) {
-    msg << "; further ones are counted in stats().devices[" << d->info.id << "].protocol_errors";
-    log::write(LogLevel::error, msg.str());
-  } else if (log::enabled(LogLevel::debug)) {
-    log::write(LogLevel::debug, msg.str());
-  }
-}
-
-void RuntimeCore::release_hung(HungLaunch* h) noexcept {
-  for (BufferState* b : h->buffers) release(b);
-  release(h->task);  // its kernel holds the runtime: possibly the last reference
-  delete h;
-}
-
-void RuntimeCore::watchdog() noexcept {
-  std::unique_lock<std::mutex> lock(watchdog_mutex_);
-  const auto tick = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::min(0.1, task_timeout_ / 4)));
-  const std::string why =
-      "did not complete within the task timeout of " + detail::format_seconds(task_timeout_);
-  while (!watchdog_cv_.wait_for(lock, tick, [&] { return watchdog_stop_; })) {
-    const auto now = std::chrono::steady_clock::now();
-    const int64_t now_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    std::vector<TaskNode*> expired;
-    for (size_t i = 0, n = device_count(); i < n; ++i)
-      for_each_slot(*dev_[i], [&](LaunchSlot& s) {
-        uint64_t st = s.state.load(std::memory_order_acquire);
-        if (LaunchSlot::status(st) != LaunchSlot::kArmed ||
-            s.deadline_ns.load(std::memory_order_acquire) > now_ns)
-          return;
-        TaskNode* t = s.task.load(std::memory_order_relaxed);
-        const uint64_t gen = LaunchSlot::generation(st);
-        if (!s.state.compare_exchange_strong(st, LaunchSlot::make(gen, LaunchSlot::kGivingUp),
-                                             std::memory_order_acq_rel))
-          return;  // answered meanwhile
-        // The attempt is ours to end, so the task is still running it, with its arguments. What
-        // the plugin may still be using is held until its done arrives (which waits for
-        // kGivenUp): the task ends elsewhere, and would let go of its buffers.
-        auto* h = new HungLaunch{t, {}};
-        retain(t);
-        for (const ArgRec& a : t->args) {
-          retain(a.buffer);
-          h->buffers.push_back(a.buffer);
-        }
-        t->launch_token = nullptr;
-        s.hung.store(h, std::memory_order_relaxed);
-        s.state.store(LaunchSlot::make(gen, LaunchSlot::kGivenUp), std::memory_order_release);
-        expired.push_back(t);  // alive until launch_done ends it (its running reference)
-      });
-    lock.unlock();
-    for (TaskNode* t : expired) launch_done(t, nullptr, nullptr, why.c_str());
-    lock.lock();
-  }
-}
-
-void RuntimeCore::account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
-                                 double seconds) noexcept {
-  const double joules =
-      info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE ? info->joules : -1;
-  if (!t->footprint_valid) compute_footprint(t);
-  thread_local std::vector<EnergyAccount::Sample> samples;
-  samples.clear();
-  energy_.task_done(d.info.id, t->kernel->id, t->footprint, t->size, seconds, joules, now(),
-                    samples);
-  if (!energy_policy_ || samples.empty()) return;
-  if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
-    const EnergyAccount::Sample& x = samples[0];
-    pol()->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
-    return;
-  }
-  // A measured meter's interval closes with the tasks of several kernels: their names by id.
-  std::lock_guard<std::mutex> lock(kernels_mutex_);
-  for (const EnergyAccount::Sample& x : samples)
-    for (auto& [name, k] : kernels_)
-      if (k->id == x.kernel) {
-        pol()->energy(x.kernel, name, x.footprint, x.size, x.device, x.joules);
-        break;
-      }
-}
-
-void RuntimeCore::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                              const char* timed_out) noexcept {
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-  double measured = -1, seconds = -1;
-  if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
-      info->device_seconds >= 0)
-    seconds = measured = info->device_seconds;
-  const bool tracing = trace_.on();
-  std::chrono::steady_clock::time_point end;
-  const bool timing = timing_.load(std::memory_order_relaxed);
-  if (timing || tracing) end = std::chrono::steady_clock::now();
-  // (A start left unset: timing came on, with the first context, while this launch ran.)
-  if (seconds < 0 && timing && t->start.time_since_epoch().count() != 0)
-    seconds = std::chrono::duration<double>(end - t->start).count();
-  if (measured > 0)
-    d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
-
-  std::exception_ptr e;
-  ErrorCode code = ErrorCode::unknown;
-  std::string msg;
-  if (error != nullptr) {
-    const hcr_plugin_api_t* api = d.plugin->api;
-    if (t->kernel_threw) {
-      e = t->error;  // the kernel's own exception, unchanged
-      api->error_destroy(error);
-    } else {
-      code = static_cast<ErrorCode>(api->error_code(error));
-      msg = take_error(api, error);
-      e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
-                                                  d.info.name + "': " + msg));
-    }
-    d.failed.fetch_add(1, std::memory_order_relaxed);
-  } else if (timed_out != nullptr) {  // the watchdog gave up on it
-    code = ErrorCode::timeout;
-    msg = timed_out;
-    e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
-                                                d.info.name + "': " + msg));
-    d.failed.fetch_add(1, std::memory_order_relaxed);
-  }
-  const double predicted = timing ? pol()->predicted(sched::TaskRef(t)) : -1;
-  if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
-  if (tracing) {
-    RawEvent ev{};
-    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::task);
-    ev.failed = static_cast<bool>(e);
-    ev.a = d.info.id;
-    ev.kernel = t->kernel->id;
-    if (!t->footprint_valid) compute_footprint(t);
-    ev.footprint = t->footprint;
-    ev.bytes = t->bytes;
-    ev.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-    ev.start_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(t->start.time_since_epoch()).count();
-    // The bar starts when the device began it, if it said how long it took (a launch may wait
-    // in the plugin behind earlier ones).
-    if (measured >= 0)
-      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
-    ev.predicted = static_cast<float>(predicted);
-    ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
-    ev.context = t->context != nullptr ? static_cast<uint16_t>(t->context->index) : 0;
-    ev.measured = static_cast<float>(measured);
-    trace_.add(ev);
-  }
-  pol()->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
-  if (!e && energy_.active()) account_energy(t, d, info, seconds);
-  d.tasks.fetch_add(1, std::memory_order_relaxed);
-  // A failure counts against the device before it is given more work (it may be quarantined):
-  // its slot stays taken until then, or another thread's pump could fill it in between.
-  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
-    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-    pump(d);
-    return;
-  }
-  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  pump(d);
-  // Eager write-back: the results go home before the task counts as done (the device's slot is
-  // free already: the copy engine does this).
-  if (!e && data_.active() && data_.write_through(t)) return;
-  finish(t, std::move(e));
-}
-
-void RuntimeCore::written_through(TaskNode* t, std::exception_ptr error) noexcept {
-  if (!error) {
-    finish(t, nullptr);
-    return;
-  }
-  DeviceState& d = *dev_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-  if (retry_elsewhere(t, d, code_of(error), what(error))) return;
-  finish(t, std::move(error));
-}
-
-bool RuntimeCore::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
-                                  const std::string& why) noexcept {
-  if (!device_side(code) || t->data_lost) return false;
-  note_fault(d, code, why);
-  try {
-    t->device_errors += (t->device_errors.empty() ? "" : "; ") + d.info.name + ": " + why;
-    t->excluded.push_back(d.info.id);
-  } catch (...) {
-    return false;
-  }
-  HCR_LOG(info, "task of kernel '" << t->kernel->name << "' failed on '" << d.info.name << "' ("
-                                   << why << "): placing it again");
-  place_again(t);  // another device, or no_device_error with every device's reason
-  return true;
-}
-
-void RuntimeCore::place_again(TaskNode* t) noexcept {
-  t->transfer_error = nullptr;
-  t->error = nullptr;
-  t->device.store(-1, std::memory_order_relaxed);
-  if (t->data_node >= 0) data_.commit(t, false);  // its inputs stay valid where they were
-  retries_.fetch_add(1, std::memory_order_relaxed);
-  ready(t);
-}
-
-void RuntimeCore::hand_back_landed(DeviceState& d) noexcept {
-  for (TaskNode* t : d.landed.take_all()) give_back(t, d);
-}
-
-void RuntimeCore::give_back(TaskNode* t, DeviceState& d) noexcept {
-  disarm_slot(t);  // never launched
-  pol()->completed(sched::TaskRef(t), d.info.id, -1.0);
-  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
-  place_again(t);
-}
-
-void RuntimeCore::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
-  if (code == ErrorCode::device_lost) {
-    retire(d, DeviceState::kLost, why);
-    return;
-  }
-  bool quarantine = false;
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    const double t = now();
-    d.fault_times.push_back(t);
-    while (!d.fault_times.empty() && d.fault_times.front() < t - config_.quarantine_window)
-      d.fault_times.pop_front();
-    d.last_fault = why;
-    quarantine = d.fault_times.size() >= static_cast<size_t>(config_.quarantine_failures);
-  }
-  if (quarantine)
-    retire(d, DeviceState::kQuarantined,
-           std::to_string(config_.quarantine_failures) + " failures within " +
-               detail::format_seconds(config_.quarantine_window) + ", the last: " + why);
-}
-
-void RuntimeCore::retire(DeviceState& d, uint8_t status, const std::string& why) noexcept {
-  uint8_t was = DeviceState::kActive;
-  bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
-  // again (below), and fail if no other device will take them.
-  const bool was_withheld = !out && was == DeviceState::kWithheld &&
-                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
-  if (was_withheld) {
-    out = true;
-    withheld_.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  if (!out) {
-    // Already out. A quarantined device, or one being removed, that is then lost is lost: the
-    // data only it held is gone, and its readers (and remove_device's write-backs) must hear so
-    // rather than wait for copies from it.
-    if (status == DeviceState::kLost &&
-        (was == DeviceState::kQuarantined || was == DeviceState::kRemoved) &&
-        d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst)) {
-      {
-        std::lock_guard<SpinLock> g(d.fault_lock);
-        d.last_fault = why;
-      }
-      HCR_LOG(warn, "device '" << d.info.name << "' ("
-                               << (was == DeviceState::kRemoved ? "being removed" : "quarantined")
-                               << ") lost: " << why);
-      if (d.info.memory_node != 0) data_.node_lost(d.info.memory_node, d.info.name);
-    }
-    return;
-  }
-  usable_bits_[d.info.id / 64].fetch_and(~(uint64_t{1} << (d.info.id % 64)),
-                                         std::memory_order_seq_cst);
-  retired_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::lock_guard<SpinLock> g(d.fault_lock);
-    if (d.status.load(std::memory_order_seq_cst) == status) d.last_fault = why;  // else lost since
-  }
-  if (status == DeviceState::kRemoved)  // asked for: not a fault
-    HCR_LOG(info, "device '" << d.info.name << "' removed; its work goes elsewhere");
-  else
-    HCR_LOG(warn, "device '" << d.info.name << "' "
-                             << (status == DeviceState::kLost ? "lost" : "quarantined") << ": "
-                             << why << "; its work goes elsewhere");
-  if (status == DeviceState::kLost && d.info.memory_node != 0)
-    data_.node_lost(d.info.memory_node, d.info.name);
-  for (sched::TaskRef q : pol()->drain(d.info.id)) ready(q.node());
-  hand_back_landed(d);
-  if (was_withheld) {
-    std::vector<TaskNode*> again;
-    {
-      std::lock_guard<std::mutex> g(parked_mutex_);
-      again.swap(parked_);
-    }
-    for (TaskNode* t : again) ready(t);
-  }
-}
+void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { driver_.pump(d); }
 
 // ---- hot-plug ---------------------------------------------------------------------------------
 
@@ -1239,12 +124,20 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     std::lock_guard<std::mutex> g(add_mutex_);
     check_alive("load_plugin");
     std::string mistake;
-    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake);
+    // Instances with a device still there: one with the same options drives the same devices.
+    std::vector<const PluginInstance*> live;
+    for (size_t d = 0; d < device_count(); ++d) {
+      const uint8_t s = devices_[d].status.load(std::memory_order_relaxed);
+      if (s != DeviceState::kRemoved && s != DeviceState::kLost &&
+          std::find(live.begin(), live.end(), devices_[d].plugin) == live.end())
+        live.push_back(devices_[d].plugin);
+    }
+    std::unique_ptr<PluginInstance> inst = load_one(file, backend, rec, &mistake, live);
     if (inst) {
       DeviceBudget budget;
       for (size_t d = 0; d < device_count(); ++d) {
         ++budget.devices;
-        budget.own_memory += dev_[d]->info.memory_node != 0;
+        budget.own_memory += devices_[d].info.memory_node != 0;
       }
       if (budget.take(*inst) < inst->devices.size()) {
         rec.status = PluginRecord::Status::skipped;
@@ -1268,6 +161,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     first = device_count();
     add_devices(p);
     last = device_count();
+    warn_if_oversubscribed();
     std::lock_guard<std::mutex> k(kernels_mutex_);
     for (auto& [name, ref] : kernels_) kernels.push_back(ref);
   }
@@ -1280,7 +174,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     }
     resolve(*k);
   }
-  for (uint32_t d = first; d < last; ++d) pump(*dev_[d]);
+  for (uint32_t d = first; d < last; ++d) pump(devices_[d]);
   HCR_LOG(info, "plugin '" << rec.name << "' from " << file.string() << " joined with "
                            << (last - first) << " device(s)");
   return rec;
@@ -1293,8 +187,8 @@ void RuntimeCore::remove_device(uint32_t id) {
   if (id >= n)
     throw Error(ErrorCode::invalid_argument, "remove_device: no device " + std::to_string(id) +
                                                  " (the runtime has " + std::to_string(n) + ")");
-  DeviceState& d = *dev_[id];
-  retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
+  DeviceState& d = devices_[id];
+  health_.retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
   // What it runs finishes there; a pump that saw it active just before may still hand it one.
   while (d.in_flight.load(std::memory_order_seq_cst) != 0 ||
          d.pumping.load(std::memory_order_seq_cst))
@@ -1305,7 +199,7 @@ void RuntimeCore::remove_device(uint32_t id) {
 
 std::vector<Device> RuntimeCore::devices_snapshot() const {
   std::lock_guard<std::mutex> g(add_mutex_);
-  return std::vector<Device>(devices_.begin(), devices_.begin() + device_count());
+  return std::vector<Device>(devices_.infos().begin(), devices_.infos().begin() + device_count());
 }
 
 LoadReport RuntimeCore::report_snapshot() const {
@@ -1313,338 +207,13 @@ LoadReport RuntimeCore::report_snapshot() const {
   return report_;
 }
 
-void RuntimeCore::finish(TaskNode* t, std::exception_ptr e) noexcept {
-  if (t->data_node >= 0) data_.commit(t, !e);
-  if (e) {
-    t->error = e;
-    failed_.fetch_add(1, std::memory_order_relaxed);
-  }
-  // Counted before any successor can run, so stats() read after waiting for a later task (which
-  // waited for this one) include it. A submitter blocked for room is woken once the count it
-  // waits for is reached (seq_cst against its publishing room_at_, then reading completed_).
-  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
-  if (done >= room_at_.load(std::memory_order_seq_cst)) {
-    { std::lock_guard<std::mutex> g(room_mutex_); }
-    room_cv_.notify_all();
-  }
-  boost::container::small_vector<Edge, 2> successors;
-  t->lock.lock();
-  t->finished = true;
-  t->failed = static_cast<bool>(e);
-  successors.swap(t->successors);
-  t->lock.unlock();
-  // Successors this completion makes ready reach the policy highest priority first (among
-  // tasks ready at once, the application's priority decides who is placed first).
-  if (!e && !successors.empty() && data_.active() && config_.prefetch)
-    prefetch_for_successors(t, successors);
-  boost::container::small_vector<TaskNode*, 4> now_ready;
-  for (const Edge& s : successors) {
-    if (e && s.data) note_dependency_failure(s.task, e);
-    if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now_ready.push_back(s.task);
-  }
-  if (now_ready.size() > 1)
-    std::stable_sort(now_ready.begin(), now_ready.end(),
-                     [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
-  for (TaskNode* r : now_ready) ready(r);
-  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
-  t->state.notify_all();
-  if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
-    if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told
-      t->granted.store(2, std::memory_order_relaxed);
-      try {
-        t->grant_fn(t->grant_user, nullptr, nullptr, e);
-      } catch (...) {
-        HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
-      }
-      if (BufferState* b = std::exchange(t->view, nullptr)) release(b);
-    } else {
-      t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
-      t->granted.notify_all();
-    }
-  }
-  // Done with its buffers: their references go now, not with the node. A buffer's dependency
-  // frontier (last_writer, readers) keeps the node while the buffer lives, so references held
-  // until then made a cycle that leaked every buffer a task had used, and the runtime with them
-  // (LeakSanitizer). Before the count below, so that wait_all() covers what freeing them does.
-  for (const ArgRec& a : t->args) release(a.buffer);
-  t->args.clear();
-  t->uargs.clear();
-  std::atomic<int64_t>& open = open_[t->epoch];
-  if (open.fetch_sub(1, std::memory_order_acq_rel) == 1) open.notify_all();
-  release(t);  // the reference held while the task ran
-}
-
-// Why this waits for exactly the tasks submitted before it began: a task T whose submit returned
-// counted itself in the parity of epoch E and then saw the epoch still at E. The first wait_all to
-// move the epoch past E (under epoch_mutex_, after T's check in the single order of seq_cst
-// operations) reads T's count, so it waits for T. Either that is this call, or an earlier one that
-// finished before this one could take the mutex.
-// A successor that still waits for other tasks runs where its pin, or the policy's plan, says: what
-// `t` wrote for it starts moving there now, while the others finish, rather than once the last of
-// them is done (the copies overlap their computation). Before the successors' counts drop: until
-// then each waits for `t`, so it is alive.
-void RuntimeCore::prefetch_for_successors(TaskNode* t, const boost::container::small_vector<Edge, 2>& successors) noexcept {
-  const int32_t ran = t->device.load(std::memory_order_relaxed);
-  const uint32_t from = ran >= 0 ? dev_[static_cast<size_t>(ran)]->info.memory_node : 0;
-  for (const Edge& e : successors) {
-    TaskNode* s = e.task;
-    if (!e.data || s->kind != TaskKind::kernel || s->pending.load(std::memory_order_relaxed) <= 1)
-      continue;  // (ready once `t` is done: placing it prefetches)
-    const int64_t node = expected_node(s);
-    if (node < 0 || static_cast<uint32_t>(node) == from) continue;
-    boost::container::small_vector<Ref<BufferState>, 3> inputs;
-    for (const ArgRec& w : t->uargs) {
-      if (!writes(w.access)) continue;
-      for (const ArgRec& r : s->args)
-        if (r.buffer == w.buffer && reads(r.access)) {
-          inputs.push_back(Ref<BufferState>::share(w.buffer));
-          break;
-        }
-    }
-    if (!inputs.empty())
-      data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);
-  }
-}
-
-int64_t RuntimeCore::expected_node(TaskNode* t) noexcept {
-  const int64_t d = t->pinned >= 0 ? t->pinned : pol()->expected_device(sched::TaskRef(t));
-  if (d < 0 || d >= static_cast<int64_t>(device_count())) return -1;
-  return dev_[static_cast<size_t>(d)]->info.memory_node;
-}
-
 void RuntimeCore::wait_all() noexcept {
-  {
-    std::lock_guard<std::mutex> g(epoch_mutex_);
-    std::atomic<int64_t>& open = open_[epoch_.fetch_add(1, std::memory_order_seq_cst) & 1];
-    for (int64_t v; (v = open.load(std::memory_order_acquire)) != 0;)
-      open.wait(v, std::memory_order_acquire);
-  }
+  graph_.wait_all();
   return_freed_memory();  // after a burst of tasks: back to where the process was before it
-}
-
-void RuntimeCore::wait_idle() noexcept {
-  while (open_[0].load(std::memory_order_acquire) != 0 ||
-         open_[1].load(std::memory_order_acquire) != 0)
-    wait_all();
-}
-
-void RuntimeCore::wait_for_room(uint64_t seq) {
-  // Threads that must not wait: a kernel (the tasks in flight may need its worker, or be its own
-  // successors), and a thread holding a host view (the tasks in flight may wait for its release).
-  // They go over the bound.
-  if (running_cpu_task() != nullptr || holds_view()) return;
-  // Wait for room for a batch (a sixteenth of the bound), not for one task: a submitter kept at
-  // the bound would otherwise be woken once per completion.
-  const uint64_t target = seq + 1 - max_in_flight_ + max_in_flight_ / 16;
-  std::unique_lock<std::mutex> lock(room_mutex_);
-  if (completed_.load(std::memory_order_seq_cst) >= target) return;
-  throttled_.fetch_add(1, std::memory_order_relaxed);
-  throttled_now_.fetch_add(1, std::memory_order_relaxed);
-  auto it = room_targets_.insert(target);
-  room_at_.store(*room_targets_.begin(), std::memory_order_seq_cst);
-  while (completed_.load(std::memory_order_seq_cst) < target) room_cv_.wait(lock);
-  room_targets_.erase(it);
-  room_at_.store(room_targets_.empty() ? UINT64_MAX : *room_targets_.begin(),
-                 std::memory_order_seq_cst);
-  throttled_now_.fetch_sub(1, std::memory_order_relaxed);
-}
-
-std::exception_ptr RuntimeCore::no_device_error(const TaskNode& t) const {
-  const KernelState& k = *t.kernel;
-  auto reason = [&](size_t d) -> std::string {
-    for (uint32_t x : t.excluded)
-      if (x == d) {  // it failed there: say what the device said
-        std::string name = dev_[d]->info.name + ": ";
-        size_t at = t.device_errors.find(name);
-        if (at == std::string::npos) return "failed";
-        size_t end = t.device_errors.find("; ", at);
-        return "failed: " + t.device_errors.substr(at + name.size(), end == std::string::npos
-                                                                          ? std::string::npos
-                                                                          : end - at - name.size());
-      }
-    auto last = [&] {
-      std::lock_guard<SpinLock> g(dev_[d]->fault_lock);
-      return dev_[d]->last_fault;
-    };
-    switch (dev_[d]->status.load(std::memory_order_relaxed)) {
-      case DeviceState::kQuarantined:
-        return "quarantined after repeated failures (the last: " + last() + ")";
-      case DeviceState::kLost: return "lost (" + last() + ")";
-      case DeviceState::kRemoved: return "removed";
-      case DeviceState::kWithheld: return "withheld (the node arbiter gave it to another process)";
-      default: break;
-    }
-    if (!k.can_run(d))
-      return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
-    if (!fits(&t, d)) {
-      const uint64_t limit = data_.limit(dev_[d]->info.memory_node);
-      if (t.bytes <= limit && t.context != nullptr)
-        return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
-               " bytes cannot hold the task's " + std::to_string(t.bytes);
-      return "its memory limit of " + std::to_string(limit) + " bytes cannot hold the task's " +
-             std::to_string(t.bytes);
-    }
-    return "no reason known";
-  };
-  std::string msg = "no device can run kernel '" + k.name + "'";
-  if (t.context != nullptr) {
-    // Its context's devices are the only ones it may use: name the context and say why each
-    // of them refuses (a context may hold none that runs the kernel).
-    msg = "no device of context '" + t.context->name + "' can run kernel '" + k.name + "'";
-    bool any = false;
-    for (size_t d = 0, n = device_count(); d < n; ++d)
-      if (t.context->has(static_cast<uint32_t>(d))) {
-        msg += (any ? "; " : ": ") + dev_[d]->info.name + ": " +
-               (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
-                                                                     "is pinned to (Task::on)"
-                                                                   : reason(d));
-        any = true;
-      }
-    if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
-      msg += std::string(any ? "; " : ": ") + "the task is pinned (Task::on) to device " +
-             std::to_string(t.pinned) + " ('" + dev_[t.pinned]->info.name +
-             "'), which is not in the context";
-  } else if (t.pinned >= 0) {
-    msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
-          dev_[t.pinned]->info.name + "'), the only one the task allows (Task::on): " +
-          reason(static_cast<size_t>(t.pinned));
-  } else if (device_count() == 0) {
-    msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
-  } else {
-    for (size_t d = 0, n = device_count(); d < n; ++d)
-      msg += (d == 0 ? ": " : "; ") + dev_[d]->info.name + ": " + reason(d);
-  }
-  return std::make_exception_ptr(Error(ErrorCode::no_device, msg));
-}
-
-double RuntimeCore::now() const noexcept {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-uint64_t RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const uint32_t node = dev_[d]->info.memory_node;
-  uint64_t bytes = 0;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access) && !data_.valid_or_arriving(*a.buffer, node)) bytes += a.buffer->bytes();
-  return bytes;
-}
-
-void RuntimeCore::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                                 uint64_t* bytes) const noexcept {
-  std::fill(bytes, bytes + count, uint64_t{0});
-  if (!data_.active()) return;  // every device works in host memory
-  // Where each input is valid or on its way, read once; then a bit test per device.
-  struct In {
-    uint64_t where[2];
-    uint64_t bytes;
-  };
-  boost::container::small_vector<In, 4> inputs;
-  for (const ArgRec& a : t.node()->uargs)
-    if (reads(a.access)) {
-      In in{{0, 0}, a.buffer->bytes()};
-      data_.presence(*a.buffer, in.where);
-      inputs.push_back(in);
-    }
-  if (inputs.empty()) return;
-  for (sched::DeviceId d = 0; d < count; ++d) {
-    const uint32_t node = hot_[d].node;
-    uint64_t sum = 0;
-    for (const In& in : inputs)
-      if (!((in.where[node / 64] >> (node % 64)) & 1u)) sum += in.bytes;
-    bytes[d] = sum;
-  }
-}
-
-void RuntimeCore::capable(sched::TaskRef t, sched::DeviceId count,
-                          std::bitset<kMaxDevices>& out) const noexcept {
-  out.reset();
-  const TaskNode* n = t.node();
-  if (!n->kernel) return;
-  if (n->pinned >= 0) {
-    if (static_cast<sched::DeviceId>(n->pinned) < count && t.can_run(n->pinned)) out.set(n->pinned);
-    return;
-  }
-  // Bits first (the kernel's capable devices, the devices in scheduling), then the few checks
-  // per remaining device: a decision over many devices reads two words, not a line per device.
-  const KernelState& k = *n->kernel;
-  const bool limited = data_.active();
-  for (unsigned w = 0; w < 2 && w * 64 < count; ++w) {
-    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) &
-                    usable_bits_[w].load(std::memory_order_acquire);
-    if (count < (w + 1) * 64) bits &= (uint64_t{1} << (count - w * 64)) - 1;
-    while (bits != 0) {
-      const unsigned d = w * 64 + static_cast<unsigned>(__builtin_ctzll(bits));
-      bits &= bits - 1;
-      if (!limited || hot_[d].node == 0 || n->bytes <= hot_[d].limit) out.set(d);
-    }
-  }
-  for (uint32_t x : n->excluded)  // devices that already failed it
-    if (x < count) out.reset(x);
-  if (n->context != nullptr)  // its context's devices only
-    for (sched::DeviceId d = 0; d < count; ++d)
-      if (out[d] && !n->context->has(d)) out.reset(d);
-}
-
-void RuntimeCore::locate(const void* buffer, uint64_t valid[2],
-                         uint64_t arriving[2]) const noexcept {
-  data_.locate(*static_cast<const BufferState*>(buffer), valid, arriving);
-}
-
-bool RuntimeCore::direct_copy(uint32_t from, uint32_t to) const noexcept {
-  return from != 0 && to != 0 && from < DataManager::kMaxNodes && to < DataManager::kMaxNodes &&
-         node_plugin_[from] != nullptr && node_plugin_[from] == node_plugin_[to];
-}
-
-double RuntimeCore::plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept {
-  const DeviceState& ds = *dev_[d];
-  const hcr_plugin_api_t* api = ds.plugin->api;
-  TaskNode* n = t.node();
-  if (api->estimate == nullptr || !n->kernel || !n->kernel->can_run(d)) return -1;
-  // The same view of the arguments a launch would get, without data pointers.
-  boost::container::small_vector<hcr_arg_t, 3> args;
-  for (const ArgRec& a : n->args) {
-    hcr_arg_t x{};
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(a.buffer->dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
-    x.rows = a.buffer->rows;
-    x.cols = a.buffer->cols;
-    x.ld = a.buffer->cols;
-    args.push_back(x);
-  }
-  hcr_launch_args_t la{};
-  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-  la.device = ds.index;
-  la.kernel = n->kernel->devices[d].handle;
-  la.args = args.data();
-  la.num_args = args.size();
-  la.params = n->params.data();
-  la.params_size = n->params.size();
-  la.param_offsets = n->param_offsets.data();
-  la.num_params = n->param_offsets.size();
-  double seconds = -1;
-  if (hcr_error_t* err = api->estimate(ds.plugin->handle, &la, &seconds)) {
-    api->error_destroy(err);
-    return -1;
-  }
-  return seconds;
 }
 
 void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
   if (sched::Policy* p = pol()) p->transferred(from, to, bytes, seconds);
-}
-
-void RuntimeCore::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
-                                  double measured) {
-  const float err = static_cast<float>(std::abs(predicted - measured) / measured * 100.0);
-  std::lock_guard<SpinLock> g(accuracy_lock_);
-  Accuracy& a = accuracy_[{t->kernel->id, device}];
-  if (a.errors.size() < 1024) {
-    a.errors.push_back(err);
-  } else {
-    a.errors[a.next] = err;
-    a.next = (a.next + 1) % a.errors.size();
-  }
 }
 
 static_assert(DeviceBudget::kOwnMemory == DataManager::kMaxNodes - 1,
@@ -1657,17 +226,16 @@ static_assert(DeviceState::kQuarantined == static_cast<uint8_t>(DeviceHealth::qu
 RuntimeStats RuntimeCore::stats() const {
   RuntimeStats s;
   s.wall_seconds = static_cast<double>(TraceRecorder::now_ns() - origin_ns_) * 1e-9;
-  // A submitter waiting for room holds a ticket its task has not used yet.
-  s.submitted = submitted_.load(std::memory_order_relaxed) -
-                throttled_now_.load(std::memory_order_relaxed);
-  s.completed = completed_.load(std::memory_order_relaxed);
-  s.throttled = throttled_.load(std::memory_order_relaxed);
-  s.failed = failed_.load(std::memory_order_relaxed);
-  s.decisions = decisions_.load(std::memory_order_relaxed);
-  s.decision_seconds = static_cast<double>(decision_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  const TaskGraph::Counts counts = graph_.counts();
+  s.submitted = counts.submitted;
+  s.completed = counts.completed;
+  s.throttled = counts.throttled;
+  s.failed = counts.failed;
+  s.decisions = placement_.decisions();
+  s.decision_seconds = placement_.decision_seconds();
   s.data = data_.counters();
   for (size_t i = 0, n = device_count(); i < n; ++i) {
-    const auto& d = dev_[i];
+    DeviceState* d = &devices_[i];
     DeviceCounters c;
     c.tasks = d->tasks.load(std::memory_order_relaxed);
     c.failed = d->failed.load(std::memory_order_relaxed);
@@ -1697,20 +265,7 @@ RuntimeStats RuntimeCore::stats() const {
   }
   context_stats(s);
   tenant_stats(s);
-  {
-    std::map<uint32_t, std::string> names;
-    {
-      std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
-      for (auto& [name, k] : kernels_) names[k->id] = name;
-    }
-    std::lock_guard<SpinLock> g(accuracy_lock_);
-    for (auto& [key, a] : accuracy_) {
-      std::vector<float> e = a.errors;
-      std::nth_element(e.begin(), e.begin() + static_cast<long>(e.size() / 2), e.end());
-      s.accuracy.push_back({names[key.first], key.second, e[e.size() / 2],
-                            static_cast<uint32_t>(e.size())});
-    }
-  }
+  completion_.accuracy(s.accuracy);
   return s;
 }
 
@@ -1787,7 +342,7 @@ void write_file(const std::string& path, const std::string& text) {
 void RuntimeCore::write_trace(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }
@@ -1798,7 +353,7 @@ void RuntimeCore::write_trace(const std::string& path) const {
 void RuntimeCore::write_gantt(const std::string& path) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
-  for (const Device& d : devices_) {
+  for (const Device& d : devices()) {
     names.push_back(d.name);
     slots.push_back(d.concurrency);
   }

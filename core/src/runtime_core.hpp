@@ -3,7 +3,19 @@
 
 #include "contexts/context_state.hpp"
 #include "data_manager.hpp"
+#include "engine/completion.hpp"
+#include "engine/device_driver.hpp"
+#include "engine/device_health.hpp"
+#include "engine/device_state.hpp"
+#include "engine/device_table.hpp"
+#include "engine/scheduling_view.hpp"
+#include "engine/host_access.hpp"
+#include "engine/launches.hpp"
 #include "engine/landed_tasks.hpp"
+#include "engine/pause.hpp"
+#include "engine/placement.hpp"
+#include "engine/task_end.hpp"
+#include "engine/task_graph.hpp"
 #include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
@@ -30,54 +42,13 @@ namespace hcr::detail {
 class ContextPolicy;
 class TenantLink;
 
-/// One device and its driver state. The driver has no thread: the submitting thread and the
-/// completion callbacks pump tasks from the policy into the plugin, one pumper at a time.
-struct DeviceState {
-  Device info;
-  PluginInstance* plugin = nullptr;
-  size_t index = 0;  // the plugin's device index
-  uint32_t flags = 0;
-  uint32_t window = 1;  // tasks handed to the plugin at once
-
-  alignas(64) std::atomic<uint32_t> in_flight{0};
-  // Of those, tasks not handed to the plugin yet: waiting for their copies, or with their copies
-  // done (landed) and waiting for room in the window. They do not hold the window, so that a task
-  // whose data is there already runs meanwhile (up to twice the window taken in all).
-  std::atomic<uint32_t> fetching{0};
-  LandedTasks landed;
-  std::atomic<uint32_t> pump_requests{0};
-  std::atomic<bool> pumping{false};
-  std::atomic<bool> wake_requested{false};  // the policy asked for a pump (Context::wake)
-  alignas(64) std::atomic<uint64_t> tasks{0};
-  std::atomic<uint64_t> failed{0};
-  std::atomic<uint64_t> busy_ns{0};  // execution time the plugin reported
-
-  // Health: active, or out of scheduling (quarantined after repeated failures, lost, removed).
-  // The values of DeviceHealth.
-  // kWithheld: the node arbiter gave it to another process for now (set_withheld); it comes
-  // back as kActive.
-  enum Status : uint8_t { kActive = 0, kQuarantined = 1, kLost = 2, kRemoved = 3, kWithheld = 4 };
-  std::atomic<uint8_t> status{kActive};
-  SpinLock fault_lock;
-  std::deque<double> fault_times;  // recent failures, within the quarantine window
-  std::string last_fault;
-
-  // Launch slots (launch_slots.hpp): chunks of the process-wide table this device holds. Armed by
-  // the pumper only (one at a time), round robin; it takes another chunk when every slot is busy
-  // (launches the watchdog gave up on keep theirs until the plugin's done arrives).
-  static constexpr uint32_t kMaxSlotChunks = 256;
-  std::atomic<uint32_t> slot_chunks_used{0};
-  std::atomic<uint32_t> slot_chunks[kMaxSlotChunks] = {};
-  uint32_t slot_cursor = 0;
-  // Completions of its plugin that broke the launch protocol (done twice, an error returned from
-  // launch after done): ignored, counted, the first one logged.
-  std::atomic<uint64_t> protocol_errors{0};
-};
-
-class RuntimeCore final : public sched::Context {
+class RuntimeCore final : public GraphStages,
+                          public PlaceTogether,
+                          public HealthListener,
+                          public PlacementStages {
  public:
   explicit RuntimeCore(Config config);
-  ~RuntimeCore() override;
+  ~RuntimeCore();
 
   /// Finishes construction (needs shared_from_this-like access for kernels and buffers).
   void start(const std::shared_ptr<RuntimeCore>& self);
@@ -90,28 +61,14 @@ class RuntimeCore final : public sched::Context {
   /// Throws Error(shutdown) once the runtime has ended; `what` names the call in the message.
   void check_alive(std::string_view what = {}) const;
 
-  // sched::Context
-  const std::vector<Device>& devices() const noexcept override { return devices_; }
-  /// Devices that joined so far (hot-plug adds; removed ones stay, out of scheduling).
-  uint32_t device_count() const noexcept override { return ndev_.load(std::memory_order_acquire); }
-  const Device& device(sched::DeviceId d) const noexcept override { return devices_[d]; }
-  uint32_t in_flight(sched::DeviceId d) const noexcept override {
-    return dev_[d]->in_flight.load(std::memory_order_relaxed);
-  }
-  double now() const noexcept override;
-  uint64_t bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) const noexcept override;
-  double plugin_estimate(sched::TaskRef t, sched::DeviceId d) const noexcept override;
-  void wake(sched::DeviceId d) noexcept override;
-  void capable(sched::TaskRef t, sched::DeviceId count,
-               std::bitset<kMaxDevices>& out) const noexcept override;
-  void bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                      uint64_t* bytes) const noexcept override;
-  void locate(const void* buffer, uint64_t valid[2], uint64_t arriving[2]) const noexcept override;
-  bool direct_copy(uint32_t from, uint32_t to) const noexcept override;
-  uint64_t submitted() const noexcept override {
-    return submitted_.load(std::memory_order_relaxed);
-  }
-  double idle_watts(sched::DeviceId d) const noexcept override { return energy_.idle_watts(d); }
+  /// The devices that joined so far (hot-plug adds; removed ones stay, out of scheduling).
+  const std::vector<Device>& devices() const noexcept { return devices_.infos(); }
+  uint32_t device_count() const noexcept { return devices_.count(); }
+  const Device& device(sched::DeviceId d) const noexcept { return devices_.infos()[d]; }
+  /// What policies see of the engine (engine/scheduling_view.hpp).
+  sched::Context& scheduling_view() noexcept { return view_; }
+  /// Seconds on the runtime's clock.
+  double now() const noexcept override { return view_.now(); }
   /// A copy finished (DataManager): tells the policy, for its transfer model.
   void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
@@ -133,8 +90,11 @@ class RuntimeCore final : public sched::Context {
   /// Context::set_devices: the context's devices become `devices` (empty: all); what it queued
   /// for a device it loses is placed again.
   void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
-  /// Hands a task a policy gave back to placement again (ready()).
-  void place(TaskNode* t) noexcept { ready(t); }
+  /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
+  void place(TaskNode* t) noexcept override { placement_.ready(t); }
+  // HealthListener: a device left scheduling, or came back.
+  void left_scheduling(DeviceState& d) noexcept override;
+  void back_in_scheduling(DeviceState& d) noexcept override;
   Ref<KernelState> kernel(std::string_view name);
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
   void resolve(KernelState& k);
@@ -142,62 +102,64 @@ class RuntimeCore final : public sched::Context {
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
   void submit(TaskNode* t);
-  /// Registers `t`'s access to `b` in the buffer's dependency frontier. Returns whether `t` now
-  /// waits for the task that last wrote `b` (false also for an access that does not read).
-  bool register_access(BufferState& b, TaskNode* t, Access mode);
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
-  void finish(TaskNode* t, std::exception_ptr e) noexcept;
+  void finish(TaskNode* t, std::exception_ptr e) noexcept { completion_.finish(t, std::move(e)); }
   /// Returns once every task whose submit() returned before this call began has finished
   /// (Runtime::wait_all): tasks submitted meanwhile may or may not have.
   void wait_all() noexcept;
   RuntimeStats stats() const;
 
   /// The copies `t` waited for have completed (DataManager).
-  void data_ready(TaskNode* t) noexcept;
+  void data_ready(TaskNode* t) noexcept { driver_.data_ready(t); }
   /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
-  void retry_acquire(TaskNode* t) noexcept;
+  void retry_acquire(TaskNode* t) noexcept { driver_.retry_acquire(t); }
   /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
   /// the data only it held is reported lost.
   void device_lost(DeviceState& d, const std::string& why) noexcept {
-    retire(d, DeviceState::kLost, why);
+    health_.retire(d, DeviceState::kLost, why);
   }
   /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
-  void written_through(TaskNode* t, std::exception_ptr error) noexcept;
+  void written_through(TaskNode* t, std::exception_ptr error) noexcept {
+    completion_.written_through(t, std::move(error));
+  }
   /// The node arbiter (tenant/): device d is withheld (true: it leaves scheduling as a retired
   /// device does: what is queued for it is placed again, what runs there finishes) or given
   /// back (false: it takes work again, and the tasks that only it could run are placed again).
   /// False when d is not in the state asked to leave (a quarantined device stays out).
   bool set_withheld(uint32_t d, bool withheld) noexcept;
-  /// Runtime::pause/resume (engine/pause.cpp): every kernel task submitted while paused waits, as
+  /// Runtime::pause/resume (engine/pause.hpp): every kernel task submitted while paused waits, as
   /// for one more predecessor, until the last resume(); those then ready are placed together,
   /// highest priority first, before a device takes any of them. Pauses nest.
-  void pause() noexcept;
-  /// False when not paused.
-  bool resume() noexcept;
-  /// Throws Error(invalid_argument) naming `what` when it would wait forever for a task held by
-  /// a pause: `target` held (null: any), or a held task writing `b` (read) or using it (write).
-  void check_not_held(std::string_view what, const TaskNode* target) const;
-  void check_not_held(const BufferState& b, Access mode) const;
+  Pause& pauses() noexcept { return pause_; }
+  const Pause& pauses() const noexcept { return pause_; }
   /// Tasks submitted and not finished (the arbiter's busy/idle).
-  uint64_t unfinished() const noexcept {
-    return submitted_.load(std::memory_order_relaxed) - completed_.load(std::memory_order_relaxed);
-  }
+  uint64_t unfinished() const noexcept { return graph_.unfinished(); }
+
+  // GraphStages: what the task graph hands on.
+  void ready(TaskNode* t) noexcept override { placement_.ready(t); }
+  void waiting_with_inputs(TaskNode* t,
+                           std::span<const Ref<BufferState>> inputs) noexcept override;
+  void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
+  bool moves_inputs_early(const TaskNode& t) const noexcept override;
+  bool may_wait_for_room() const noexcept override;
+  // PlaceTogether: tasks a resume made ready.
+  void place_together(std::vector<TaskNode*> ready) noexcept override;
   /// Tasks handed to device d, plus one while a pumper may be handing it one: the node arbiter
   /// releases a withheld device at 0 (as remove_device waits).
   uint32_t occupied(uint32_t d) const noexcept {
-    return dev_[d]->in_flight.load(std::memory_order_seq_cst) +
-           (dev_[d]->pumping.load(std::memory_order_seq_cst) ? 1u : 0u);
+    return devices_[d].in_flight.load(std::memory_order_seq_cst) +
+           (devices_[d].pumping.load(std::memory_order_seq_cst) ? 1u : 0u);
   }
   /// RuntimeStats::arbiter.
   void tenant_stats(RuntimeStats& s) const;
   /// Whether device d takes work (not quarantined, lost, removed or withheld).
   bool usable(size_t d) const noexcept {
-    return dev_[d]->status.load(std::memory_order_relaxed) == DeviceState::kActive;
+    return devices_[d].status.load(std::memory_order_relaxed) == DeviceState::kActive;
   }
   /// Whether device d's memory limit can hold `t`'s buffers at all.
-  bool fits(const TaskNode* t, size_t d) const noexcept {
+  bool fits(const TaskNode* t, size_t d) const noexcept override {
     if (!data_.active()) return true;  // every device works in host memory
-    const uint32_t node = dev_[d]->info.memory_node;
+    const uint32_t node = devices_[d].info.memory_node;
     return node == 0 || (t->bytes <= data_.limit(node) &&
                          (t->context == nullptr || t->context->memory_quota == 0 ||
                           t->bytes <= t->context->memory_quota));
@@ -222,148 +184,42 @@ class RuntimeCore final : public sched::Context {
   std::vector<Device> devices_snapshot() const;
   LoadReport report_snapshot() const;
 
-  // Host views (Buffer::acquire) not yet released, with the thread that acquired each. A thread
-  // that holds a view and then waits for something that waits for the view never returns: these
-  // turn the cases that can be seen from here into errors. A view handed to another thread still
-  // counts as its acquiring thread's.
-  void view_granted(TaskNode* token);
-  void view_released(TaskNode* token) noexcept;
-  /// Throws when this thread holds a view that an acquire of `b` for `mode` would wait for.
-  void check_view_conflict(const BufferState& b, Access mode) const;
-  /// Throws when this thread holds any view (`what` would wait for its release).
-  void check_no_view_held(std::string_view what) const;
-  /// Whether this thread holds a view (a lock only when some view exists).
-  bool holds_view() const noexcept;
-  /// Runtime destruction: ends the views this thread still holds, with an error for each, so
-  /// that the destructor's wait can end.
-  void end_views_of_this_thread() noexcept;
-  // Async host accesses (Buffer::acquire_async). Granted ones not yet released are listed (a
-  // reference each) so that the runtime's end can end them; after that, an access that becomes
-  // grantable fails with ErrorCode::shutdown instead of reaching its callback with data.
-  /// Called by host_task_ready: calls the access's callback with the data (or fails the access).
-  void grant_async(TaskNode* t) noexcept;
-  /// Ends a granted access (granted 1 -> 2) with `e`; nothing when it has ended already.
-  void end_async(TaskNode* t, std::exception_ptr e) noexcept;
-  /// The holder released `t`: it leaves the list of open accesses.
-  void async_released(TaskNode* t) noexcept;
-  /// Runtime destruction: ends every granted access (an error logged for each) and makes later
-  /// grants fail, so that the destructor's wait can end.
-  void end_async_accesses() noexcept;
-  /// Throws when waiting for `target` on this thread would never end: it depends on a host view
-  /// this thread holds.
+  /// Host views and async accesses (engine/host_access.hpp).
+  HostAccesses& host() noexcept { return host_; }
+  const HostAccesses& host() const noexcept { return host_; }
+  /// Throws when waiting for `target` on this thread would never end: held by a pause, or behind
+  /// a host view this thread holds.
   void check_wait(const TaskNode* target) const;
 
  private:
   // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
   void add_devices(PluginInstance& p);
-  void ready(TaskNode* t) noexcept;
-  // `t` finished: copies what it wrote towards where its waiting successors are expected to run.
-  void prefetch_for_successors(TaskNode* t,
-                               const boost::container::small_vector<Edge, 2>& successors) noexcept;
-  // The memory node where a task not yet ready is expected to run (its pin, or the policy's
-  // expected_device), or -1 when nobody can say yet.
-  int64_t expected_node(TaskNode* t) noexcept;
-  void dispatch(TaskNode* t) noexcept;
-  // Hands device d tasks from the policy while it has free slots; returns how many it launched.
-  uint32_t pump(DeviceState& d) noexcept;
-  void pump_woken() noexcept;  // pumps the devices Context::wake asked for
-  void launch(TaskNode* t, DeviceState& d) noexcept;
-  // Data in place: hands the kernel to the plugin.
-  void start_kernel(TaskNode* t, DeviceState& d) noexcept;
-  // A kernel task ends before reaching the plugin (no memory, a failed copy).
-  void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept;
-  // After a device-side failure: notes it against the device and dispatches `t` again without
-  // that device. False when the error is the task's own (the kernel threw, bad arguments, data
-  // lost): the task fails then.
-  bool retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
-  // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
-  void place_again(TaskNode* t) noexcept;
-  // Counts a failure; quarantines the device when they come too often, or when it is lost.
-  void note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept;
-  // Takes a device out of scheduling and places the work queued for it elsewhere.
-  void retire(DeviceState& d, uint8_t status, const std::string& why) noexcept;
-  // Runs nowhere: joins and host access, once their data is home.
-  void host_task_ready(TaskNode* t) noexcept;
-  // A copy home failed for a task that runs nowhere: the device that did it is charged (as abandon
-  // charges the source of a kernel task's input) and the data is fetched again, at most
-  // kHostCopyRetries times. False when the error is not a copy's, or the retries are spent.
-  bool retry_host_copy(TaskNode* t) noexcept;
-  static constexpr uint8_t kHostCopyRetries = 8;
-  // A task done on d: its share of d's energy, for the policy's model (EnergyAccount).
-  void account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
-                      double seconds) noexcept;
-  // `timed_out`: the watchdog ends the attempt with that reason (no plugin error).
-  void launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                   const char* timed_out = nullptr) noexcept;
-
-  // Launch tokens (launch_slots.hpp). The pumper arms a slot of device d for `t` (false when the
-  // table is full); a launch that never reaches the plugin gives it back.
-  bool arm_slot(DeviceState& d, TaskNode* t) noexcept;
-  bool try_arm(uint32_t index, TaskNode* t) noexcept;
-  static void disarm_slot(TaskNode* t) noexcept;
-  // The plugin's done for a launch, and an error returned from launch (`returned`): the first
-  // answer for a launch ends it; a later one is a protocol error, reported and ignored.
-  static void on_launch_done(void* token, hcr_error_t* error, const hcr_completion_info_t* info);
-  static void launch_answered(void* token, hcr_error_t* error, const hcr_completion_info_t* info,
-                              bool returned) noexcept;
-  static void protocol_error(LaunchSlot& s, uint64_t generation, hcr_error_t* error,
-                             bool returned) noexcept;
-  static void release_hung(HungLaunch* h) noexcept;
-  // Runs f(slot) for every slot device d holds.
-  template <class F>
-  static void for_each_slot(DeviceState& d, F&& f) {
-    const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_acquire);
-    for (uint32_t c = 0; c < chunks; ++c) {
-      LaunchSlot* s = LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) *
-                                        LaunchTable::kChunk);
-      for (uint32_t i = 0; i < LaunchTable::kChunk; ++i) f(s[i]);
-    }
-  }
-
-  // Per-task timeout ([runtime] task_timeout): the watchdog gives up on launches past their slot's
-  // deadline; the task goes elsewhere, the plugin's late done only releases what it held.
-  void watchdog() noexcept;
+  // PlacementStages: feeds device d (its driver).
+  uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
+  // PlacementStages: a join or host access whose data is home.
+  void host_task_ready(TaskNode* t) noexcept override { completion_.host_task_ready(t); }
   // Shutdown: plugins with launches given up on that have not come back are synchronized on a
   // helper thread for a bounded time; those still not back are returned (left running).
   std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  double task_timeout_ = 0;
-  std::chrono::steady_clock::duration task_timeout_duration_{};
-  std::mutex watchdog_mutex_;
-  std::condition_variable watchdog_cv_;
-  bool watchdog_stop_ = false;
-  std::thread watchdog_thread_;
-  std::exception_ptr no_device_error(const TaskNode& t) const;
-  // A task no device in scheduling can run: kept (true) when a withheld device could, until one
-  // is given back (set_withheld); false when none could (it fails). The cold path of dispatch.
-  bool park(TaskNode* t) noexcept;
-  // Device d left scheduling: the tasks it took whose copies landed, never started, are placed
-  // again, as its queued ones are (give_back: one such task).
-  void hand_back_landed(DeviceState& d) noexcept;
-  void give_back(TaskNode* t, DeviceState& d) noexcept;
-  std::mutex parked_mutex_;
-  std::vector<TaskNode*> parked_;
-  // engine/pause.cpp: a task submitted while paused is kept here, its submission's own pending
-  // count standing for the pause (true), until the last resume lets it go.
-  bool hold(TaskNode* t) noexcept;
-  void let_go(std::vector<TaskNode*> held) noexcept;
-  std::atomic<uint32_t> paused_{0};  // pauses not resumed yet (written under held_mutex_)
-  mutable std::mutex held_mutex_;
-  std::vector<TaskNode*> held_;
-  std::atomic<uint32_t> withheld_{0};  // devices withheld now
+  // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
+  void warn_if_oversubscribed();
+  uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
+  TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
+  Pause pause_{graph_, *this};
+  HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
+  DeviceTable devices_;
+  Launches launches_{devices_, completion_, config_.task_timeout};
+  Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
   LoadReport report_;
-  std::atomic<uint32_t> ndev_{0};
   std::vector<std::unique_ptr<PluginInstance>> plugins_;
-  std::vector<Device> devices_;
-  std::vector<std::unique_ptr<DeviceState>> dev_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
-  sched::Policy* pol() const noexcept { return policy_.load(std::memory_order_acquire); }
-  std::atomic<sched::Policy*> policy_{nullptr};
+  sched::Policy* pol() const noexcept { return placement_.policy(); }
   std::unique_ptr<sched::Policy> policy_owner_;
   std::string policy_name_;  // the configured policy, "auto" resolved: each context gets one
   // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
@@ -378,79 +234,27 @@ class RuntimeCore final : public sched::Context {
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
   DataManager data_{*this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
-  bool energy_policy_ = false;  // the policy learns energy costs
+  SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
+  DeviceDriver driver_{devices_, placement_, data_,  launches_,     completion_,
+                       trace_,   launch_flags_, timing_};
+  Completion completion_{{devices_, placement_, driver_, health_, data_, graph_, host_, energy_,
+                          trace_, timing_, [this] { return now(); },
+                          [this](uint32_t id) { return kernel_name(id); }}};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
-  // Prediction errors per (kernel id, device), for the accuracy counters: a ring of the latest.
-  struct Accuracy {
-    std::vector<float> errors;
-    size_t next = 0;
-  };
-  mutable SpinLock accuracy_lock_;
-  std::map<std::pair<uint32_t, uint32_t>, Accuracy> accuracy_;
-  void record_accuracy(const TaskNode* t, uint32_t device, double predicted, double measured);
   std::weak_ptr<RuntimeCore> self_;
 
-  std::mutex kernels_mutex_;
+  // A kernel's name by its id (traces, accuracy, energy).
+  std::string kernel_name(uint32_t id) const;
+  mutable std::mutex kernels_mutex_;
   std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
 
-  std::mutex async_mutex_;
-  std::vector<TaskNode*> async_open_;  // granted, not released (references held)
-  bool async_closing_ = false;
-  mutable std::mutex views_mutex_;
-  std::vector<std::pair<TaskNode*, std::thread::id>> views_;  // borrowed: the HostView holds a ref
-  std::atomic<size_t> views_held_{0};  // views_.size(), read without the lock by check_wait
+  HostAccesses host_{completion_};
 
   std::atomic<bool> alive_{true};
-  std::atomic<size_t> next_offer_{0};
   std::atomic<uint64_t> retries_{0};
-  std::atomic<uint32_t> retired_{0};  // devices taken out of scheduling so far
 
-  // wait_all: each task counts in open_[parity of the epoch current when it was submitted]; a
-  // wait_all moves the epoch on and waits for the previous one's count to drain, while new tasks
-  // count in the other. One wait_all moves the epoch at a time (epoch_mutex_), so the count it
-  // waits for receives no new task. Read by every submit, written by wait_all: a line of its own.
-  alignas(64) std::atomic<uint64_t> epoch_{0};
-  std::mutex epoch_mutex_;
-  // Touched by submitting and finishing threads alike.
-  alignas(64) std::atomic<int64_t> open_[2] = {0, 0};
-  std::atomic<uint64_t> completed_{0};
-  // Back-pressure: the smallest completed_ a blocked submitter waits for (max: none waits).
-  std::atomic<uint64_t> room_at_{UINT64_MAX};
-  alignas(64) std::atomic<uint64_t> submitted_{0};  // tickets, in submission order
-  std::atomic<uint64_t> failed_{0};
-  uint64_t max_in_flight_ = 0;  // [runtime] max_tasks_in_flight (0: no bound)
-  std::mutex room_mutex_;
-  std::condition_variable room_cv_;
-  std::multiset<uint64_t> room_targets_;  // completed_ counts blocked submitters wait for
-  std::atomic<uint64_t> throttled_{0};      // submits that waited for room
-  std::atomic<uint32_t> throttled_now_{0};  // submitters waiting for room now
-  // Blocks the submitter holding ticket `seq` until it may enter (see submit()).
-  void wait_for_room(uint64_t seq);
-  // Shutdown: until no task is unfinished at all.
-  void wait_idle() noexcept;
-  // What decisions over many devices read per device, dense (written once when a device joins).
-  struct DeviceHot {
-    uint32_t node = 0;   // its memory node
-    uint64_t limit = 0;  // that node's memory limit (node 0, host memory: none)
-  };
-  std::unique_ptr<DeviceHot[]> hot_{new DeviceHot[kMaxDevices]};
-  // The plugin instance whose device owns each memory node (written once when the device joins):
-  // the data manager copies directly between the memories of one instance.
-  std::unique_ptr<const PluginInstance*[]> node_plugin_{
-      new const PluginInstance*[DataManager::kMaxNodes]()};
-  // Devices in scheduling (status active) as bits; retire() clears a device's.
-  std::atomic<uint64_t> usable_bits_[2] = {0, 0};
-  // Devices the policy asked to wake (Context::wake) and not pumped yet.
-  std::atomic<uint32_t> wakes_{0};
-  // Time spent in the policy's placement decisions (push), measured with the counters.
-  alignas(64) std::atomic<uint64_t> decisions_{0};
-  std::atomic<int64_t> decision_ns_{0};
 };
 
-/// Error for a task whose data predecessor failed, carrying the original message.
-std::exception_ptr dependency_error(const std::exception_ptr& cause);
-/// The message of any exception_ptr.
-std::string what(const std::exception_ptr& e);
 
 }  // namespace hcr::detail

@@ -4,7 +4,7 @@
 
 #include "tiling.hpp"
 
-#include <hcr/plugin.h>
+#include <hcr/builtin_params.h>
 
 #include <optional>
 #include <vector>

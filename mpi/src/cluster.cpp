@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
 #include <sstream>
 
 namespace hcr::mpi {
@@ -53,9 +56,43 @@ Task& Task::param_bytes(const void* data, size_t size, size_t align) {
 Cluster::Cluster(Runtime& rt, MPI_Comm comm, Options options)
     : impl_(std::make_unique<detail::ClusterImpl>(rt, comm, options)) {}
 
+namespace {
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// Cluster::wait_all, and the destructor's (which checks the ranks' agreement only when this rank
+// registered or submitted something since the last check).
+void wait_all_of(detail::ClusterImpl& impl, bool only_if_new) {
+  impl.flush();
+  impl.rt_.wait_all();
+  impl.wait_settled();
+  const std::exception_ptr differ = impl.check_agreement(only_if_new);
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> g(impl.mutex_);
+    e = std::exchange(impl.first_error_, nullptr);
+  }
+  // The ranks' calls differ: that is what to fix, whatever failed on this rank because of it.
+  if (differ && e)
+    throw Error(ErrorCode::invalid_argument,
+                what_of(differ) + " On this rank that left: " + what_of(e));
+  if (differ) std::rethrow_exception(differ);
+  if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
 Cluster::~Cluster() {
   try {
-    wait_all();
+    wait_all_of(*impl_, /*only_if_new=*/true);
   } catch (const std::exception& e) {
     log::write(LogLevel::error, std::string("hcr::mpi::Cluster ends after an error: ") + e.what());
   }
@@ -87,17 +124,7 @@ void Cluster::check_grid(int p, int q) const {
 Event Cluster::submit(Task& task) { return impl_->submit(task); }
 void Cluster::flush() { impl_->flush(); }
 
-void Cluster::wait_all() {
-  impl_->flush();
-  impl_->rt_.wait_all();
-  impl_->wait_settled();
-  std::exception_ptr e;
-  {
-    std::lock_guard<std::mutex> g(impl_->mutex_);
-    e = std::exchange(impl_->first_error_, nullptr);
-  }
-  if (e) std::rethrow_exception(e);
-}
+void Cluster::wait_all() { wait_all_of(*impl_, /*only_if_new=*/false); }
 
 Stats Cluster::stats() const {
   Stats s;
@@ -118,6 +145,12 @@ std::string mpi_text(int rc) {
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
   return std::string(text, static_cast<size_t>(len));
+}
+// One step of the running hashes the ranks compare at wait_all (check_agreement): a few
+// instructions per registration and per task argument, order-sensitive.
+inline uint64_t mix(uint64_t h, uint64_t v) noexcept {
+  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 31);
 }
 }  // namespace
 
@@ -216,6 +249,9 @@ uint64_t ClusterImpl::distribute(BufferState* b, int owner) {
   e.writer = owner;
   e.holders.assign(static_cast<size_t>(size_), 0);
   e.holders[static_cast<size_t>(owner)] = 1;
+  registered_hash_ = mix(
+      mix(mix(registered_hash_, static_cast<uint64_t>(owner)), (uint64_t{e.rows} << 32) | e.cols),
+      e.elem);
   index_.emplace(b, static_cast<uint32_t>(entries_.size()));
   entries_.push_back(std::move(e));
   return entries_.back().id;
@@ -273,6 +309,11 @@ Event ClusterImpl::submit(Task& task) {
     }
     if (exec < 0) exec = n > 0 ? entries_[idx[0]].owner : 0;  // reads only: the first's owner
   }
+  // What the ranks compare at wait_all: where each task runs, and what it accesses how.
+  uint64_t h = mix(submitted_hash_, static_cast<uint64_t>(exec));
+  for (size_t i = 0; i < n; ++i)
+    h = mix(h, (uint64_t{idx[i]} << 2) | static_cast<uint64_t>(arg_at(i).access));
+  submitted_hash_ = h;
 
   // Inputs the executor lacks come from the rank that wrote their latest version.
   for (size_t i = 0; i < n; ++i) {
@@ -308,6 +349,7 @@ Event ClusterImpl::submit(Task& task) {
     e.written_by_task = seq_;
   }
   ++seq_;
+  if (exec == rank_) ++run_since_;
   (exec == rank_ ? tasks_run_ : tasks_skipped_).fetch_add(1, std::memory_order_relaxed);
   return event;
 }
@@ -317,6 +359,189 @@ void ClusterImpl::flush() {
     Entry& e = entries_[i];
     if (!e.holders[static_cast<size_t>(e.owner)]) transfer(i, e.writer, e.owner);
   }
+}
+
+// ---- the ranks' agreement ----------------------------------------------------------------------
+// Ranks whose calls differ (a buffer registered with another owner, a task placed elsewhere) would
+// each run what they take for their own work, and the job would end as if nothing were wrong: a
+// task run twice, or never. Each wait_all compares every rank's running hashes of what it
+// registered and submitted (a few instructions per task, no allocation), in one small all-gather.
+
+std::exception_ptr ClusterImpl::check_agreement(bool only_if_new) {
+  if (agreement_failed_) return agreement_failed_;
+  if (!disagreement_.empty())
+    return std::make_exception_ptr(Error(ErrorCode::invalid_argument, disagreement_));
+  const uint64_t registered = entries_.size();
+  if (only_if_new && registered == agreed_registered_ && seq_ == agreed_submitted_) return nullptr;
+  const uint64_t check = ++checks_;
+  auto failed = [&](const std::string& why) {
+    const std::string where =
+        "hcr::mpi rank " + std::to_string(rank_) + ": wait_all #" + std::to_string(check) + ": ";
+    agreement_failed_ = std::make_exception_ptr(Error(
+        ErrorCode::communication, where + "the check that every rank made the same calls " + why));
+    return agreement_failed_;
+  };
+  auto a = std::make_unique<Agreement>();
+  a->mine = {registered, registered_hash_, seq_, submitted_hash_, run_since_};
+  a->all.resize(Agreement::kFields * static_cast<size_t>(size_));
+  if (size_ > 1 && !exchange(a.get(), 1)) {
+    a.release();  // MPI may still write into it
+    return failed("did not complete within " + std::to_string(2 * options_.timeout.count()) +
+                  " ms (twice Options::timeout): a rank has not reached wait_all. Does one "
+                  "compute longer than that, or did the ranks make different calls?");
+  }
+  if (size_ == 1) a->all = a->mine;
+  if (a->error != MPI_SUCCESS) return failed("failed: " + mpi_text(a->error));
+  auto field = [&](int r, int f) {
+    return a->all[static_cast<size_t>(r) * Agreement::kFields + static_cast<size_t>(f)];
+  };
+  bool same = true;
+  for (int r = 1; r < size_; ++r)
+    for (int f : {Agreement::kRegistered, Agreement::kRegisteredHash, Agreement::kSubmitted,
+                  Agreement::kSubmittedHash})
+      same = same && field(r, f) == field(0, f);
+  if (same) {
+    agreed_registered_ = registered;
+    agreed_submitted_ = seq_;
+    run_since_ = 0;
+    return nullptr;
+  }
+  // They differ (every rank knows it now): each sends what it registered since the last check, to
+  // name the first buffer whose owner or shape differs.
+  constexpr uint64_t kMaxCompared = uint64_t{1} << 16;  // per rank: Iallgatherv counts are ints
+  auto b = std::make_unique<Agreement>();
+  b->counts.resize(static_cast<size_t>(size_));
+  b->displs.resize(static_cast<size_t>(size_));
+  size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t since = field(r, Agreement::kRegistered) - agreed_registered_;
+    b->counts[static_cast<size_t>(r)] = static_cast<int>(2 * std::min(since, kMaxCompared));
+    b->displs[static_cast<size_t>(r)] = static_cast<int>(total);
+    total += static_cast<size_t>(b->counts[static_cast<size_t>(r)]);
+  }
+  for (uint64_t id = agreed_registered_;
+       id < registered &&
+       b->mine.size() < static_cast<size_t>(b->counts[static_cast<size_t>(rank_)]);
+       ++id) {
+    const Entry& e = entries_[id];
+    b->mine.push_back(static_cast<uint64_t>(e.owner) | (uint64_t{e.elem} << 32));
+    b->mine.push_back((uint64_t{e.rows} << 32) | e.cols);
+  }
+  b->all.resize(total);
+  Agreement* detail = b.get();
+  if (!exchange(b.get(), 2)) {
+    b.release();
+    detail = nullptr;
+  } else if (b->error != MPI_SUCCESS) {
+    detail = nullptr;
+  }
+  disagreement_ = describe_disagreement(*a, detail);
+  return std::make_exception_ptr(Error(ErrorCode::invalid_argument, disagreement_));
+}
+
+bool ClusterImpl::exchange(Agreement* a, int phase) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  a->phase = phase;
+  agreement_ = a;
+  cv_.notify_all();  // the progress thread posts it
+  // A rank reaches wait_all when its work is done, which includes failing a transfer that never
+  // completes (Options::timeout after it could): the others wait for it twice that long.
+  if (!agreement_cv_.wait_for(lock, 2 * options_.timeout, [&] { return a->done || stop_; }))
+    return false;  // abandoned: agreement_ stays, so that nothing else is posted after it
+  agreement_ = nullptr;
+  return a->done;
+}
+
+namespace {
+// "V on ranks 0, 2; W on rank 1": the ranks grouped by a value of theirs, shown by `show`.
+template <class T, class Show>
+std::string by_value(const std::vector<T>& values, Show show) {
+  std::map<T, std::vector<size_t>> groups;
+  for (size_t r = 0; r < values.size(); ++r) groups[values[r]].push_back(r);
+  std::string out;
+  for (auto& [value, ranks] : groups) {
+    if (!out.empty()) out += "; ";
+    out += show(value) + (ranks.size() == 1 ? " on rank " : " on ranks ");
+    for (size_t i = 0; i < ranks.size(); ++i)
+      out += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  }
+  return out;
+}
+}  // namespace
+
+std::string ClusterImpl::describe_disagreement(const Agreement& a, const Agreement* b) const {
+  const size_t ranks = static_cast<size_t>(size_);
+  auto values = [&](int f) {
+    std::vector<uint64_t> v(ranks);
+    for (size_t r = 0; r < ranks; ++r)
+      v[r] = a.all[r * Agreement::kFields + static_cast<size_t>(f)];
+    return v;
+  };
+  auto number = [](uint64_t v) { return std::to_string(v); };
+  auto differ = [](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& x) { return x != v[0]; });
+  };
+  std::string out =
+      "hcr::mpi rank " + std::to_string(rank_) + ": the ranks' calls differ (found by";
+  out += " wait_all #" + std::to_string(checks_) + "; every rank must register the same buffers";
+  out += " with the same owners and submit the same tasks, in the same order).";
+  const std::vector<uint64_t> registered = values(Agreement::kRegistered),
+                              submitted = values(Agreement::kSubmitted),
+                              run = values(Agreement::kRun);
+  if (differ(registered))
+    out += " Buffers registered in all: " + by_value(registered, number) + ".";
+  bool buffer_named = false;
+  if (b != nullptr) {
+    size_t common = SIZE_MAX;
+    for (size_t r = 0; r < ranks; ++r)
+      common = std::min(common, static_cast<size_t>(b->counts[r]) / 2);
+    for (size_t i = 0; i < common && !buffer_named; ++i) {
+      std::vector<uint64_t> owner(ranks);
+      std::vector<std::string> shape(ranks);
+      for (size_t r = 0; r < ranks; ++r) {
+        const size_t at = static_cast<size_t>(b->displs[r]) + 2 * i;
+        owner[r] = b->all[at] & 0xffffffffu;
+        shape[r] = std::to_string(b->all[at + 1] >> 32) + "x" +
+                   std::to_string(b->all[at + 1] & 0xffffffffu) + " of " +
+                   std::to_string(b->all[at] >> 32) + "-byte elements";
+      }
+      if (!differ(owner) && !differ(shape)) continue;
+      buffer_named = true;
+      const uint64_t id = agreed_registered_ + i;
+      out += " Buffer " + std::to_string(id);
+      if (id < entries_.size()) {
+        const Entry& e = entries_[id];
+        out += " (" + std::to_string(e.rows) + "x" + std::to_string(e.cols) + " " +
+               std::string(dtype_name(hcr::detail::buffer_shape(e.buf).dtype)) + " here)";
+      }
+      if (differ(owner))
+        out += ": its owner is " +
+               by_value(owner, [](uint64_t o) { return "rank " + std::to_string(o); });
+      if (differ(shape))
+        out += std::string(differ(owner) ? "; " : ": ") + "its shape is " +
+               by_value(shape, [](const std::string& text) { return text; });
+      out += ".";
+    }
+  }
+  const uint64_t first = agreed_submitted_;
+  if (differ(submitted)) {
+    out += " Tasks submitted in all: " + by_value(submitted, number) + ".";
+  } else {
+    const uint64_t since = submitted[0] - first;
+    if (since > 0 && !buffer_named && differ(values(Agreement::kSubmittedHash)))
+      out += " Task" + std::string(since == 1 ? " " : "s ") + std::to_string(first) +
+             (since == 1 ? "" : " to " + std::to_string(submitted[0] - 1)) +
+             " (by submission order): the ranks run them elsewhere or give them other arguments "
+             "(on_rank, buffers or access modes differ).";
+    const uint64_t ran = std::accumulate(run.begin(), run.end(), uint64_t{0});
+    if (ran != since)
+      out += " Tasks run since " +
+             (checks_ > 1 ? "wait_all #" + std::to_string(checks_ - 1) : "the Cluster began") +
+             ": " + by_value(run, number) + " (" + std::to_string(ran) + " in all, for " +
+             std::to_string(since) + " submitted): " +
+             (ran > since ? "tasks ran on more than one rank." : "tasks ran on no rank.");
+  }
+  return out;
 }
 
 // Rank `from` sends entry i's latest version to `to`; every rank records that `to` holds it.
@@ -413,15 +638,19 @@ void ClusterImpl::progress() {
       else if (op->kind == Op::send) on_send_granted(op);
       else on_recv_granted(op);
     }
+    post_agreement();
     start_sends();
     post_header_recv();
     const bool progressed = test_requests();
     check_timeouts();
     // Nothing outstanding (a send that just completed may have made room for a queued one):
     // sleep until asked for more.
+    const auto asked = [&] {  // (mutex_ held)
+      return stop_ || !inbox_.empty() || (agreement_ != nullptr && !agreement_->posted);
+    };
     if (reqs_.empty() && send_q_.empty() && !any_parked()) {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty(); });
+      cv_.wait(lock, asked);
       backoff = kMinBackoff;
       continue;
     }
@@ -431,10 +660,40 @@ void ClusterImpl::progress() {
     }
     // Waiting on MPI: poll with a backoff, waking early for new work.
     std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait_for(lock, backoff, [&] { return stop_ || !inbox_.empty(); });
+    cv_.wait_for(lock, backoff, asked);
     backoff = std::min(backoff * 2, kMaxBackoff);
   }
   shutdown_requests();
+}
+
+// The agreement check the submitting thread asked for (check_agreement): one all-gather on the
+// layer's communicator, completed with the other requests.
+void ClusterImpl::post_agreement() {
+  Agreement* a;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    a = agreement_;
+    if (a == nullptr || a->posted) return;
+    a->posted = true;
+  }
+  MPI_Request r;
+  const int rc =
+      a->phase == 1
+          ? MPI_Iallgather(a->mine.data(), static_cast<int>(a->mine.size()), MPI_UINT64_T,
+                           a->all.data(), static_cast<int>(a->mine.size()), MPI_UINT64_T, comm_, &r)
+          : MPI_Iallgatherv(a->mine.data(), static_cast<int>(a->mine.size()), MPI_UINT64_T,
+                            a->all.data(), a->counts.data(), a->displs.data(), MPI_UINT64_T, comm_,
+                            &r);
+  if (rc != MPI_SUCCESS) {
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      a->done = true;
+      a->error = rc;
+    }
+    agreement_cv_.notify_all();
+    return;
+  }
+  add_request(r, Pending::agreement, nullptr, nullptr, a);
 }
 
 void ClusterImpl::on_registered(Op* op) {
@@ -737,9 +996,10 @@ void ClusterImpl::payload_done(Arrival* a, int err) {
   // else: its receive is not registered yet; it waits in unmatched_
 }
 
-void ClusterImpl::add_request(MPI_Request r, Pending::What what, Op* op, Arrival* a) {
+void ClusterImpl::add_request(MPI_Request r, Pending::What what, Op* op, Arrival* a,
+                              Agreement* agreement) {
   reqs_.push_back(r);
-  pending_.push_back({what, op, a});
+  pending_.push_back({what, op, a, agreement});
 }
 
 bool ClusterImpl::test_requests() {
@@ -795,6 +1055,13 @@ void ClusterImpl::complete(const Pending& p, const MPI_Status& st) {
       on_header(st.MPI_SOURCE);
       return;
     case Pending::payload: payload_done(p.arrival, err); return;
+    case Pending::agreement: {
+      std::lock_guard<std::mutex> g(mutex_);
+      p.check->done = true;
+      p.check->error = err;
+    }
+      agreement_cv_.notify_all();
+      return;
     case Pending::send_header:
     case Pending::send_payload: {
       Op* op = p.op;
@@ -865,6 +1132,19 @@ void ClusterImpl::check_timeouts() {
 }
 
 void ClusterImpl::shutdown_requests() {
+  // An agreement check abandoned after its timeout is left to MPI as it is: a collective may be
+  // neither cancelled nor freed (its Agreement is never freed either).
+  {
+    size_t w = 0;
+    for (size_t i = 0; i < reqs_.size(); ++i)
+      if (pending_[i].what != Pending::agreement) {
+        reqs_[w] = reqs_[i];
+        pending_[w] = pending_[i];
+        ++w;
+      }
+    reqs_.resize(w);
+    pending_.resize(w);
+  }
   // Requests left after failures: receives are cancelled; all are waited for a while, then
   // left to MPI.
   for (size_t i = 0; i < reqs_.size(); ++i)

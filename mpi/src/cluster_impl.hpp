@@ -101,10 +101,27 @@ struct KeyHash {
   }
 };
 
+// What every rank checks at each wait_all: that all made the same calls. Phase 1 all-gathers
+// each rank's counts and running hashes; only where they differ does phase 2 all-gather the
+// buffers registered since the last check, to name the first one whose owner or shape differs.
+// Made by the submitting thread, posted and completed by the progress thread (an MPI_Iallgather
+// or MPI_Iallgatherv on the layer's communicator); abandoned (left to MPI, never freed) when it
+// does not complete within Options::timeout.
+struct Agreement {
+  enum Field { kRegistered, kRegisteredHash, kSubmitted, kSubmittedHash, kRun, kFields };
+  int phase = 0;                    // 1 or 2
+  bool posted = false;              // (mutex_) its collective is in MPI's hands
+  bool done = false;                // (mutex_) its collective completed
+  int error = 0;                    // (mutex_) with this MPI error code
+  std::vector<uint64_t> mine, all;  // phase 1: kFields per rank; phase 2: 2 per buffer
+  std::vector<int> counts, displs;  // phase 2: uint64_t per rank
+};
+
 struct Pending {
-  enum What : uint8_t { none, header, payload, send_header, send_payload } what = none;
+  enum What : uint8_t { none, header, payload, send_header, send_payload, agreement } what = none;
   Op* op = nullptr;
   Arrival* arrival = nullptr;
+  Agreement* check = nullptr;
 };
 
 class ClusterImpl {
@@ -117,6 +134,10 @@ class ClusterImpl {
   uint32_t lookup(const hcr::detail::BufferState* b, const char* what) const;
   Event submit(Task& task);
   void flush();
+  // Collective (every rank's wait_all): whether the ranks made the same calls since the last
+  // check; the error that says how they differ, or null. With `only_if_new`, no check when this
+  // rank registered and submitted nothing since the last (the destructor's wait_all).
+  std::exception_ptr check_agreement(bool only_if_new);
 
   enum class Event_ : uint8_t { registered, granted };
 
@@ -129,6 +150,13 @@ class ClusterImpl {
   std::vector<Entry> entries_;  // by id
   std::unordered_map<const hcr::detail::BufferState*, uint32_t> index_;
   uint64_t seq_ = 0;  // tasks submitted
+  // What check_agreement compares: running hashes of every registration (id, owner, shape) and of
+  // every task's executor and arguments; the counts the last check agreed on; the tasks this rank
+  // ran since; the checks made; the disagreement found (every later wait_all throws it again).
+  uint64_t registered_hash_ = 0, submitted_hash_ = 0;
+  uint64_t agreed_registered_ = 0, agreed_submitted_ = 0, run_since_ = 0, checks_ = 0;
+  std::string disagreement_;
+  std::exception_ptr agreement_failed_;  // a check that did not complete
 
   // Shared: the inbox, the stop flag, the first error.
   std::mutex mutex_;
@@ -136,6 +164,9 @@ class ClusterImpl {
   std::vector<std::pair<Op*, Event_>> inbox_;
   bool stop_ = false;
   std::exception_ptr first_error_;
+  // The agreement check in flight (requested by the submitting thread, done by the progress one).
+  Agreement* agreement_ = nullptr;
+  std::condition_variable agreement_cv_;
   // Transfers of this rank not yet over (sent, received, or failed): wait_all waits for them, as
   // a failed send's access ends before its message (the failure) goes.
   int64_t unsettled_ = 0;
@@ -148,6 +179,11 @@ class ClusterImpl {
 
  private:
   void transfer(uint32_t entry, int from, int to);
+  // One phase of check_agreement: all-gathers `a` (progress thread); false when it did not
+  // complete within the timeout (it is then abandoned, and `a` with it).
+  bool exchange(Agreement* a, int phase);
+  std::string describe_disagreement(const Agreement& phase1, const Agreement* phase2) const;
+  void post_agreement();  // progress thread
   static void on_grant(void* user, void* data, hcr::detail::TaskNode* token,
                        std::exception_ptr error);
   void push(Op* op, Event_ what);
@@ -172,7 +208,8 @@ class ClusterImpl {
   bool must_let_in(const std::deque<Arrival*>& q) const;
   bool any_parked() const;
   void payload_done(Arrival* a, int err);
-  void add_request(MPI_Request r, Pending::What what, Op* op, Arrival* a);
+  void add_request(MPI_Request r, Pending::What what, Op* op, Arrival* a,
+                   Agreement* agreement = nullptr);
   bool test_requests();
   void complete(const Pending& p, const MPI_Status& st);
   void check_timeouts();

@@ -1,7 +1,7 @@
 // Mapping tiles to ranks by measured throughput: measure_throughput (a timed burst of tile gemms
 // on every rank, all-gathered) and Cluster::distribute_weighted's smooth weighted round robin.
+#include <hcr/builtin_params.h>
 #include <hcr/mpi.hpp>
-#include <hcr/plugin.h>
 
 #include "cluster_impl.hpp"
 

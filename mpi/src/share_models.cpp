@@ -1,7 +1,8 @@
 // share_models: the ranks' learned cost models, one file per architecture in each host's model
 // directory, exchanged so that a rank starts warm from what an identical architecture measured on
 // another host. Files travel as they are (name and bytes); a rank adopts a file its own directory
-// lacks and keeps its own otherwise, so nothing measured locally is ever replaced.
+// lacks, once the model loader accepts it whole (sched::check_model_file), and keeps its own
+// otherwise, so nothing measured locally is ever replaced and nothing corrupt is written.
 #include <hcr/log.hpp>
 #include <hcr/mpi.hpp>
 #include <hcr/sched.hpp>
@@ -18,7 +19,9 @@
 namespace hcr::mpi {
 namespace {
 
-constexpr size_t kMaxModelFile = size_t{16} << 20;  // as the model store reads them
+// A file larger is not sent (a model file within hcr's caps is well under 1 MiB, and the loader
+// parses no more than a few MiB of one).
+constexpr size_t kMaxModelFile = size_t{16} << 20;
 
 bool is_model_file(const std::string& name) {
   const std::string suffix = ".model.toml";
@@ -51,7 +54,12 @@ size_t share_models(const Config& config, MPI_Comm comm) {
       for (const std::string& name : d->list()) {
         if (!is_model_file(name)) continue;
         have.insert(name);
-        if (auto content = d->read(name, kMaxModelFile)) append(blob, name, *content);
+        try {
+          if (auto content = d->read(name, kMaxModelFile)) append(blob, name, *content);
+        } catch (const files::FileError& e) {  // this file only: the others still go
+          log::write(LogLevel::warn, "hcr::mpi::share_models: rank " + std::to_string(rank) +
+                                         " does not share " + name + ": " + e.what());
+        }
       }
     } catch (const files::FileError& e) {
       log::write(LogLevel::warn, std::string("hcr::mpi::share_models: rank ") +
@@ -96,8 +104,17 @@ size_t share_models(const Config& config, MPI_Comm comm) {
       at = content + n;
       // A name from another rank must be a plain model file name: no directory parts.
       if (!is_model_file(name) || name.find('/') != std::string::npos || have.count(name)) continue;
+      // And its bytes a model the loader takes whole, of the architecture the name says: a file
+      // corrupt on its host (or in between) is refused, and this rank keeps what it has.
+      const std::string_view text(all.data() + content, n);
+      if (const std::string why = sched::check_model_file(name, text); !why.empty()) {
+        log::write(LogLevel::warn, "hcr::mpi::share_models: rank " + std::to_string(rank) +
+                                       " refuses rank " + std::to_string(r) + "'s " + name + " (" +
+                                       std::to_string(n) + " bytes): " + why);
+        continue;
+      }
       try {
-        d->write(name, std::string_view(all.data() + content, n), 0644);
+        d->write(name, text, 0644);
         have.insert(name);
         ++adopted;
         log::write(LogLevel::info, "hcr::mpi::share_models: rank " + std::to_string(rank) +

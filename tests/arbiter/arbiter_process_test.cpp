@@ -1,15 +1,24 @@
 // The arbiter across processes: `hcr serve` and tenant processes (tenant_helper.cpp). Two
 // processes finish every task through it; killing the arbiter mid-run leaves each tenant its own
 // share and loses nothing; killing a tenant (SIGKILL) mid-run gives its devices to the other;
-// `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on.
+// `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on, and a
+// --release-timeout that is not plain seconds; at its open-file limit it turns peers away, says
+// so once, and does not spin.
 #include "arbiter_support.hpp"
 
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 extern char** environ;
 
@@ -76,6 +85,7 @@ class Child {
   }
   void signal(int sig) { ::kill(pid_, sig); }
   const std::string& output() const { return all_; }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
@@ -179,6 +189,120 @@ TEST(ArbiterProcess, ServeRefusesASocketALiveArbiterAnswersOn) {
   EXPECT_TRUE(exists(sock(dir))) << "the live one's socket stays";
   srv->signal(SIGINT);
   EXPECT_EQ(srv->wait(), 0);
+}
+
+TEST(ArbiterProcess, ServeTakesOnlyPlainDecimalSecondsForTheReleaseTimeout) {
+  TempDir dir;
+  struct Case {
+    std::string value, error;
+  };
+  const std::string plain = "is not plain decimal seconds (such as 30 or 2.5): 0 (none), or 0.01 "
+                            "to 86400 seconds";
+  const std::string range = "is out of range: 0 (none), or 0.01 to 86400 seconds";
+  const std::vector<Case> cases = {
+      {"0x10", plain}, {"1e-9", plain}, {"1e3", plain}, {"-1", plain},     {"+5", plain},
+      {"inf", plain},  {"nan", plain},  {" 5", plain},  {"5s", plain},     {"", plain},
+      {".5", plain},   {"5.", plain},   {"1.2.3", plain}, {"0.001", range}, {"86401", range},
+      {"99999999999999999999", range}};
+  for (const Case& c : cases) {
+    Child serve({HCR_CLI, "serve", "--socket", sock(dir), "--release-timeout", c.value});
+    const std::string line = serve.line_with("--release-timeout");
+    EXPECT_NE(line.find("--release-timeout '" + c.value + "' " + c.error), std::string::npos)
+        << "'" << c.value << "': " << serve.output();
+    EXPECT_EQ(serve.wait(), 1) << "'" << c.value << "'";
+    EXPECT_FALSE(exists(sock(dir))) << "'" << c.value << "': it did not start";
+  }
+  for (const std::string ok : {"0", "2.5", "86400", "0.01"}) {
+    Child serve({HCR_CLI, "serve", "--socket", sock(dir), "--release-timeout", ok});
+    EXPECT_FALSE(serve.line_with("arbiter on").empty()) << ok << ": " << serve.output();
+    serve.signal(SIGTERM);
+    EXPECT_EQ(serve.wait(), 0) << ok;
+  }
+}
+
+// CPU seconds (user and system) a process has used.
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::istringstream rest(all.substr(all.rfind(')') + 2));  // after "pid (comm) "
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; rest >> field && i <= 15; ++i)
+    if (i >= 14) ticks += std::stod(field);  // fields 14 and 15: utime, stime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+int connect_to(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  return fd;
+}
+
+// What the server sent before closing (or within 30 s).
+std::string until_closed(int fd) {
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string all;
+  char b[512];
+  for (ssize_t n; (n = ::recv(fd, b, sizeof b, 0)) > 0;) all.append(b, static_cast<size_t>(n));
+  return all;
+}
+
+TEST(ArbiterProcess, ServeAtItsOpenFileLimitTurnsPeersAwayWithoutSpinning) {
+  TempDir dir;
+  constexpr int kLimit = 16;
+  Child serve({"/bin/sh", "-c",
+               "ulimit -n " + std::to_string(kLimit) + " && exec " + HCR_CLI +
+                   " serve --socket " + sock(dir)});
+  ASSERT_FALSE(serve.line_with("arbiter on").empty()) << serve.output();
+  EXPECT_NE(serve.output().find("the open-file limit (16) is below max_connections (256)"),
+            std::string::npos)
+      << serve.output();
+  // Peers up to the limit are taken (joining); the ones after are told why and closed. (The
+  // limit is on descriptor numbers: one inherited above it takes no place.)
+  size_t open_now = 0;
+  const std::string fds = "/proc/" + std::to_string(serve.pid()) + "/fd";
+  for (auto& e : std::filesystem::directory_iterator(fds))
+    open_now += std::stoi(e.path().filename().string()) < kLimit;
+  ASSERT_LT(open_now, static_cast<size_t>(kLimit));
+  const size_t fit = kLimit - open_now;
+  std::vector<int> taken;
+  for (size_t i = 0; i < fit; ++i) taken.push_back(connect_to(sock(dir)));
+  std::vector<std::string> away;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = connect_to(sock(dir));
+    away.push_back(until_closed(fd));
+    ::close(fd);
+  }
+  for (const std::string& got : away)
+    EXPECT_NE(got.find("ERROR the arbiter is out of file descriptors (Too many open files; "
+                       "open-file limit 16, " + std::to_string(fit) + " connections): refused"),
+              std::string::npos)
+        << got;
+  EXPECT_FALSE(serve.line_with("turning new peers away").empty()) << serve.output();
+  // Nothing is left waiting for an accept: the server sleeps. (A loop on accept's EMFILE would
+  // take a whole core: about 1 s of CPU here.)
+  const double before = cpu_seconds(serve.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(cpu_seconds(serve.pid()) - before, 0.3) << "hcr serve spins";
+  for (int fd : taken) ::close(fd);
+  // Descriptors free again: a runtime joins.
+  Runtime rt(arbiter_sim(2, sock(dir)));
+  EXPECT_TRUE(rt.stats().arbiter.joined);
+  serve.signal(SIGTERM);
+  EXPECT_FALSE(serve.line_with("stopped by signal").empty()) << serve.output();
+  EXPECT_EQ(serve.wait(), 0);
+  size_t said = 0;
+  const std::string& out = serve.output();
+  for (size_t at = 0; (at = out.find("out of file descriptors", at)) != std::string::npos; ++at)
+    ++said;
+  EXPECT_EQ(said, 1u) << "one line for the episode: " << serve.output();
+  EXPECT_NE(serve.output().find("accepting peers again (3 turned away meanwhile)"),
+            std::string::npos)
+      << serve.output();
 }
 
 }  // namespace

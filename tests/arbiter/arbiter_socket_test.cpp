@@ -1,16 +1,21 @@
 // The arbiter over its socket, in one process: a server thread and runtimes of simulated devices
 // as tenants. Two runtimes share four devices (own shares, lending, reclaim), never both on one
 // device; an arbiter that is not there, that refuses the peer, or that dies mid-run; a tenant
-// that vanishes holding devices; malformed messages.
+// that vanishes holding devices; malformed messages; a socket directory others can write. Bounds:
+// a connect (or a new server's probe) to an arbiter that accepts nobody, a join never finished,
+// more peers than the server takes, a runtime left with no device.
 #include "arbiter_support.hpp"
 
 #include <hcr/arbiter/protocol.hpp>
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <future>
 
 namespace hcr::test {
 namespace {
@@ -208,14 +213,11 @@ class Raw {
   int fd_ = -1;
 };
 
-// A raw peer's HELLO and the keys of arbiter_sim(2)'s two devices, as a runtime reports them.
-void hello_with_the_sim_devices(Raw& peer) {
+// A raw peer's HELLO and the keys of arbiter_sim(n)'s devices, as a runtime reports them.
+void hello_with_the_sim_devices(Raw& peer, int n = 2) {
   peer.send("HELLO 1 1\n");
-  for (char i : {'0', '1'}) {
-    const std::string n(1, i);
-    const std::string key = "sim/" + n + "/d" + n + "/sim:d" + n;
-    peer.send(arbiter::format(arbiter::msg::Device{{key, arbiter::Kind::sim, 0, 1}}));
-  }
+  for (const arbiter::DeviceReport& d : FakeHost(n).devices())
+    peer.send(arbiter::format(arbiter::msg::Device{d}));
 }
 
 TEST(ArbiterSocket, MalformedMessagesDropThatPeerOnly) {
@@ -319,6 +321,185 @@ TEST(ArbiterSocket, ATenantThatKeepsARevokedDeviceIsDroppedAfterTheTimeout) {
   EXPECT_NE(peer.until_closed().find("ERROR a revoked device not released within"),
             std::string::npos);
   EXPECT_TRUE(eventually([&] { return rt.stats().arbiter.held == 2; }));
+}
+
+// A socket that listens and never accepts, its backlog full: an arbiter stopped (SIGSTOP) with
+// runtimes queued at it, or overwhelmed. A connect to it waits (non-blocking: EAGAIN).
+class FullBacklog {
+ public:
+  explicit FullBacklog(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 0), 0);
+    for (int i = 0; i < 64 && !full_; ++i) {
+      const int c = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        queued_.push_back(c);
+        continue;
+      }
+      full_ = errno == EAGAIN;
+      ::close(c);
+    }
+  }
+  ~FullBacklog() {
+    close_listener();
+    for (int c : queued_) ::close(c);
+  }
+  bool full() const { return full_; }
+  /// Ends a connect that waits on it (ECONNREFUSED).
+  void close_listener() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool full_ = false;
+  std::vector<int> queued_;
+};
+
+TEST(ArbiterSocket, AConnectToAnArbiterThatAcceptsNobodyTimesOut) {
+  TempDir dir;
+  FullBacklog stopped(sock(dir));
+  ASSERT_TRUE(stopped.full());
+  FakeHost host(2);
+  arbiter::ClientOptions o;
+  o.socket = sock(dir);
+  o.connect_timeout = std::chrono::milliseconds(100);
+  o.join_timeout = std::chrono::milliseconds(100);
+  arbiter::Client client(host, o);
+  auto started = std::async(std::launch::async, [&] { return client.start(); });
+  const bool returned = started.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!returned) stopped.close_listener();  // lets the connect end, and the test
+  EXPECT_TRUE(returned) << "a runtime's start still waits for the connect after 30 s";
+  EXPECT_FALSE(started.get());
+  EXPECT_TRUE(host.logged("does not answer (no connection accepted within 100 ms")) << host.text();
+  EXPECT_TRUE(host.logged("running on every device")) << host.text();
+}
+
+TEST(ArbiterSocket, ANewServerDoesNotWaitOnAStoppedOne) {
+  TempDir dir;
+  FullBacklog stopped(sock(dir));
+  ASSERT_TRUE(stopped.full());
+  auto made = std::async(std::launch::async, [&] {
+    try {
+      arbiter::ServerOptions o = options(sock(dir));
+      o.log = [](const std::string&) {};
+      arbiter::Server server(o);
+      return std::string("bound");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  });
+  const bool returned = made.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!returned) stopped.close_listener();
+  EXPECT_TRUE(returned) << "the new server's probe still waits after 30 s";
+  const std::string what = made.get();
+  EXPECT_NE(what.find("an arbiter already answers on '" + sock(dir) + "'"), std::string::npos)
+      << what;
+}
+
+TEST(ArbiterSocket, ASocketDirectoryOthersCanWriteIsRefused) {
+  TempDir dir;
+  const std::filesystem::path open = dir.path() / "open";
+  std::filesystem::create_directory(open);
+  const std::string path = (open / "arbiter.sock").string();
+  for (const mode_t mode : {mode_t{0777}, mode_t{01777}, mode_t{0770}}) {
+    ASSERT_EQ(::chmod(open.c_str(), mode), 0);
+    try {
+      arbiter::Server server(options(path));
+      ADD_FAILURE() << "bound in a directory of mode " << std::oct << mode;
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("arbiter socket '" + path + "' refused: its directory is not trusted"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(open.string() + ": writable by its group or others (mode "),
+                std::string::npos)
+          << what;
+    }
+    struct stat st{};
+    EXPECT_NE(::lstat(path.c_str(), &st), 0) << "nothing is left there";
+  }
+}
+
+TEST(ArbiterSocket, AJoinThatNeverFinishesIsDropped) {
+  TempDir dir;
+  arbiter::ServerOptions o = options(sock(dir));
+  o.join_timeout = 0.2;
+  ServerThread srv(o);
+  Raw silent(sock(dir));  // connects and says nothing
+  Raw half(sock(dir));    // starts a join and never ends it
+  half.send("HELLO 1 1\n");
+  for (Raw* peer : {&silent, &half}) {
+    const std::string got = peer->until_closed();
+    EXPECT_NE(got.find("ERROR did not finish joining (HELLO, DEVICE..., JOINED) within 0.2 s"),
+              std::string::npos)
+        << got;
+  }
+  EXPECT_TRUE(eventually([&] { return srv.server().counters().tenants == 0; }));
+  EXPECT_EQ(srv.server().counters().dropped, 2u);
+  EXPECT_TRUE(srv.logged("did not finish joining"));
+  // A runtime sends its whole join at once.
+  Runtime rt(arbiter_sim(2, sock(dir)));
+  EXPECT_TRUE(rt.stats().arbiter.joined);
+}
+
+TEST(ArbiterSocket, PeersBeyondTheConnectionLimitAreTurnedAwayAndTheServerSaysSoOnce) {
+  TempDir dir;
+  arbiter::ServerOptions o = options(sock(dir));
+  o.max_connections = 2;
+  o.join_timeout = 600;
+  ServerThread srv(o);
+  Raw a(sock(dir)), b(sock(dir));  // accepted in their order: the two it takes
+  Raw c(sock(dir)), d(sock(dir));
+  for (Raw* peer : {&c, &d}) {
+    const std::string got = peer->until_closed();
+    EXPECT_NE(got.find("ERROR the arbiter serves at most 2 connections at once: refused"),
+              std::string::npos)
+        << got;
+  }
+  size_t said = 0;
+  for (const std::string& l : srv.lines())
+    said += l.find("at most 2 connections") != std::string::npos;
+  EXPECT_EQ(said, 1u) << "one line for the episode, not one per peer";
+  EXPECT_EQ(srv.server().counters().turned_away, 2u);
+  a.close();
+  ASSERT_TRUE(eventually([&] { return srv.server().counters().tenants == 1; }));
+  Raw e(sock(dir));
+  hello_with_the_sim_devices(e);
+  e.send("JOINED\n");
+  EXPECT_EQ(e.line().rfind("WELCOME 1 ", 0), 0u);
+  EXPECT_TRUE(srv.logged("accepting peers again (2 turned away meanwhile)"));
+}
+
+TEST(ArbiterSocket, ARuntimeLeftWithNoDeviceSaysSoOnce) {
+  TempDir dir;
+  ServerThread srv(options(sock(dir)));
+  // A busy peer with the runtime's one device, joined first: its own share.
+  Raw peer(sock(dir));
+  hello_with_the_sim_devices(peer, 1);
+  peer.send("JOINED\nBUSY\n");
+  EXPECT_EQ(peer.line().rfind("WELCOME 1 ", 0), 0u);
+  LogCapture log(LogLevel::warn);
+  Runtime rt(arbiter_sim(1, sock(dir)));
+  ASSERT_TRUE(rt.stats().arbiter.joined);
+  EXPECT_EQ(rt.stats().arbiter.own, 0u) << "one device, two tenants: the first has it";
+  Ledger l(1);
+  Kernel k = ledger_kernel(rt, l);
+  Event e = rt.submit(Task(k).param(0));
+  EXPECT_TRUE(eventually([&] { return log.contains("has work and no device"); }))
+      << "the task waits without a word";
+  EXPECT_TRUE(log.contains("its own share is empty (more tenants than devices)"));
+  peer.close();  // the device returns: the task runs
+  e.get();
+  EXPECT_TRUE(l.all_once());
+  size_t said = 0;
+  for (const std::string& line : log.lines()) said += line.find("no device") != std::string::npos;
+  EXPECT_EQ(said, 1u);
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 
 #include "../test_support.hpp"
 
+#include <hcr/arbiter/client.hpp>
 #include <hcr/arbiter/server.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace hcr::test {
@@ -118,6 +120,46 @@ bool eventually(F done) {
   }
   return true;
 }
+
+/// A tenant's runtime side without a runtime: `n` devices with arbiter_sim's keys, a settable
+/// count of unfinished tasks, and what the client logged.
+class FakeHost : public arbiter::TenantHost {
+ public:
+  explicit FakeHost(int n) : n_(n) {}
+  std::vector<arbiter::DeviceReport> devices() override {
+    std::vector<arbiter::DeviceReport> v;
+    for (int i = 0; i < n_; ++i) {
+      const std::string d = std::to_string(i);
+      v.push_back({"sim/" + d + "/d" + d + "/sim:d" + d, arbiter::Kind::sim, 0, 1});
+    }
+    return v;
+  }
+  uint64_t unfinished() override { return unfinished_.load(); }
+  void allow(uint32_t, bool) override {}
+  uint32_t running(uint32_t) override { return 0; }
+  void log(bool, const std::string& text) override {
+    std::lock_guard<std::mutex> g(mutex_);
+    lines_.push_back(text);
+  }
+  bool logged(const std::string& needle) const {
+    std::lock_guard<std::mutex> g(mutex_);
+    for (auto& l : lines_)
+      if (l.find(needle) != std::string::npos) return true;
+    return false;
+  }
+  std::string text() const {
+    std::lock_guard<std::mutex> g(mutex_);
+    std::string all;
+    for (auto& l : lines_) all += l + "\n";
+    return all;
+  }
+  std::atomic<uint64_t> unfinished_{0};
+
+ private:
+  int n_;
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
 
 /// An arbiter on a thread of this process.
 class ServerThread {

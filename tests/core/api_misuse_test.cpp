@@ -495,7 +495,7 @@ TEST(TaskMisuse, ParameterOfAnotherSizeThanTheKernelReads) {
   Kernel k = rt.kernel("reads_double").cpu([](TaskContext& ctx) { ctx.param<double>(0); });
   Event e = rt.submit(Task(k).param(1.0f));
   expect_misuse([&] { e.get(); }, ErrorCode::invalid_argument,
-                {"parameter 0 has 4 bytes; 8 requested"});
+                {"parameter 0 holds 4 bytes; 8 requested"});
 }
 
 TEST(TaskMisuse, ArgumentOfAnotherTypeThanTheKernelReads) {

@@ -243,5 +243,28 @@ TEST(HotPlug, MisuseNamesTheValue) {
   EXPECT_NE(std::string(e.what()).find("no device 5"), std::string::npos) << e.what();
 }
 
+// The same plugin with the same options drives the same devices: refused, as the configuration's
+// loader refuses two such tables; other options, or once the first instance's devices are gone,
+// it joins.
+TEST(HotPlug, TheSameLibraryWithTheSameOptionsIsRefused) {
+  Runtime rt(machine("eager"));
+  Error e = test::expect_error([&] { rt.load_plugin(kSimLibrary, sim_device("first", "0.2")); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  EXPECT_NE(std::string(e.what()).find("plugin 'sim' is loaded already with the same options"),
+            std::string::npos)
+      << e.what();
+  EXPECT_NE(std::string(e.what()).find(kSimLibrary), std::string::npos) << e.what();
+  EXPECT_EQ(rt.devices().size(), 1u) << "nothing joined";
+  EXPECT_EQ(rt.load_report().plugins.back().status, PluginRecord::Status::skipped);
+  rt.load_plugin(kSimLibrary, sim_device("second", "0.2"));  // other options: other devices
+  EXPECT_EQ(rt.devices().size(), 2u);
+  e = test::expect_error([&] { rt.load_plugin(kSimLibrary, sim_device("second", "0.2")); });
+  EXPECT_EQ(e.code(), ErrorCode::config);
+  rt.remove_device(1);
+  rt.load_plugin(kSimLibrary, sim_device("second", "0.2"));  // plugged in again
+  ASSERT_EQ(rt.devices().size(), 3u);
+  EXPECT_EQ(rt.devices()[2].name, "second");
+}
+
 }  // namespace
 }  // namespace hcr

@@ -95,8 +95,39 @@ TEST(Kernels, WrongArgumentTypeOrIndexIsAnError) {
   EXPECT_NE(std::string(e.what()).find("argument 3 requested; the task has 1"), std::string::npos);
   Kernel wrong_param = rt.kernel("wp").cpu([](TaskContext& ctx) { ctx.param<double>(0); });
   e = test::expect_error([&] { rt.submit(Task(wrong_param).param(1.0f)).get(); });
-  EXPECT_NE(std::string(e.what()).find("parameter 0 has 4 bytes; 8 requested"), std::string::npos)
+  EXPECT_NE(std::string(e.what()).find("parameter 0 holds 4 bytes; 8 requested"), std::string::npos)
       << e.what();
+}
+
+// A parameter read as a smaller type than it was given as (a double given for a float) is refused,
+// not cut to its low half; a smaller value followed by the padding before the next one is fine.
+TEST(Kernels, AParameterReadAsASmallerTypeIsAnError) {
+  Runtime rt(test::cpu_config(1));
+  float got = -1;
+  Kernel scale = rt.kernel("scale").cpu([&](TaskContext& ctx) { got = ctx.param<float>(0); });
+  Error e = test::expect_error([&] { rt.submit(Task(scale).param(2.0)).get(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(e.what()).find("parameter 0 holds 8 bytes; 4 requested"), std::string::npos)
+      << e.what();
+  EXPECT_NE(std::string(e.what()).find("give 2.0f"), std::string::npos) << e.what();
+  EXPECT_EQ(got, -1.0f) << "the kernel read the double's low half";
+  // The same before another parameter: its 8 bytes run up to the int, and are no padding.
+  e = test::expect_error([&] { rt.submit(Task(scale).param(2.0).param(int32_t{3})).get(); });
+  EXPECT_NE(std::string(e.what()).find("not the padding before the next parameter"),
+            std::string::npos)
+      << e.what();
+  rt.submit(Task(scale).param(2.0f)).get();
+  EXPECT_EQ(got, 2.0f);
+  // A byte, then a double: seven bytes of padding between them, read correctly.
+  int8_t small = 0;
+  double big = 0;
+  Kernel mixed = rt.kernel("mixed").cpu([&](TaskContext& ctx) {
+    small = ctx.param<int8_t>(0);
+    big = ctx.param<double>(1);
+  });
+  rt.submit(Task(mixed).param(int8_t{-5}).param(2.5)).get();
+  EXPECT_EQ(small, -5);
+  EXPECT_EQ(big, 2.5);
 }
 
 TEST(Kernels, FailureFlowsAlongDataButNotAlongOverwrites) {

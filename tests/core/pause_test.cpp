@@ -116,6 +116,69 @@ TEST(Pause, WaitingForAHeldTaskIsRefusedNotAHang) {
   EXPECT_NO_THROW(rt.wait_all());
 }
 
+// Back-pressure while paused: the submit past the window would wait for held tasks, which only a
+// resume() lets go; it is refused, like any other wait for held work, and the refusal costs the
+// window nothing.
+TEST(Pause, ASubmitPastTheWindowWhilePausedIsRefusedNotAHang) {
+  Config c = test::cpu_config(1);
+  c.max_tasks_in_flight = 100;
+  Runtime rt(c);
+  std::atomic<int> ran{0};
+  Kernel work = rt.kernel("work").cpu([&](TaskContext&) { ran.fetch_add(1); });
+  auto x = rt.buffer<float>(4, 4);
+  rt.pause();
+  for (int i = 0; i < 100; ++i) rt.submit(Task(work).read_write(x));
+  try {
+    rt.submit(Task(work).read_write(x));
+    ADD_FAILURE() << "the 101st submit returned while 100 held tasks fill the window";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+    const std::string what = err.what();
+    EXPECT_NE(what.find("100 task(s) submitted since Runtime::pause()"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("max_tasks_in_flight = 100"), std::string::npos) << what;
+  }
+  rt.resume();
+  rt.wait_all();
+  EXPECT_EQ(ran.load(), 100);
+  RuntimeStats s = rt.stats();
+  EXPECT_EQ(s.submitted, 100u) << "the refused submit is not counted";
+  EXPECT_EQ(s.completed, 100u);
+  // The refused ticket holds no room: another full window (and more) goes through.
+  for (int i = 0; i < 250; ++i) rt.submit(Task(work).read_write(x));
+  rt.wait_all();
+  EXPECT_EQ(ran.load(), 350);
+}
+
+// ... but a submit past the window that tasks from before the pause can make room for waits for
+// them, as back-pressure does unpaused.
+TEST(Pause, ASubmitPastTheWindowWaitsForTasksFromBeforeThePause) {
+  Config c = test::cpu_config(1);
+  c.max_tasks_in_flight = 16;
+  Runtime rt(c);
+  std::atomic<bool> open{false};
+  std::atomic<int> ran{0};
+  Kernel gate = rt.kernel("gate").cpu([&](TaskContext&) {
+    while (!open.load()) std::this_thread::sleep_for(1ms);
+    ran.fetch_add(1);
+  });
+  Kernel work = rt.kernel("work").cpu([&](TaskContext&) { ran.fetch_add(1); });
+  auto x = rt.buffer<float>(4, 4), y = rt.buffer<float>(4, 4);
+  for (int i = 0; i < 8; ++i) rt.submit(Task(gate).read_write(x));
+  rt.pause();
+  for (int i = 0; i < 8; ++i) rt.submit(Task(work).read_write(y));
+  std::thread opener([&] {
+    while (rt.stats().throttled == 0) std::this_thread::sleep_for(1ms);
+    open.store(true);
+  });
+  EXPECT_NO_THROW(rt.submit(Task(work).read_write(y)))  // waits for the gates, then is held
+      << "refused although the 8 tasks from before the pause make room";
+  opener.join();
+  rt.resume();
+  rt.wait_all();
+  EXPECT_EQ(ran.load(), 17);
+}
+
 TEST(Pause, PausesNestAndAResumeWithoutOneIsRefused) {
   Runtime rt(one_device());
   Kernel work = rt.kernel("work").cpu([](TaskContext&) {});

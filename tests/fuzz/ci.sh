@@ -44,6 +44,9 @@ if ! cmake --build "$build" --target config_fuzz cost_model_fuzz; then
 fi
 
 export UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# A home of their own, as every test has: nothing the loaders read or write is the user's.
+export HOME="$build/fuzz/home" XDG_CACHE_HOME="$build/fuzz/home/.cache"
+mkdir -p "$XDG_CACHE_HOME"
 failed=()
 for name in config cost_model; do
   work="$build/fuzz/$name"  # what the fuzzer adds; the committed corpus stays as it is

@@ -1,8 +1,10 @@
 # Installs hcr into a fresh prefix, builds samples/plugin against that install only, drops the
 # plugin into a directory, and checks that `hcr devices` picks it up and its kernel runs; builds
 # and runs samples/cholesky.cpp against hcr::linalg from the package; then builds a client with
-# nothing but `pkg-config --cflags --libs hcr` and runs it (and reads hcr-linalg's flags).
-# With hcr::mpi installed, builds a C++-only client of it.
+# nothing but `pkg-config --cflags --libs hcr` and runs it as built, without LD_LIBRARY_PATH (the
+# .pc's run path), and reads hcr-linalg's flags. With hcr::mpi installed, builds a C++-only client
+# of it with find_package, and one with nothing but `pkg-config --cflags --libs hcr-mpi`, run as
+# built (an MPI singleton: no mpirun).
 # Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX (the C++ compiler), and SANITIZE
 # (HCR_SANITIZE of the build).
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -130,9 +132,18 @@ get_filename_component(pc_dir "${pc_file}" DIRECTORY)
 run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr)
 string(STRIP "${out}" pc_flags)
 message(STATUS "pkg-config --cflags --libs hcr: ${pc_flags}")
-run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --variable=libdir hcr)
-string(STRIP "${out}" pc_libdir)
 separate_arguments(pc_args UNIX_COMMAND "${pc_flags}")
+# A program built with a .pc's flags alone runs as built: its libraries are found through the run
+# path the .pc gave it, from this install (not from one the loader finds elsewhere).
+function(run_as_built program what)
+  run(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ldd "${program}")
+  string(FIND "${out}" "libhcr.so.0 => ${prefix}/" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: libhcr.so.0 is not found in ${prefix} (no run path?):\n${out}")
+  endif()
+  run(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH "${program}")
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
 file(WRITE "${WORK_DIR}/pc_client.cpp" [=[
 #include <hcr/hcr.hpp>
 #include <cstdio>
@@ -147,13 +158,14 @@ if(SANITIZE)
   set(san_args "-fsanitize=${SANITIZE}")
 endif()
 run(${CXX} -std=c++20 ${san_args} "${WORK_DIR}/pc_client.cpp" -o "${WORK_DIR}/pc_client"
-    ${pc_args} "-Wl,-rpath,${pc_libdir}")
-run("${WORK_DIR}/pc_client")
+    ${pc_args})
+run_as_built("${WORK_DIR}/pc_client" "the hcr.pc client")
 string(FIND "${out}" "pkg-config client: " at)
 if(at EQUAL -1)
   message(FATAL_ERROR "the pkg-config client did not run:\n${out}")
 endif()
-message(STATUS "pkg-config: hcr.pc builds and links a client that finds the installed plugins")
+message(STATUS "pkg-config: hcr.pc builds and links a client that runs as built and finds the "
+               "installed plugins")
 run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr-linalg)
 foreach(expect "-lhcr_linalg" "-lhcr")
   string(FIND "${out}" "${expect}" at)
@@ -192,4 +204,44 @@ int main(int argc, char** argv) {
       -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=${flags}")
   run(${CMAKE_COMMAND} --build "${mpi_dir}/build")
   message(STATUS "hcr::mpi: a C++-only client built against the install")
+
+  # hcr-mpi.pc: flags alone (hcr's, hcr::linalg's, MPI's) build a Cluster program that runs as
+  # built, as one rank.
+  run(${CMAKE_COMMAND} -E env PKG_CONFIG_PATH=${pc_dir} ${PKG_CONFIG} --cflags --libs hcr-mpi)
+  string(STRIP "${out}" mpi_pc_flags)
+  message(STATUS "pkg-config --cflags --libs hcr-mpi: ${mpi_pc_flags}")
+  separate_arguments(mpi_pc_args UNIX_COMMAND "${mpi_pc_flags}")
+  file(WRITE "${WORK_DIR}/mpi_pc_client.cpp" [=[
+#include <hcr/mpi.hpp>
+#include <cstdio>
+int main(int argc, char** argv) {
+  int provided = 0, value = -1;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  {
+    hcr::Config config;
+    config.backends.push_back({"cpu", true, {{"threads", "1"}}, "mpi_pc_client"});
+    hcr::Runtime rt(config);
+    hcr::mpi::Cluster cl(rt);
+    auto b = cl.buffer<int>(1, 1, 0);
+    hcr::Kernel seven = rt.kernel("seven").cpu([](hcr::TaskContext& ctx) {
+      ctx.arg<int>(0)(0, 0) = 7;
+    });
+    cl.submit(hcr::mpi::Task(seven).write(b));
+    cl.wait_all();
+    value = b.to_vector()[0];
+    std::printf("pkg-config hcr-mpi client: rank %d of %d, the task wrote %d\n", cl.rank(),
+                cl.size(), value);
+  }
+  MPI_Finalize();
+  return value == 7 ? 0 : 1;
+}
+]=])
+  run(${CXX} -std=c++20 ${san_args} "${WORK_DIR}/mpi_pc_client.cpp" -o "${WORK_DIR}/mpi_pc_client"
+      ${mpi_pc_args})
+  run_as_built("${WORK_DIR}/mpi_pc_client" "the hcr-mpi.pc client")
+  string(FIND "${out}" "pkg-config hcr-mpi client: rank 0 of 1, the task wrote 7" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the hcr-mpi.pc client did not run its task:\n${out}")
+  endif()
+  message(STATUS "pkg-config: hcr-mpi.pc builds and links a Cluster program that runs as built")
 endif()

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <new>
 #include <map>
 #include <random>
@@ -521,6 +523,59 @@ TEST(Cluster, RanksStartWarmFromModelsLearnedElsewhere) {
   EXPECT_EQ(mpi::share_models(c, MPI_COMM_WORLD), 0u) << "a second exchange adopted again";
 }
 
+// A model file another rank sends is adopted only once the model loader takes it whole: a corrupt
+// one (a bad cell, cut short, an architecture its name does not say) is refused with a warning
+// naming the rank it came from and why, and the rank keeps its own models; good ones still come.
+TEST(Cluster, ACorruptModelFromAnotherRankIsRefused) {
+  test::TempDir base;  // each rank's own
+  Config c = test::cpu_config(1, "dmda");
+  c.model_dir = base.path().string();
+  const std::string dir = sched::model_directory(c);
+  std::filesystem::create_directories(dir);
+  const int rank = world_rank();
+  auto model = [](const std::string& arch, const std::string& sample) {
+    return "format = 'hcr-cost-model'\nversion = 1\narch = '" + arch +
+           "'\n[[cell]]\nkernel = 'k'\nfootprint = '0x1'\nsize = 1.0\ncount = 1\nsamples = [" +
+           sample + "]\n";
+  };
+  auto slurp = [&](const std::string& name) {
+    std::ifstream in(std::filesystem::path(dir) / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // Every rank has its own "shared" model (rank 0's is corrupt: no rank takes it anyway).
+  const std::string own = model("shared", rank == 0 ? "-1.0" : std::to_string(rank) + ".0");
+  std::ofstream(std::filesystem::path(dir) / "shared.model.toml") << own;
+  if (rank == 0) {
+    std::ofstream(std::filesystem::path(dir) / "good.model.toml") << model("good", "0.5");
+    std::ofstream(std::filesystem::path(dir) / "bad.model.toml") << model("bad", "-4.0");
+    std::ofstream(std::filesystem::path(dir) / "other.model.toml") << model("elsewhere", "0.5");
+    const std::string whole = model("cut", "0.5");
+    std::ofstream(std::filesystem::path(dir) / "cut.model.toml") << whole.substr(0, 70);
+  }
+  test::LogCapture log(LogLevel::warn);
+  const size_t adopted = mpi::share_models(c, MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(adopted, 0u);
+  } else {
+    EXPECT_EQ(adopted, 1u) << "only good.model.toml is a model";
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(dir) / "good.model.toml"));
+    for (const char* name : {"bad.model.toml", "other.model.toml", "cut.model.toml"})
+      EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / name))
+          << name << " adopted";
+    const std::string from = "rank " + std::to_string(rank) + " refuses rank 0's ";
+    EXPECT_TRUE(log.contains(from + "bad.model.toml"));
+    EXPECT_TRUE(log.contains("bad.model.toml:4: samples must be non-negative"));
+    EXPECT_TRUE(log.contains(from + "other.model.toml"));
+    EXPECT_TRUE(log.contains("holds architecture 'elsewhere'"));
+    EXPECT_TRUE(log.contains(from + "cut.model.toml"));
+    EXPECT_EQ(slurp("shared.model.toml"), own) << "its own model was replaced";
+    std::vector<std::string> warnings;
+    const auto rows = sched::read_models(dir, warnings);
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+    EXPECT_EQ(rows.size(), 2u);  // its own and the good one
+  }
+}
+
 // Data that arrives before its receive can take it waits in a temporary; under a 1-byte cap only
 // one such temporary exists at a time, and everything still arrives.
 TEST(Cluster, EarlyArrivalsUnderATinyMemoryCap) {
@@ -569,6 +624,7 @@ TEST(Cluster, EarlyArrivalsUnderATinyMemoryCap) {
 
 // Rank 1 skips a submit: rank 0, which waits for its data, fails that receive after the timeout
 // with an error naming rank 1 and the buffer, and the task that needed the data fails with it.
+// wait_all on every rank says why first: the ranks submitted different tasks.
 TEST(Cluster, ATimeoutNamesTheRankThatNeverSent) {
   Runtime rt(test::cpu_config(1));
   mpi::Options o;
@@ -580,18 +636,71 @@ TEST(Cluster, ATimeoutNamesTheRankThatNeverSent) {
   Event e;
   if (cl.rank() != 1)
     e = cl.submit(mpi::Task(mix).read_write(y).read(x).param(uint64_t{0}).param(uint64_t{0}));
+  Error err = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+  const std::string what = err.what();
+  EXPECT_NE(what.find("Tasks submitted in all: 0 on rank 1; 1 on rank"), std::string::npos) << what;
   if (cl.rank() == 0) {
-    Error err = test::expect_error([&] { cl.wait_all(); });
-    EXPECT_EQ(err.code(), ErrorCode::communication);
-    const std::string what = err.what();
+    EXPECT_NE(what.find("On this rank that left: "), std::string::npos) << what;
     EXPECT_NE(what.find("no data from rank 1"), std::string::npos) << what;
     EXPECT_NE(what.find("buffer 0"), std::string::npos) << what;
     Error task_err = test::expect_error([&] { e.get(); });
     EXPECT_EQ(task_err.code(), ErrorCode::dependency);
     EXPECT_NE(std::string(task_err.what()).find("no data from rank 1"), std::string::npos);
-  } else {
-    cl.wait_all();
   }
+}
+
+// Ranks that register a buffer with different owners each take the task that writes it for their
+// own: it ran on every rank, and the job ended as if nothing were wrong. wait_all fails on every
+// rank naming the buffer and each rank's owner, and so does every wait_all after.
+TEST(Cluster, RanksThatDisagreeOnAnOwnerFailLoudly) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  Kernel mix = mix_kernel(rt);
+  auto y = cl.buffer<int64_t>(1, 4, 0);  // buffer 0, as every rank sees it
+  auto x = rt.buffer<int64_t>(1, 4);
+  cl.distribute(x, cl.rank());  // buffer 1: every rank takes it for its own
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));
+  Error e = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  const std::string what = e.what();
+  EXPECT_NE(what.find("hcr::mpi rank " + std::to_string(cl.rank()) + ": the ranks' calls differ"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("Buffer 1 (1x4 i64 here): its owner is rank 0 on rank 0; rank 1 on rank 1"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("tasks ran on more than one rank"), std::string::npos) << what;
+  EXPECT_EQ(cl.stats().tasks_run, 1u) << "every rank ran the task";
+  EXPECT_EQ(std::string(test::expect_error([&] { cl.wait_all(); }).what()), what);
+}
+
+// Ranks that place a task differently (each names itself in on_rank) each run it: wait_all fails
+// on every rank, naming the tasks since the last wait_all that agreed.
+TEST(Cluster, RanksThatDisagreeOnWhereATaskRunsFailLoudly) {
+  Runtime rt(test::cpu_config(1));
+  mpi::Cluster cl(rt);
+  Kernel mix = mix_kernel(rt);
+  Kernel nothing = rt.kernel("nothing").cpu([](TaskContext&) {});
+  auto x = cl.buffer<int64_t>(1, 4, 0);
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));  // task 0
+  cl.wait_all();                                                                  // agreed
+  cl.submit(mpi::Task(mix).read_write(x).param(uint64_t{1}).param(uint64_t{0}));  // task 1
+  cl.submit(mpi::Task(nothing).on_rank(cl.rank()));                               // task 2
+  Error e = test::expect_error([&] { cl.wait_all(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  const std::string what = e.what();
+  EXPECT_NE(what.find("found by wait_all #2"), std::string::npos) << what;
+  EXPECT_NE(what.find("Tasks 1 to 2 (by submission order): the ranks run them elsewhere"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("Tasks run since wait_all #1: 1 on rank"), std::string::npos) << what;
+  EXPECT_NE(what.find("; 2 on rank 0 (" + std::to_string(cl.size() + 1) +
+                      " in all, for 2 "
+                      "submitted)"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("tasks ran on more than one rank"), std::string::npos) << what;
 }
 
 // A writer that failed on one rank fails the reader on another, with the writer's error.

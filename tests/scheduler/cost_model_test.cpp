@@ -3,7 +3,10 @@
 #include "../../scheduler/cost_model.hpp"
 #include "../test_support.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <random>
 #include <set>
@@ -331,6 +334,172 @@ TEST(CostModel, AbsurdSamplesAndFootprintsAreRefused) {
   CostModel m;
   m.load_text(kModelHead + head + "footprint = 'FF'\nsamples = [1e9]\n", "ok.model.toml");
   EXPECT_EQ(m.predict("k", "gpu", 0xff, 1).seconds, 1e9);
+}
+
+// ---- caps --------------------------------------------------------------------------------------
+
+// One cell's text: kernel, footprint, its last sample's stamp (0: none written).
+std::string cell_text(const std::string& kernel, uint64_t footprint, int64_t updated) {
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(footprint));
+  std::string t = "[[cell]]\nkernel = '" + kernel + "'\nfootprint = '0x" + hex +
+                  "'\nsize = " + std::to_string(footprint + 1) + ".0\ncount = 1\nsamples = [0.5]\n";
+  if (updated > 0) t += "updated = " + std::to_string(updated) + "\n";
+  return t;
+}
+
+// "k<i>" (built in two steps: GCC 12 warns wrongly of "k" + std::to_string(i), -Wrestrict).
+std::string kname(uint64_t i) {
+  std::string s = "k";
+  s += std::to_string(i);
+  return s;
+}
+
+// The footprints of `kernel` a model holds.
+std::set<uint64_t> footprints(const CostModel& m, const std::string& kernel) {
+  std::set<uint64_t> out;
+  for (auto& r : m.rows())
+    if (r.kernel == kernel) out.insert(r.footprint);
+  return out;
+}
+
+// A file grown far beyond the caps (written before them, or by hand) loads its most recently
+// updated cells only, says so naming the file, and a save of what loaded keeps the caps.
+TEST(CostModel, AFileOfFarMoreCellsThanTheCapsLoadsTheNewest) {
+  // One kernel, 4 x its cap, the stamps in shuffled order: the newest kMaxCellsPerKernel stay.
+  const size_t n = 4 * kMaxCellsPerKernel;
+  std::vector<uint64_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  std::string text = kModelHead;
+  for (uint64_t fp : order) text += cell_text("k", fp, 1'000'000 + static_cast<int64_t>(fp));
+  CostModel m;
+  std::vector<std::string> warnings;
+  m.load_text(text, "grown.model.toml", &warnings);
+  std::set<uint64_t> want;
+  for (uint64_t fp = n - kMaxCellsPerKernel; fp < n; ++fp) want.insert(fp);
+  EXPECT_EQ(footprints(m, "k"), want);
+  ASSERT_EQ(warnings.size(), 1u);
+  const std::string said = "grown.model.toml: " + std::to_string(n) + " cells, more than";
+  EXPECT_NE(warnings[0].find(said), std::string::npos) << warnings[0];
+  EXPECT_TRUE(m.needs_rewrite("gpu"));
+
+  // Many kernels, each within its cap, together beyond the architecture's: the newest
+  // kMaxCellsPerArch over all kernels stay (stamps interleave the kernels).
+  const size_t kernels = kMaxCellsPerArch / 100 + 3;
+  text = kModelHead;
+  for (size_t k = 0; k < kernels; ++k)
+    for (uint64_t fp = 0; fp < 100; ++fp)
+      text += cell_text(kname(k), fp, static_cast<int64_t>(1 + fp * kernels + k));
+  CostModel wide;
+  wide.load_text(text, "wide.model.toml");
+  const auto rows = wide.rows();
+  EXPECT_EQ(rows.size(), kMaxCellsPerArch);
+  const int64_t oldest_kept = static_cast<int64_t>(kernels * 100 - kMaxCellsPerArch) + 1;
+  for (auto& r : rows) {
+    const int64_t stamp =
+        static_cast<int64_t>(1 + r.footprint * kernels) + std::stoll(r.kernel.substr(1));
+    EXPECT_GE(stamp, oldest_kept) << r.kernel << " " << r.footprint << ": an older cell stayed";
+  }
+
+  // Saved, the model writes what it kept, stamps included: it loads back the same.
+  for (auto* model : {&m, &wide}) {
+    const std::string saved = model->save_text().at("gpu");
+    CostModel back;
+    std::vector<std::string> none;
+    back.load_text(saved, "saved.model.toml", &none);
+    EXPECT_TRUE(none.empty()) << none.front();
+    EXPECT_EQ(back.rows().size(), model->rows().size());
+    EXPECT_EQ(back.save_text().at("gpu"), saved);
+  }
+
+  // Without stamps (a file of an hcr before them), the later cells of the file count as newer.
+  text = kModelHead;
+  for (uint64_t fp = 0; fp < n; ++fp) text += cell_text("k", fp, 0);
+  CostModel legacy;
+  legacy.load_text(text, "legacy.model.toml");
+  EXPECT_EQ(footprints(legacy, "k"), want);
+}
+
+// Recording sizes never seen: beyond the caps the least recently updated cells go, in memory and
+// so in the file; a size recorded again stays however old it first was.
+TEST(CostModel, RecordingNewSizesEvictsTheLeastRecentlyUpdated) {
+  CostModel m;
+  const uint64_t n = 2 * kMaxCellsPerKernel;
+  for (uint64_t fp = 0; fp < n; ++fp) {
+    m.record("k", "gpu", fp, static_cast<double>(fp + 1), 1e-3);
+    m.record("k", "gpu", 0, 1.0, 1e-3);  // footprint 0 is used all along
+  }
+  const std::set<uint64_t> kept = footprints(m, "k");
+  EXPECT_EQ(kept.size(), kMaxCellsPerKernel);
+  EXPECT_TRUE(kept.count(0)) << "the size in use was evicted";
+  EXPECT_TRUE(kept.count(n - 1));
+  EXPECT_FALSE(kept.count(1));
+  EXPECT_EQ(*std::next(kept.begin()), n - kMaxCellsPerKernel + 1) << "not the newest that stayed";
+  // Across kernels: the architecture's cap; the kernel measured first loses its cells first.
+  const size_t kernels = kMaxCellsPerArch / kMaxCellsPerKernel;
+  for (size_t k = 1; k <= kernels; ++k)
+    for (uint64_t fp = 0; fp < kMaxCellsPerKernel; ++fp)
+      m.record(kname(k), "gpu", fp, static_cast<double>(fp + 1), 1e-3);
+  EXPECT_EQ(m.rows().size(), kMaxCellsPerArch);
+  EXPECT_TRUE(footprints(m, "k").empty()) << "the least recently updated kernel stayed";
+  EXPECT_EQ(footprints(m, kname(kernels)).size(), kMaxCellsPerKernel);
+  const std::string text = m.save_text().at("gpu");
+  size_t cells = 0;
+  for (size_t at = text.find("[[cell]]"); at != std::string::npos;
+       at = text.find("[[cell]]", at + 1))
+    ++cells;
+  EXPECT_EQ(cells, kMaxCellsPerArch);
+}
+
+// A file beyond what is parsed (kMaxModelParseBytes) is read up to its last cell boundary within
+// that bound, with a warning naming it; the cells past it are not read.
+TEST(CostModel, AHugeFileIsReadOnlyUpToTheParseBound) {
+  std::string text = kModelHead;
+  uint64_t fp = 0;
+  while (text.size() <= kMaxModelParseBytes + (1 << 20))
+    text += cell_text(kname(fp % 97), fp, static_cast<int64_t>(fp + 1)), ++fp;
+  CostModel m;
+  std::vector<std::string> warnings;
+  const auto t0 = std::chrono::steady_clock::now();
+  m.load_text(text, "huge.model.toml", &warnings);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("a %zu-byte model file of %llu cells loaded in %.3f s (%zu cells kept)\n",
+              text.size(), static_cast<unsigned long long>(fp), seconds, m.rows().size());
+  EXPECT_LE(m.rows().size(), kMaxCellsPerArch);
+  ASSERT_FALSE(warnings.empty());
+  EXPECT_NE(warnings[0].find("huge.model.toml: " + std::to_string(text.size()) +
+                             " bytes, more than the " + std::to_string(kMaxModelParseBytes)),
+            std::string::npos)
+      << warnings[0];
+  EXPECT_TRUE(footprints(m, kname((fp - 1) % 97)).empty() ||
+              !footprints(m, kname((fp - 1) % 97)).count(fp - 1))
+      << "a cell past the bound was read";
+  // Without a cell boundary within the bound, the file is refused, naming it.
+  CostModel none;
+  const std::string one_line = std::string(kModelHead) + "# " +
+                               std::string(kMaxModelParseBytes, 'x') + "\n" + cell_text("k", 1, 1);
+  try {
+    none.load_text(one_line, "line.model.toml");
+    ADD_FAILURE() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("line.model.toml: "), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(none.rows().empty());
+}
+
+// What architecture a file holds (asked of every file when a directory loads) is read from its
+// head, before the first table: not by parsing the whole of a file that may be huge. Whatever
+// follows is not read.
+TEST(CostModel, TheArchitectureOfAFileIsReadFromItsHead) {
+  const std::string head = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
+  EXPECT_EQ(CostModel::arch_of(head + "[[cell]]\nkernel = 'k'\n" + std::string(64, '\x01')),
+            std::optional<std::string>("gpu"));
+  // A line opening a table inside a multi-line value: read within the parse bound instead.
+  EXPECT_EQ(CostModel::arch_of("note = '''\n[x]\n'''\n" + head + "[[cell]]\nkernel = 'k'\n"),
+            std::optional<std::string>("gpu"));
+  EXPECT_EQ(CostModel::arch_of("not toml ["), std::nullopt);
 }
 
 TEST(LinkModel, FileTextRoundTripByNodeNames) {

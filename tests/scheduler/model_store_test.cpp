@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -297,6 +299,47 @@ TEST(ModelStore, FifosAndHugeFilesAreSkippedWithoutHanging) {
   EXPECT_TRUE(log.contains((dir.path() / "big.model.toml").string() + ": 67108865 bytes, more "
                                                                       "than the 67108864 allowed"));
   EXPECT_EQ(m.rows().size(), 1u) << "the good file still loads";
+}
+
+// A model file grown far beyond the caps (an hcr before them wrote every size it ever saw):
+// loading keeps the most recently updated cells within the caps and reads no further than the
+// parse bound, with a warning naming the file; the next save rewrites the file within the caps,
+// though nothing new was learned.
+TEST(ModelStore, AFileGrownBeyondTheCapsIsRewrittenWithinThem) {
+  test::TempDir dir;
+  std::string text = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
+  uint64_t cells = 0;
+  for (; text.size() < 2 * kMaxModelParseBytes; ++cells)
+    text += "[[cell]]\nkernel = 'k" + std::to_string(cells % 50) + "'\nfootprint = '0x" +
+            std::to_string(cells) + "'\nsize = 1.0\ncount = 1\nsamples = [0.25]\n";
+  std::ofstream(dir.path() / "gpu.model.toml") << text;
+  CostModel m;
+  LinkModel l;
+  test::LogCapture log(LogLevel::warn);
+  const auto t0 = std::chrono::steady_clock::now();
+  load_models(dir.path().string(), m, l, {"host"});
+  std::printf("a %zu-byte model file of %llu cells: loaded in %.3f s, %zu cells kept\n",
+              text.size(), static_cast<unsigned long long>(cells),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              m.rows().size());
+  EXPECT_EQ(m.rows().size(), kMaxCellsPerArch);
+  EXPECT_TRUE(log.contains((dir.path() / "gpu.model.toml").string() + ": " +
+                           std::to_string(text.size()) + " bytes, more than the"))
+      << (log.lines().empty() ? "no warning" : log.lines()[0]);
+  save_models(dir.path().string(), m, l, {"host"});
+  const std::string saved = slurp(dir.path() / "gpu.model.toml");
+  EXPECT_LT(saved.size(), text.size() / 10) << "not rewritten";
+  CostModel again;
+  std::vector<std::string> warnings;
+  again.load(dir.path(), warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  EXPECT_EQ(again.rows().size(), kMaxCellsPerArch);
+  for (int i = 0; i < 5; ++i) again.record("new", "gpu", 1, 1.0, 1.0);  // and a save after samples
+  again.save(dir.path());
+  CostModel third;
+  third.load(dir.path(), warnings);
+  EXPECT_EQ(third.rows().size(), kMaxCellsPerArch) << "a save went beyond the caps";
+  EXPECT_EQ(third.samples("new", "gpu"), 5u) << "the newest cell was not kept";
 }
 
 // A save that died midway left its temporary: the next save (holding the lock, so no other save

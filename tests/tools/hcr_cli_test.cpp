@@ -2,6 +2,9 @@
 // output checked. Plugins that crash or hang are found by `hcr devices`' probes and named.
 #include "../test_support.hpp"
 
+#include <hcr/sched.hpp>
+
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fstream>
@@ -75,6 +78,29 @@ TEST(HcrCli, DevicesFailsWhenNoDeviceLoads) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("devices:\n  (none)"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("no device loaded"), std::string::npos) << r.err;
+}
+
+// A plugin that loads and finds no device says why at info level; `hcr devices` prints it at any
+// log level (the tests run at error).
+TEST(HcrCli, DevicesSaysWhyAPluginHasNoDevice) {
+  test::TempDir dir;
+  Result r = hcr({"devices", "--config",
+                  config_file(dir.path(), kStub + "[[backend]]\nname = \"sim\"\n",
+                              HCR_TEST_PLUGIN_DIR)
+                      .string()});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("(0 devices)\n           why: sim: no devices: none described"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(HcrCli, HelpListsEveryPolicy) {
+  Result r = hcr({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  for (const std::string& p : sched::policy_names())
+    EXPECT_NE(r.out.find(p), std::string::npos) << p << " missing from:\n" << r.out;
+  EXPECT_NE(r.out.find("peft"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("auto (the default)"), std::string::npos) << r.out;
 }
 
 TEST(HcrCli, DevicesReportsEveryTableMistakeAndFails) {
@@ -177,6 +203,39 @@ TEST(HcrCli, ACrashNamesItsPluginInTheLastLogLine) {
   EXPECT_EQ(r.err.substr(at, r.err.find('\n', at) - at),
             "hcr: info: initialising plugin 'crash_create' from " + lib)
       << r.err;
+}
+
+// hcr trace summary reads the file as a stream (memory of one event, whatever its size) and
+// refuses what is not a regular file before reading from it (a FIFO would block it for ever).
+TEST(HcrCli, TraceSummaryReadsATraceAndRefusesAFifo) {
+  test::TempDir dir;
+  const fs::path trace = dir.path() / "t.json";
+  std::ofstream(trace)
+      << R"({"traceEvents":[{"ph":"M","name":"process_name","pid":0},)"
+      << R"({"ph":"X","cat":"task","name":"gemm","pid":0,"tid":0,"ts":0,"dur":500000},)"
+      << R"({"ph":"X","cat":"task","name":"gemm","pid":0,"tid":1,"ts":250000,"dur":500000},)"
+      << R"({"ph":"X","cat":"transfer","name":"copy","pid":1,"tid":0,"ts":0,"dur":1000,)"
+      << R"("args":{"link":"host -> gpu","bytes":4096}}],)"
+      << R"("otherData":{"devices":[{"id":0,"name":"cpu0","slots":2}]}})";
+  Result r = hcr({"trace", "summary", trace.string()});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("0.750 s from first to last event"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("#0 cpu0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 tasks  busy    1.0000 s   66.7% of 2 slots"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("host -> gpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in 1 copies"), std::string::npos) << r.out;
+
+  const fs::path fifo = dir.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = hcr({"trace", "summary", fifo.string()});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("is not a regular file"), std::string::npos) << r.err;
+
+  std::ofstream(dir.path() / "bad.json") << R"({"traceEvents":[{"ph":"X","ts":1},)";
+  r = hcr({"trace", "summary", (dir.path() / "bad.json").string()});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("not JSON"), std::string::npos) << r.err;
 }
 
 TEST(HcrCli, ModelsRefusesAnUnknownKernelOrDirectory) {

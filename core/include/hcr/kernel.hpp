@@ -74,7 +74,9 @@ class TaskContext {
       detail::bad_arg_type(i, static_cast<DType>(a.dtype), dtype_of_v<T>);
     return {static_cast<T*>(a.host), a.rows, a.cols, a.ld};
   }
-  /// Scalar parameter `i`, in the order Task::param() added them; T must match its size.
+  /// Scalar parameter `i`, in the order Task::param() added them, read as a T. Its bytes are
+  /// copied unconverted: T must be the type it was given as (its size is checked; a double read
+  /// as a float throws Error(invalid_argument) rather than giving its low half).
   template <class T>
   T param(size_t i) const {
     T v;

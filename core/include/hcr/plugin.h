@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <hcr/builtin_params.h> /* the built-in kernels' parameter blocks (part of this ABI) */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -59,8 +61,10 @@ extern "C" {
 
 /* Size of `type` up to and including `last_field`: the struct-size constants are computed this way
  * so that trailing padding never changes the number. */
+#ifndef HCR_STRUCT_SIZE /* builtin_params.h defines the same */
 #define HCR_STRUCT_SIZE(type, last_field) \
   (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+#endif
 
 /* ======================================================================================
  * Errors
@@ -391,74 +395,9 @@ typedef struct hcr_launch_args {
  * Built-in kernels — names and parameter blocks every backend that offers them agrees on
  * ====================================================================================== */
 
-/* Every matrix is row-major with its buffer's leading dimension (hcr_arg_t::ld). The suffix names
- * the element type: "_f32", "_f64" (and for gemm "_f16", "_bf16" with f32 accumulation where
- * offered). A backend that lacks one of them declines it in kernel_get (HCR_ERROR_NOT_FOUND): the
- * runtime then never places such a task there. Shapes or parameters that do not fit fail the
- * launch with HCR_ERROR_INVALID_ARGUMENT naming them (the runtime checks them at submit already).
- * The enumerations below are the values of the int32_t fields of the parameter blocks. */
-typedef enum hcr_blas_trans { HCR_NO_TRANS = 0, HCR_TRANS = 1 } hcr_blas_trans_t;
-typedef enum hcr_blas_uplo { HCR_LOWER = 0, HCR_UPPER = 1 } hcr_blas_uplo_t;
-typedef enum hcr_blas_side { HCR_LEFT = 0, HCR_RIGHT = 1 } hcr_blas_side_t;
-typedef enum hcr_blas_diag { HCR_NON_UNIT = 0, HCR_UNIT = 1 } hcr_blas_diag_t;
-
-/* "gemm_<t>": args[0] = A (read), args[1] = B (read), args[2] = C (read-write, m x n);
- * C = alpha * op(A) * op(B) + beta * C, op(A) m x k (A itself k x m when trans_a), op(B) k x n
- * (B itself n x k when trans_b); params = hcr_gemm_params_t. With beta == 0 C's old contents are
- * not read at all (BLAS semantics: NaN or garbage there must not leak into the result), so the
- * runtime may hand a C that was never written. trans_a and trans_b were appended in ABI 1.1: a
- * block of an older caller (struct_size up to beta) means no transposes. */
-typedef struct hcr_gemm_params {
-  size_t struct_size;
-  double alpha;
-  double beta;
-  int32_t trans_a; /* hcr_blas_trans_t (ABI 1.1) */
-  int32_t trans_b; /* hcr_blas_trans_t (ABI 1.1) */
-} hcr_gemm_params_t;
-#define HCR_GEMM_PARAMS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_gemm_params_t, trans_b)
-/* The size of an ABI 1.0 block (alpha and beta only). */
-#define HCR_GEMM_PARAMS_STRUCT_SIZE_1_0 HCR_STRUCT_SIZE(hcr_gemm_params_t, beta)
-
-/* "syrk_<t>" (ABI 1.1): args[0] = A (read), args[1] = C (read-write, n x n);
- * C = alpha * op(A) * op(A)^T + beta * C on the `uplo` triangle of C only (the other triangle is
- * neither read nor written); op(A) n x k (A itself k x n when trans). With beta == 0 the triangle's
- * old contents are not read (as for gemm). */
-typedef struct hcr_syrk_params {
-  size_t struct_size;
-  double alpha;
-  double beta;
-  int32_t uplo;  /* hcr_blas_uplo_t */
-  int32_t trans; /* hcr_blas_trans_t */
-} hcr_syrk_params_t;
-#define HCR_SYRK_PARAMS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_syrk_params_t, trans)
-
-/* "trsm_<t>" (ABI 1.1): args[0] = A (read, triangular: m x m when side is left, n x n when right;
- * only its `uplo` triangle is read, and with diag unit not its diagonal either), args[1] = B
- * (read-write, m x n); B = alpha * op(A)^-1 * B (left) or alpha * B * op(A)^-1 (right). */
-typedef struct hcr_trsm_params {
-  size_t struct_size;
-  double alpha;
-  int32_t side;  /* hcr_blas_side_t */
-  int32_t uplo;  /* hcr_blas_uplo_t */
-  int32_t trans; /* hcr_blas_trans_t */
-  int32_t diag;  /* hcr_blas_diag_t */
-} hcr_trsm_params_t;
-#define HCR_TRSM_PARAMS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_trsm_params_t, diag)
-
-/* "potrf_<t>" (ABI 1.1): args[0] = A (read-write, n x n, symmetric positive definite, its `uplo`
- * triangle read); the Cholesky factor overwrites that triangle: A = L * L^T with L lower (uplo
- * lower) or A = U^T * U with U upper; the other triangle is untouched. A matrix that is not
- * positive definite fails the launch with HCR_ERROR_INVALID_ARGUMENT naming the order of the
- * leading minor that is not (LAPACK's info). */
-typedef struct hcr_potrf_params {
-  size_t struct_size;
-  int32_t uplo; /* hcr_blas_uplo_t */
-} hcr_potrf_params_t;
-#define HCR_POTRF_PARAMS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_potrf_params_t, uplo)
-
-/* "getrf_nopiv_<t>" (ABI 1.1, where a library offers it): args[0] = A (read-write, n x n);
- * A = L * U in place without pivoting, L unit lower (its diagonal not stored), U upper. A zero
- * pivot fails the launch with HCR_ERROR_INVALID_ARGUMENT naming its row. No params. */
+/* In <hcr/builtin_params.h>, included above: the enumerations (hcr_blas_trans_t, ...), the
+ * parameter blocks (hcr_gemm_params_t, hcr_syrk_params_t, hcr_trsm_params_t, hcr_potrf_params_t)
+ * with their struct-size constants, and what each built-in computes. */
 
 /* ======================================================================================
  * The table

@@ -46,7 +46,8 @@ struct PluginRecord {
   std::string name;     ///< the plugin's name, when it got that far
   std::string version;  ///< the plugin's own version text
   Status status = Status::skipped;
-  std::string reason;   ///< why it was skipped ("no entry symbol hcr_plugin_get_api", ...)
+  std::string reason;   ///< why it was skipped ("no entry symbol hcr_plugin_get_api", ...), or,
+                        ///< loaded with no device, why none (the plugin's own words)
   size_t devices = 0;   ///< devices it contributed
 };
 

@@ -218,6 +218,11 @@ HCR_API std::string model_directory(const Config& config);
 /// Every cell in the model files of `dir`; a file that is not a model is skipped with a message
 /// in `warnings` naming it.
 HCR_API std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings);
+/// Why `text` would not load whole as the file `name` of a model directory, or "" when it would:
+/// the loader's own checks (format and version, every cell's fields), the architecture it holds is
+/// the one whose file is called `name`, and it holds no more bytes or cells than a model keeps. For
+/// a file from elsewhere (hcr::mpi::share_models), before it is written into a model directory.
+HCR_API std::string check_model_file(std::string_view name, std::string_view text);
 
 /// The policy named "auto" (Config's default) resolves to on a machine of these devices: "peft"
 /// when they are of more than one architecture, else "eager".

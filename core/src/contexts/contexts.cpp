@@ -82,7 +82,7 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   c->bits[0].store(bits[0], std::memory_order_relaxed);
   c->bits[1].store(bits[1], std::memory_order_relaxed);
   auto policy = sched::make_policy(policy_name_, config_);
-  policy->attach(*this);
+  policy->attach(view_);
 
   if (context_policy_ == nullptr) {
     // The first context: the policy in use becomes the default context's, behind a ContextPolicy.
@@ -95,9 +95,9 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     device_bits({}, device_count(), what, bits);
     def->bits[0].store(bits[0], std::memory_order_relaxed);
     def->bits[1].store(bits[1], std::memory_order_relaxed);
-    auto composite = std::make_unique<ContextPolicy>(std::move(policy_owner_), *def, *this);
+    auto composite = std::make_unique<ContextPolicy>(std::move(policy_owner_), *def, view_);
     composite->set_pump([this](sched::DeviceId d) {
-      if (d < device_count() && usable(d)) pump(*dev_[d]);
+      if (d < device_count() && usable(d)) pump(devices_[d]);
     });
     context_policy_ = composite.get();
     policy_owner_ = std::move(composite);
@@ -107,8 +107,9 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     }
     default_context_ = std::move(def);
     launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
+    placement_.measure_decisions(true);
     timing_.store(true, std::memory_order_relaxed);
-    policy_.store(context_policy_, std::memory_order_release);
+    placement_.set_policy(context_policy_);
   }
   c->index = static_cast<uint32_t>(contexts_.size());
   context_policy_->add(*c, std::move(policy));
@@ -138,14 +139,14 @@ hcr::Context RuntimeCore::make_context(const ContextConfig& table) {
     // An id, or a device's name.
     bool found = false;
     for (uint32_t d = 0, n = device_count(); d < n && !found; ++d)
-      if (devices_[d].name == name || std::to_string(d) == name) {
+      if (devices_[d].info.name == name || std::to_string(d) == name) {
         spec.devices.push_back(d);
         found = true;
       }
     if (!found) {
       std::string known;
       for (uint32_t d = 0, n = device_count(); d < n; ++d)
-        known += (d ? ", " : "") + std::to_string(d) + " '" + devices_[d].name + "'";
+        known += (d ? ", " : "") + std::to_string(d) + " '" + devices_[d].info.name + "'";
       throw Error(ErrorCode::config, where + ": devices: no device '" + name + "' (the devices: " +
                                          (known.empty() ? "none" : known) + ")");
     }
@@ -184,7 +185,7 @@ void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_
   }
   for (TaskNode* t : again) place(t);
   for (uint32_t d = 0, n = device_count(); d < n; ++d)
-    if (((gained[d / 64] >> (d % 64)) & 1u) && usable(d)) pump(*dev_[d]);
+    if (((gained[d / 64] >> (d % 64)) & 1u) && usable(d)) pump(devices_[d]);
 }
 
 hcr::Context RuntimeCore::find_context(std::string_view name) const {
@@ -217,7 +218,7 @@ void RuntimeCore::context_stats(RuntimeStats& s) const {
       const double sec = static_cast<double>(c->busy_ns[d].load(std::memory_order_relaxed)) * 1e-9;
       x.device_seconds.push_back(sec);
       x.busy_seconds += sec;
-      const uint32_t node = devices_[d].memory_node;
+      const uint32_t node = devices_[d].info.memory_node;
       x.memory_bytes.push_back(node == 0 ? 0 : data_.context_bytes(node, c->index));
     }
     s.contexts.push_back(std::move(x));

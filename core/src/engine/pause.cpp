@@ -1,79 +1,69 @@
-// Runtime::pause and resume: a task graph submitted whole, then let go at once.
-//
-// Submitted one task at a time, a graph starts while it is still being submitted: the first tasks
-// submitted take the idle devices whatever their priority, and a planning policy (peft) plans
-// around the little it has seen. A task submitted while the runtime is paused keeps its
-// submission's own pending count — one more predecessor, the pause — in held_. The last resume
-// takes that count back from every held task; those it makes ready are placed together, highest
-// priority first, while no device takes work (their pumps are held, as by a pumper that has not
-// finished yet), so each device then starts the most urgent of what it was given.
-#include "../runtime_core.hpp"
+// Runtime::pause and resume (pause.hpp): the gate's bookkeeping, and the waits it would make
+// endless turned into errors.
+#include "pause.hpp"
 
 #include "../buffer_state.hpp"
-#include "../log_internal.hpp"
+#include "../kernel_state.hpp"
 
 #include <hcr/error.hpp>
 
 #include <algorithm>
+#include <string>
 
 namespace hcr::detail {
 
-void RuntimeCore::pause() noexcept {
-  std::lock_guard<std::mutex> g(held_mutex_);
+void Pause::pause() noexcept {
+  std::lock_guard<std::mutex> g(mutex_);
   paused_.store(paused_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-bool RuntimeCore::resume() noexcept {
+bool Pause::resume() noexcept {
   std::vector<TaskNode*> held;
   {
-    std::lock_guard<std::mutex> g(held_mutex_);
+    std::lock_guard<std::mutex> g(mutex_);
     const uint32_t p = paused_.load(std::memory_order_relaxed);
     if (p == 0) return false;
     paused_.store(p - 1, std::memory_order_relaxed);
-    if (p == 1) held.swap(held_);
+    if (p == 1) {
+      held.swap(held_);
+      tickets_.clear();
+    }
   }
   if (!held.empty()) let_go(std::move(held));
   return true;
 }
 
-bool RuntimeCore::hold(TaskNode* t) noexcept {
+bool Pause::hold(TaskNode* t, uint64_t seq) noexcept {
   if (t->kind != TaskKind::kernel) return false;  // a host view or a join: the caller waits on it
-  std::lock_guard<std::mutex> g(held_mutex_);
-  if (paused_.load(std::memory_order_relaxed) == 0) return false;  // resumed meanwhile
-  held_.push_back(t);
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (paused_.load(std::memory_order_relaxed) == 0) return false;  // resumed meanwhile
+    held_.push_back(t);
+    tickets_.push_back(seq);
+  }
+  // A submitter waiting for room looks again: what it waits for may now never come.
+  graph_.gate_changed();
   return true;
 }
 
-void RuntimeCore::let_go(std::vector<TaskNode*> held) noexcept {
+size_t Pause::held_before(uint64_t seq) const {
+  if (paused_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> g(mutex_);
+  return static_cast<size_t>(
+      std::count_if(tickets_.begin(), tickets_.end(),
+                    [seq](uint64_t ticket) { return ticket < seq; }));
+}
+
+void Pause::let_go(std::vector<TaskNode*> held) noexcept {
   std::vector<TaskNode*> now;
   for (TaskNode* t : held)
     if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now.push_back(t);
-  if (now.empty()) return;
-  {
-    std::vector<sched::TaskRef> refs(now.begin(), now.end());
-    pol()->ready_together(refs);  // (priorities it gives count below)
-  }
-  // Highest priority first (submission order among equals): a policy with one queue for all
-  // devices hands them out in this order.
-  std::stable_sort(now.begin(), now.end(),
-                   [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
-  // Every device's pump is ours until all of them are placed: a device finishing a task meanwhile
-  // leaves its request to us, as to any pumper still at work.
-  const size_t n = device_count();
-  std::vector<char> ours(n, 0);
-  for (size_t d = 0; d < n; ++d)
-    ours[d] = !dev_[d]->pumping.exchange(true, std::memory_order_seq_cst);
-  for (TaskNode* t : now) ready(t);
-  for (size_t d = 0; d < n; ++d) {
-    if (!ours[d]) continue;
-    dev_[d]->pumping.store(false, std::memory_order_seq_cst);
-    if (usable(d)) pump(*dev_[d]);
-  }
+  if (!now.empty()) placement_.place_together(std::move(now));
 }
 
-void RuntimeCore::check_not_held(std::string_view what, const TaskNode* target) const {
+void Pause::check_not_held(std::string_view what, const TaskNode* target) const {
   if (paused_.load(std::memory_order_relaxed) == 0) return;
-  std::lock_guard<std::mutex> g(held_mutex_);
+  std::lock_guard<std::mutex> g(mutex_);
   if (held_.empty()) return;
   if (target == nullptr)
     throw Error(ErrorCode::invalid_argument,
@@ -86,9 +76,9 @@ void RuntimeCore::check_not_held(std::string_view what, const TaskNode* target) 
                     "' was submitted since Runtime::pause() and waits for Runtime::resume()");
 }
 
-void RuntimeCore::check_not_held(const BufferState& b, Access mode) const {
+void Pause::check_not_held(const BufferState& b, Access mode) const {
   if (paused_.load(std::memory_order_relaxed) == 0) return;
-  std::lock_guard<std::mutex> g(held_mutex_);
+  std::lock_guard<std::mutex> g(mutex_);
   if (held_.empty()) return;
   auto is_held = [&](const TaskNode* t) {
     return t != nullptr && std::find(held_.begin(), held_.end(), t) != held_.end();

@@ -86,61 +86,7 @@ void RuntimeCore::tenant_stats(RuntimeStats& s) const {
 // ---- the node arbiter: devices withheld and given back ----------------------------------------
 
 bool RuntimeCore::set_withheld(uint32_t id, bool withheld) noexcept {
-  if (id >= device_count()) return false;
-  DeviceState& d = *dev_[id];
-  if (withheld) {
-    uint8_t was = DeviceState::kActive;
-    // Counted before the state changes: a dispatch that finds no device sees it and parks.
-    withheld_.fetch_add(1, std::memory_order_seq_cst);
-    if (!d.status.compare_exchange_strong(was, DeviceState::kWithheld, std::memory_order_seq_cst)) {
-      withheld_.fetch_sub(1, std::memory_order_seq_cst);
-      return false;
-    }
-    // As retire(): out of the bits, the count that dispatch re-checks, then the drain.
-    usable_bits_[id / 64].fetch_and(~(uint64_t{1} << (id % 64)), std::memory_order_seq_cst);
-    retired_.fetch_add(1, std::memory_order_seq_cst);
-    HCR_LOG(debug, "device '" << d.info.name << "' withheld (node arbiter)");
-    for (sched::TaskRef q : pol()->drain(id)) ready(q.node());
-    hand_back_landed(d);
-    return true;
-  }
-  uint8_t was = DeviceState::kWithheld;
-  if (!d.status.compare_exchange_strong(was, DeviceState::kActive, std::memory_order_seq_cst))
-    return false;
-  usable_bits_[id / 64].fetch_or(uint64_t{1} << (id % 64), std::memory_order_seq_cst);
-  std::vector<TaskNode*> again;
-  {
-    std::lock_guard<std::mutex> g(parked_mutex_);
-    withheld_.fetch_sub(1, std::memory_order_seq_cst);
-    again.swap(parked_);
-  }
-  HCR_LOG(debug, "device '" << d.info.name << "' given back (node arbiter)");
-  for (TaskNode* t : again) ready(t);
-  if (usable(id)) pump(d);
-  return true;
-}
-
-bool RuntimeCore::park(TaskNode* t) noexcept {
-  const KernelState& k = *t->kernel;
-  {
-    std::lock_guard<std::mutex> g(parked_mutex_);
-    bool withheld_could = false, active_can = false;
-    for (uint32_t d = 0, n = device_count(); d < n; ++d) {
-      if (!k.can_run(d) || !fits(t, d) || (t->pinned >= 0 && static_cast<uint32_t>(t->pinned) != d) ||
-          (t->context != nullptr && !t->context->has(d)) ||
-          std::find(t->excluded.begin(), t->excluded.end(), d) != t->excluded.end())
-        continue;
-      const uint8_t s = dev_[d]->status.load(std::memory_order_seq_cst);
-      withheld_could = withheld_could || s == DeviceState::kWithheld;
-      active_can = active_can || s == DeviceState::kActive;
-    }
-    if (!active_can) {
-      if (withheld_could) parked_.push_back(t);
-      return withheld_could;
-    }
-  }
-  ready(t);  // a device came back meanwhile
-  return true;
+  return id < device_count() && health_.set_withheld(devices_[id], withheld);
 }
 
 }  // namespace hcr::detail

@@ -13,13 +13,13 @@
 /// Each call takes whole buffers (row-major, as every hcr buffer), partitions them into tile x tile
 /// tiles (the last row and column of tiles smaller when tile does not divide the sizes), submits
 /// one task per tile operation — the built-in kernels "gemm_<t>", "syrk_<t>", "trsm_<t>",
-/// "potrf_<t>", "getrf_nopiv_<t>" (t = f32, f64) of <hcr/plugin.h> — and joins the tiles again
-/// before it returns. It returns at once: dependencies follow from the tiles' access order, so
-/// calls chain without waiting (a potrs after a potrf waits for the factor), and the returned Event
-/// completes when the output buffer is whole again. A tile task that fails (a matrix that is not
-/// positive definite: the potrf of a diagonal tile names the order of its leading minor) fails
-/// that Event with ErrorCode::dependency carrying the kernel's message. The scheduler places
-/// each tile task on any device whose plugin offers its kernel.
+/// "potrf_<t>", "getrf_nopiv_<t>" (t = f32, f64) of <hcr/builtin_params.h> — and joins the tiles
+/// again before it returns. It returns at once: dependencies follow from the tiles' access order,
+/// so calls chain without waiting (a potrs after a potrf waits for the factor), and the returned
+/// Event completes when the output buffer is whole again. A tile task that fails (a matrix that is
+/// not positive definite: the potrf of a diagonal tile names the order of its leading minor) fails
+/// that Event with ErrorCode::dependency carrying the kernel's message. The scheduler places each
+/// tile task on any device whose plugin offers its kernel.
 ///
 /// Misuse throws Error(invalid_argument) at the call, before any buffer is partitioned, naming the
 /// values: shapes that do not fit, a tile of 0, an output aliasing an input, an empty handle, a
@@ -31,8 +31,8 @@
 #pragma once
 
 #include <hcr/buffer.hpp>
+#include <hcr/builtin_params.h>
 #include <hcr/event.hpp>
-#include <hcr/plugin.h>
 #include <hcr/runtime.hpp>
 
 #include <cstddef>

@@ -62,7 +62,8 @@ struct Options {
   /// A receive granted locally whose data has not come, or a send not taken by its peer, for
   /// longer than this fails its access with ErrorCode::communication naming the peer rank. A
   /// receive's clock starts when its replica is free to take the data, so the timeout must exceed
-  /// the longest a peer may compute before it sends.
+  /// the longest a peer may compute before it sends. wait_all waits for the other ranks to reach
+  /// theirs at most twice this long.
   std::chrono::milliseconds timeout{60000};
   /// Memory for data that arrives before its receive can take it (an early arrival): beyond
   /// it, payloads wait in MPI until memory frees. One message is always let in when none is held.
@@ -176,8 +177,9 @@ class HCR_MPI_API Cluster {
   /// Duplicates `comm` (collective: every rank of it constructs a Cluster). Throws Error
   /// (unsupported) when MPI is not initialised or its thread level is below SERIALIZED.
   explicit Cluster(Runtime& rt, MPI_Comm comm = MPI_COMM_WORLD, Options options = {});
-  /// wait_all() (errors are logged, not thrown), then stops the progress thread and frees the
-  /// duplicated communicator.
+  /// wait_all() (errors are logged, not thrown; the ranks' calls are checked only when this rank
+  /// registered or submitted something since the last wait_all), then stops the progress thread
+  /// and frees the duplicated communicator.
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -247,8 +249,17 @@ class HCR_MPI_API Cluster {
   /// Brings every buffer's latest version home to its owner (the transfers start; wait_all
   /// waits for them).
   void flush();
-  /// flush(), then waits for every local task and transfer. Throws the first communication
-  /// error of this rank (Error, ErrorCode::communication, naming the peer and the buffer).
+  /// flush(), then waits for every local task and transfer; then, collectively (every rank calls
+  /// it, as StarPU-MPI's starpu_mpi_wait_for_all), checks that the ranks made the same calls since
+  /// the last wait_all: the same buffers registered with the same owners and shapes, the same
+  /// tasks run on the same ranks with the same arguments (running hashes, a few instructions per
+  /// call, compared in one small all-gather). Ranks that differ would each run what they take for
+  /// their own work (a task run twice, or never). Throws Error(invalid_argument) on every rank
+  /// when they differ, naming the first buffer whose owner or shape differs with each rank's
+  /// view, the counts that differ and the tasks run, and at every wait_all after; else the first
+  /// communication error of this rank (Error, ErrorCode::communication, naming the peer and the
+  /// buffer), or one saying that another rank did not reach wait_all within twice
+  /// Options::timeout.
   void wait_all();
 
   Stats stats() const;
@@ -283,9 +294,12 @@ HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD, Nod
 /// exist, as they load their models when they start). Every rank sends the model files of its
 /// host's model directory (sched::model_directory(config): one file per device architecture),
 /// and adopts each file its own directory lacks, so a rank starts warm from what an identical
-/// architecture measured on another host; a file the rank has is never replaced. With the
-/// model directory "off", a rank sends and adopts nothing. Returns the files adopted. An
-/// unusable directory is skipped with a warning.
+/// architecture measured on another host; a file the rank has is never replaced. A file is adopted
+/// only when the model loader takes it whole (sched::check_model_file: format and version, every
+/// cell's fields, the architecture its name says, no more bytes or cells than a model keeps); one
+/// refused is a warning naming the rank it came from and why, and the next rank's copy of that
+/// name, if any, is tried. With the model directory "off", a rank sends and adopts nothing.
+/// Returns the files adopted. An unusable directory is skipped with a warning.
 HCR_MPI_API size_t share_models(const Config& config, MPI_Comm comm = MPI_COMM_WORLD);
 
 /// Each rank's throughput, measured, for Cluster::distribute_weighted (collective over `comm`,

@@ -2,6 +2,7 @@
 // sleep rather than spin.
 #include "../../test_support.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -29,6 +30,31 @@ TEST(CpuBackend, ThreadsOptionSetsTheDeviceSlots) {
   EXPECT_FALSE(d.arch.empty());
   EXPECT_GT(d.memory_bytes, 0u);
   EXPECT_EQ(d.memory_node, 0u);
+}
+
+// CPU devices whose workers outnumber the cores this process may use (here: several cpu tables
+// that differ only in their threads) are told of, once, naming both counts.
+TEST(CpuBackend, WorkersBeyondTheCoresAreToldOfOnce) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cores = CPU_COUNT(&set);
+  {
+    test::LogCapture log(LogLevel::warn);
+    Runtime rt(test::cpu_config(cores));
+    EXPECT_FALSE(log.contains("worker(s) on the")) << "as many workers as cores is no warning";
+  }
+  test::LogCapture log(LogLevel::warn);
+  Config c = test::cpu_config(1);
+  c.backends.push_back({"cpu", true, {{"threads", std::to_string(cores)}}, "test"});
+  c.backends.push_back({"cpu", true, {{"threads", std::to_string(cores + 1)}}, "test"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 3u);
+  const std::string said = "3 CPU device(s) run " + std::to_string(2 * cores + 2) +
+                           " worker(s) on the " + std::to_string(cores) + " core(s)";
+  size_t times = 0;
+  for (const std::string& l : log.lines()) times += l.find(said) != std::string::npos;
+  EXPECT_EQ(times, 1u) << "said once: " << said;
 }
 
 TEST(CpuBackend, DefaultUsesAllCores) {

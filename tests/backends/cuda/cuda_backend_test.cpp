@@ -854,6 +854,58 @@ TEST_P(CudaAbi, SourceLaunchWithWrongArgumentsIsRefused) {
   p().free(0, m);
 }
 
+// Task::param passes a value's bytes unconverted: .param(2.0).param(n) for (float a, int n) spans
+// 8 bytes for a, where 4 and no padding before an int fit. Refused naming the parameter (it used to
+// pass, as anything up to 15 bytes too long did, and run with the double's low half: 0).
+TEST_P(CudaAbi, SourceParameterLongerThanItsArgumentIsRefused) {
+  HCR_NEED_NVRTC();
+  hcr_kernel_t* k = p().source(0, "scale_n", R"(
+extern "C" __global__ void scale_n(float* x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+)");
+  ASSERT_NE(k, nullptr);
+  const int n = 4;
+  std::vector<float> x(n, 1.5f);
+  hcr_memory_t* m = p().alloc(0, n * 4);
+  ASSERT_TRUE(p().upload(0, m, 0, n * 4, x.data(), n * 4, n * 4, 1).ok);
+  hcr_arg_t arg = matrix_arg(m, 0, HCR_DTYPE_F32, HCR_ACCESS_READ_WRITE, 1, n, n);
+  struct {
+    double a;
+    int n;
+  } wrong{2.0, n};
+  uint32_t offsets[2] = {0, 8};
+  hcr_launch_args_t la{};
+  la.kernel = k;
+  la.args = &arg;
+  la.num_args = 1;
+  la.params = &wrong;
+  la.params_size = 12;  // as the runtime packs them: the double, then the int
+  la.param_offsets = offsets;
+  la.num_params = 2;
+  Outcome o = p().launch(la);
+  EXPECT_FALSE(o.ok);
+  EXPECT_EQ(o.code, HCR_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(o.message.find("kernel 'scale_n': parameter 0 spans 8 bytes up to the next where "
+                           "argument 1 takes 4"),
+            std::string::npos)
+      << o.message;
+  struct {
+    float a;
+    int n;
+  } right{2.0f, n};
+  offsets[1] = 4;
+  la.params = &right;
+  la.params_size = sizeof right;
+  o = p().launch(la);
+  ASSERT_TRUE(o.ok) << o.message;
+  ASSERT_TRUE(p().download(0, x.data(), n * 4, m, 0, n * 4, n * 4, 1).ok);
+  for (float v : x) EXPECT_EQ(v, 3.0f);
+  p().release(k);
+  p().free(0, m);
+}
+
 TEST_P(CudaAbi, CompileErrorsCarryTheLog) {
   HCR_NEED_NVRTC();
   CallError e;

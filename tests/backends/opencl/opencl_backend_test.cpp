@@ -389,6 +389,8 @@ __kernel void coords(__global int* m, int cols, int base) {
   m[r * cols + c] = (int)(r * 1000 + c) + base;
 }
 __kernel void add_one(__global float* x) { x[get_global_id(0)] += 1.0f; }
+// x[i] *= f: a float parameter (a double given for it must be refused, not cut to its low half).
+__kernel void scale(__global float* x, float f) { x[get_global_id(0)] *= f; }
 )CL";
 
 TEST(OpenClBackend, SourceKernelWithScalarsAndGeometry) {
@@ -427,6 +429,122 @@ TEST(OpenClBackend, SourceKernelWithScalarsAndGeometry) {
   // Too few arguments: the message counts them.
   err = test::expect_error([&] { rt.submit(Task(axpb).write(Y).read(X).on(dev)).get(); });
   EXPECT_NE(std::string(err.what()).find("takes 5 arguments"), std::string::npos) << err.what();
+}
+
+// Kernels whose scalar arguments a task can get wrong: Task::param passes a value's bytes as they
+// are, so the plugin checks each against its argument (kernel_args.hpp).
+const char* kScalarKernels = R"CL(
+__kernel void scale(__global float* x, float f) { x[get_global_id(0)] *= f; }
+__kernel void iscale(__global int* x, int k) { x[get_global_id(0)] *= k; }
+__kernel void lscale(__global long* x, long k) { x[get_global_id(0)] *= k; }
+__kernel void affine(__global float* x, float a, float b, int n) {
+  size_t i = get_global_id(0);
+  if (i < n) x[i] = a * x[i] + b;
+}
+)CL";
+
+/// The error of the task `submit` submits on a fresh buffer of 8 floats (a failed task's buffer
+/// fails its later readers, so each case gets its own): its code must be invalid_argument, and its
+/// message hold every one of `texts`.
+template <class F>
+void expect_refused(Runtime& rt, F&& submit, std::initializer_list<std::string> texts) {
+  auto x = rt.vector<float>(8);
+  Error err = test::expect_error([&] { submit(x).get(); });
+  EXPECT_EQ(err.code(), ErrorCode::invalid_argument) << err.what();
+  for (const std::string& t : texts)
+    EXPECT_NE(std::string(err.what()).find(t), std::string::npos)
+        << "wanted '" << t << "' in '" << err.what() << "'";
+}
+
+// A double given for a float argument used to run with the double's low half (0 for 2.0), an
+// int64 likewise, and a buffer given for a long argument with the buffer's address as the value.
+// Source kernels keep their argument info (the plugin builds them with -cl-kernel-arg-info), so
+// the errors name the argument and its type.
+TEST(OpenClBackend, ScalarParametersMustBeOfTheArgumentsSize) {
+  REQUIRE_OPENCL_DEVICE();
+  Runtime rt(ocl_config());
+  const uint32_t dev = first_opencl(rt);
+  Kernel scale = rt.kernel("scale").source("opencl", kScalarKernels);
+  auto x = rt.vector<float>(8);
+  fill(x, std::vector<float>(8, 1.5f));
+  rt.submit(Task(scale).read_write(x).param(2.0f).on(dev)).get();
+  for (float f : x.to_vector()) ASSERT_EQ(f, 3.0f);
+
+  expect_refused(
+      rt, [&](Buffer<float>& b) { return rt.submit(Task(scale).read_write(b).param(2.0).on(dev)); },
+      {"kernel 'scale': argument 1 'f' (float, 4 bytes) is given parameter 0 of 8 bytes",
+       "0x4000000000000000: 2 as a double", "give a float (2.0f, not 2.0)"});
+  expect_refused(rt,
+                 [&](Buffer<float>& b) {
+                   return rt.submit(Task(scale).read_write(b).param(int64_t{2}).on(dev));
+                 },
+                 {"argument 1 'f' (float, 4 bytes)", "2 as an int64"});
+  Kernel iscale = rt.kernel("iscale").source("opencl", kScalarKernels);
+  expect_refused(
+      rt,
+      [&](Buffer<float>& b) { return rt.submit(Task(iscale).read_write(b).param(3.0).on(dev)); },
+      {"kernel 'iscale': argument 1 'k' (int, 4 bytes)", "3 as a double", "int32_t"});
+
+  // A parameter followed by others: its span runs to the next one and may end in padding, which
+  // is zero and no longer than the next parameter's alignment. A double's high half is not.
+  Kernel affine = rt.kernel("affine").source("opencl", kScalarKernels);
+  const int n = 8;
+  rt.submit(Task(affine).read_write(x).param(2.0f).param(1.0f).param(n).on(dev)).get();
+  for (float f : x.to_vector()) ASSERT_EQ(f, 7.0f);
+  expect_refused(
+      rt,
+      [&](Buffer<float>& b) {
+        return rt.submit(Task(affine).read_write(b).param(2.0).param(1.0f).param(n).on(dev));
+      },
+      {"argument 1 'a' (float, 4 bytes) is given parameter 0, which runs up to parameter 1 over 8 "
+       "bytes (0x4000000000000000: 2 as a double"});
+  // 0.0 has no high half to give it away; the int after it needs no 4 bytes of padding.
+  expect_refused(
+      rt,
+      [&](Buffer<float>& b) {
+        return rt.submit(Task(affine).read_write(b).param(0.0).param(1.0f).param(n).on(dev));
+      },
+      {"argument 1 'a' (float, 4 bytes) is given parameter 0"});
+  // The parameter blamed is the wrong one (the second), not the float before it whose span the
+  // double's alignment stretched.
+  expect_refused(
+      rt,
+      [&](Buffer<float>& b) {
+        return rt.submit(Task(affine).read_write(b).param(2.0f).param(1.0).param(n).on(dev));
+      },
+      {"argument 2 'b' (float, 4 bytes) is given parameter 1"});
+
+  // Buffers and values in each other's places.
+  Kernel lscale = rt.kernel("lscale").source("opencl", kScalarKernels);
+  auto other = rt.vector<float>(8);
+  expect_refused(
+      rt,
+      [&](Buffer<float>& b) { return rt.submit(Task(lscale).read_write(b).read(other).on(dev)); },
+      {"argument 1 'k' (long, 8 bytes) is a value, not a buffer, but the task gives "
+       "buffer 1 there"});
+  expect_refused(
+      rt, [&](Buffer<float>&) { return rt.submit(Task(scale).param(2.0f).param(2.0f).on(dev)); },
+      {"argument 0 'x' (float*) is a buffer, not a value, but the task gives "
+       "parameter 0 there"});
+}
+
+// A program from hcr's cache is rebuilt with the options it was compiled with, so it keeps the
+// argument info: a later run's errors still name the argument.
+TEST(OpenClBackend, ScalarParameterErrorsNameTheArgumentAfterACacheHit) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir cache;
+  for (const char* run : {"program cache miss", "program cache hit"}) {
+    SCOPED_TRACE(run);
+    test::LogCapture log(LogLevel::debug);
+    Runtime rt(ocl_config({}, cache.path().string()));
+    const uint32_t dev = first_opencl(rt);
+    Kernel scale = rt.kernel("scale").source("opencl", kScalarKernels);
+    expect_refused(
+        rt,
+        [&](Buffer<float>& b) { return rt.submit(Task(scale).read_write(b).param(2.0).on(dev)); },
+        {"argument 1 'f' (float, 4 bytes) is given parameter 0 of 8 bytes"});
+    EXPECT_TRUE(log.contains(run));
+  }
 }
 
 TEST(OpenClBackend, BuildFailureShowsTheBuildLog) {
@@ -696,6 +814,41 @@ TEST(OpenClBackend, OfflineBinaryFromTomlRunsWithoutAnyImplementation) {
   EXPECT_EQ(err.code(), ErrorCode::no_device);
 }
 
+// A prebuilt binary keeps no argument info (hcr-opencl-compile builds without
+// -cl-kernel-arg-info): the sizes the driver accepts, read when the kernel is made, still catch a
+// double given for a float, as a binary of the application or of the configuration (the FPGA
+// flow); parameters of mixed sizes with padding between them still pass.
+TEST(OpenClBackend, ScalarParametersOfBinariesWithoutArgumentInfoAreChecked) {
+  REQUIRE_OPENCL_DEVICE();
+  test::TempDir dir;
+  const auto bin = compile_offline(dir, any_opencl_device()->name);
+  Runtime rt(ocl_config({{"binary.0.kernel", "scale_fpga"},
+                         {"binary.0.entry", "scale"},
+                         {"binary.0.path", bin.string()}}));
+  const uint32_t dev = first_opencl(rt);
+  Kernel app = rt.kernel("scale_app").binary("opencl", bin.string(), "", "scale");
+  for (Kernel k : {rt.kernel("scale_fpga"), app}) {
+    SCOPED_TRACE(k.name());
+    auto x = rt.vector<float>(8);
+    fill(x, std::vector<float>(8, 1.5f));
+    rt.submit(Task(k).read_write(x).param(2.0f).on(dev)).get();
+    for (float f : x.to_vector()) ASSERT_EQ(f, 3.0f);
+    expect_refused(
+        rt, [&](Buffer<float>& b) { return rt.submit(Task(k).read_write(b).param(2.0).on(dev)); },
+        {"kernel '" + k.name() +
+             "': argument 1 (4 bytes) is given parameter 0 of 8 "
+             "bytes (0x4000000000000000: 2 as a double",
+         "give a value of exactly 4 bytes"});
+  }
+  Kernel axpb = rt.kernel("axpb").binary("opencl", bin.string());
+  const size_t n = 64;
+  auto X = rt.vector<float>(n), Y = rt.vector<float>(n);
+  fill(X, std::vector<float>(n, 2.0f));
+  rt.submit(Task(axpb).write(Y).read(X).param(static_cast<char>(-1)).param(2.5f).param(7).on(dev))
+      .get();
+  for (float f : Y.to_vector()) ASSERT_EQ(f, 2.0f);
+}
+
 // A configured binary that cannot be loaded is reported, and the application's own implementation
 // runs instead.
 TEST(OpenClBackend, BrokenConfiguredBinaryFallsBackToTheSource) {
@@ -777,6 +930,52 @@ TEST(OpenClBackend, StridedTilesRoundTripThroughDeviceMemory) {
       const float adds = static_cast<float>(1 + (r / 16 + c / 16) % 3);
       ASSERT_EQ(out[r * cols + c], init[r * cols + c] + adds) << r << "," << c;
     }
+}
+
+// What a kernel on a tile sees (README, "Tiles in a kernel"): its own buffer, packed, from the
+// tile's element (0, 0), rows of `cols` elements one after another (not the matrix's row stride,
+// which only the host's view of a tile has), and by default one work item per element. The kernel
+// learns the tile's shape and place only from its parameters.
+TEST(OpenClBackend, AUserKernelOnATileSeesItPackedFromItsFirstElement) {
+  REQUIRE_OPENCL_DEVICE();
+  Runtime rt(ocl_config());
+  const uint32_t dev = first_opencl(rt);
+  Kernel probe = rt.kernel("tile_probe").source("opencl", R"CL(
+// Element i of the tile at (row0, col0) is the matrix's (row0 + i / cols, col0 + i % cols), which
+// the host set to row * 100 + col + 1: negated where so, 1e9 where not.
+__kernel void tile_probe(__global float* t, int rows, int cols, int row0, int col0) {
+  size_t i = get_global_id(0);
+  float want = (row0 + (int)i / cols) * 100 + col0 + (int)i % cols + 1;
+  t[i] = get_global_size(0) == (size_t)(rows * cols) && t[i] == want ? -want : 1e9f;
+}
+)CL");
+  const size_t rows = 10, cols = 11, tr = 4, tc = 3;  // edge tiles 2 x 3, 4 x 2 and 2 x 2
+  auto M = rt.buffer<float>(rows, cols);
+  {
+    auto v = M.acquire(Access::write);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) v(r, c) = static_cast<float>(r * 100 + c + 1);
+  }
+  {
+    Tiles<float> t = M.partition(tr, tc);
+    for (size_t i = 0; i < t.rows(); ++i)
+      for (size_t j = 0; j < t.cols(); ++j) {
+        Buffer<float> tile = t(i, j);
+        EXPECT_EQ(tile.ld(), cols) << "the host's view of a tile keeps the matrix's row stride";
+        rt.submit(Task(probe)
+                      .read_write(tile)
+                      .param(static_cast<int>(tile.rows()))
+                      .param(static_cast<int>(tile.cols()))
+                      .param(static_cast<int>(i * tr))
+                      .param(static_cast<int>(j * tc))
+                      .on(dev));
+      }
+    M.unpartition().get();
+  }
+  auto out = M.to_vector();
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      ASSERT_EQ(out[r * cols + c], -static_cast<float>(r * 100 + c + 1)) << r << "," << c;
 }
 
 TEST(OpenClBackend, ManyTasks) {

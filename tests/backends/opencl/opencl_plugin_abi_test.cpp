@@ -572,8 +572,9 @@ class OpenClBlas : public ::testing::Test {
     return out;
   }
   /// Launches built-in `name` (measured) and waits: the starting call's error, else done's.
-  Status run(const std::string& name, std::vector<hcr_arg_t> args, const void* params,
-             size_t size) {
+  /// Without `offsets` the parameter bytes go as one block without offsets, as a host may send.
+  Status run(const std::string& name, std::vector<hcr_arg_t> args, const void* params, size_t size,
+             const uint32_t* offsets = nullptr, size_t num_params = 0) {
     auto d = Ocl::desc(name.c_str(), HCR_IMPL_BUILTIN, nullptr);
     auto [s, k] = p().kernel(d);
     if (s.code != 0) return s;
@@ -584,6 +585,8 @@ class OpenClBlas : public ::testing::Test {
     a.num_args = args.size();
     a.params = params;
     a.params_size = size;
+    a.param_offsets = offsets;
+    a.num_params = num_params;
     a.flags = HCR_LAUNCH_MEASURE;
     a.done = &Done::fn;
     a.done_user_data = &done;
@@ -837,6 +840,22 @@ TEST_F(OpenClBlas, MistakesAreRefusedNamingThem) {
   Mat D = upload(p(), HCR_DTYPE_F64, 4, 4, 0, [](auto, auto) { return 1.0; });
   expect(run("trsm_f32", {D.arg(HCR_ACCESS_READ), b}, t),
          "trsm_f32 argument 0 (A, 4x4) is not an f32 matrix");
+  // A parameter after the block was ignored without a word (the runtime refuses such a task at
+  // submit; a host calling the plugin directly is told here).
+  struct {
+    hcr_gemm_params_t block;
+    double extra;
+  } two{{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0, HCR_NO_TRANS, HCR_NO_TRANS}, 5};
+  const uint32_t offsets[] = {0, static_cast<uint32_t>(offsetof(decltype(two), extra))};
+  expect(run("gemm_f32", {a, a, A.arg(HCR_ACCESS_READ_WRITE)}, &two, sizeof two, offsets, 2),
+         "gemm_f32 takes one parameter, an hcr_gemm_params_t; got 2");
+  expect(run("trsm_f32", {a, b}, &two, sizeof two, offsets, 2),
+         "trsm_f32 takes one parameter, an hcr_trsm_params_t; got 2");
+  Mat C = upload(p(), HCR_DTYPE_F32, 4, 4, 0, [](auto, auto) { return 0.0; });
+  const Status alone = run("gemm_f32", {a, a, C.arg(HCR_ACCESS_READ_WRITE)}, &two.block,
+                           sizeof two.block, offsets, 1);
+  EXPECT_EQ(alone.code, 0) << "the block alone, with its offset: " << alone.message;
+  free(C);
   free(D);
   free(A);
   free(B);

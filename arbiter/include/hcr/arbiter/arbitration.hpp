@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace hcr::arbiter {
@@ -83,32 +84,40 @@ class Arbitration {
   std::vector<uint32_t> releasing(TenantId t) const;  ///< revoked, not yet released
   bool busy(TenantId t) const;
   size_t tenants() const noexcept { return tenants_.size(); }
-  size_t devices() const noexcept { return pool_.size(); }
+  size_t devices() const noexcept { return slots_.size(); }
   const ArbitrationCounters& counters() const noexcept { return counters_; }
 
  private:
   struct NodeDevice {
     DeviceReport info;
-    std::map<TenantId, uint32_t> local;  // tenants that have it, and its index in each
-    TenantId holder = 0;                 // 0: free
-    bool releasing = false;              // revoked from holder, not yet released
-    uint64_t revoke_seq = 0;             // the holder's grant that revoked it
-    double revoked_at = 0;               // tick() time of the revoke
-    TenantId owner = 0;                  // own share: whose it is when everyone is busy
+    std::vector<std::pair<TenantId, uint32_t>> local;  // tenants that have it, its index in each
+    TenantId holder = 0;                               // 0: free
+    bool releasing = false;   // revoked from holder, not yet released
+    uint64_t revoke_seq = 0;  // the holder's grant that revoked it
+    double revoked_at = 0;    // tick() time of the revoke
+    TenantId owner = 0;       // own share: whose it is when everyone is busy
+    TenantId target = 0;      // who should hold it, as the last pass chose
   };
   struct Tenant {
     double weight = 1;
     bool busy = false;
-    std::vector<std::string> keys;  // by local index
+    std::vector<uint32_t> slots;  // its devices' places in pool_, by local index
     uint64_t seq = 0;
     bool changed = true;
     std::vector<uint32_t> sent_held, sent_own;
   };
   // Recomputes own shares and targets, and moves devices towards them.
   void rebalance();
-  std::vector<uint32_t> list(TenantId t, bool (*pick)(const NodeDevice&, TenantId)) const;
+  // A free device to its target.
+  void grant(NodeDevice& n);
+  template <class Pick>
+  std::vector<uint32_t> list(TenantId t, Pick pick) const;
 
-  std::map<std::string, NodeDevice> pool_;  // by key: deterministic order
+  // Devices by key (the map gives the deterministic order every pass walks them in) and their
+  // state by place: a pass works on places and vectors, never on keys.
+  std::map<std::string, uint32_t> slots_;
+  std::vector<NodeDevice> pool_;     // by place; a place whose device went is reused
+  std::vector<uint32_t> free_;       // places to reuse
   std::map<TenantId, Tenant> tenants_;
   TenantId next_ = 1;
   double now_ = 0;

@@ -46,13 +46,20 @@ class TenantHost {
 struct ClientOptions {
   std::string socket;
   double weight = 1;
-  /// How long start() waits for the arbiter's first grant.
+  /// How long start() waits for the arbiter to accept the connection (a stopped arbiter, or one
+  /// whose backlog is full, accepts nobody).
+  std::chrono::milliseconds connect_timeout{1000};
+  /// How long start() waits for the arbiter's first grant; also the longest any send to it may
+  /// block (an arbiter that stops reading is then taken as gone).
   std::chrono::milliseconds join_timeout{2000};
   /// Idle for this long (nothing unfinished) before the arbiter is told so: a burst's tail and
   /// the next burst's start do not lend the devices away and back.
   std::chrono::milliseconds idle_after{3};
   /// How often the runtime's demand and pending releases are looked at.
   std::chrono::microseconds poll{1000};
+  /// With work and no device for this long, the runtime says so (once, as a warning; at once
+  /// when its own share is empty: only another tenant going idle lends it one).
+  std::chrono::milliseconds starved_after{1000};
 };
 
 struct ClientStats {
@@ -77,7 +84,8 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   /// Connects, joins and applies the first grant. False (with a warning through the host) when
-  /// no arbiter answers or it refuses: nothing is withheld then.
+  /// no arbiter answers in time, it refuses, or it is not to be trusted (its socket file or its
+  /// process belongs to a user other than this one and root): nothing is withheld then.
   bool start();
   /// Leaves: the own share is allowed (every device when that is empty), the rest withheld, the
   /// connection closed. Idempotent.
@@ -89,6 +97,7 @@ class Client {
   bool read_lines(bool wait, std::chrono::milliseconds timeout);
   void apply(uint64_t seq, const std::vector<uint32_t>& held, const std::vector<uint32_t>& own);
   void fall_back(const std::string& why);
+  void starved(bool has_work, std::chrono::steady_clock::time_point now);
   bool send(const std::string& line);
 
   TenantHost& host_;
@@ -108,6 +117,9 @@ class Client {
   std::vector<Pending> pending_;  // revoked, not yet released
   bool reported_busy_ = false;
   std::chrono::steady_clock::time_point idle_since_{};
+  std::chrono::steady_clock::time_point starved_since_{};  // with work and no device since
+  bool starved_said_ = false;      // this episode was reported
+  bool starved_warned_ = false;    // a warning was given (later episodes: info)
   bool fell_back_ = false;
   mutable std::mutex stats_mutex_;
   ClientStats stats_;

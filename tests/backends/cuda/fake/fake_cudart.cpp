@@ -264,6 +264,17 @@ FakeKernel* emulation(const std::string& name) {
           m[r * ld + c] = v + static_cast<double>(r * 1000 + c);
       return true;
     };
+  } else if (name == "scale_n") {  // (float* x, float a, int n)
+    k->params = {8, 4, 4};
+    k->run = [](dim3 g, dim3 b, const std::vector<std::vector<char>>& a) {
+      auto* x = arg<float*>(a, 0);
+      const float s = arg<float>(a, 1);
+      const int n = arg<int>(a, 2);
+      const unsigned long long m = std::min<unsigned long long>(n < 0 ? 0 : n, 1ull * g.x * b.x);
+      if (!device_ok(x, m * 4)) return false;
+      for (unsigned long long i = 0; i < m; ++i) x[i] *= s;
+      return true;
+    };
   } else if (name == "iota") {  // (unsigned long long* out, unsigned long long n, int mul)
     k->params = {8, 8, 4};
     k->run = [](dim3 g, dim3 b, const std::vector<std::vector<char>>& a) {

@@ -295,6 +295,22 @@ inline bool param_flag(const std::string& kernel, const char* field, int32_t v, 
   return v == 1;
 }
 
+/// The kernel of launch `a` as the backend's own type K (one with `device` and `name` members, made
+/// by its kernel_get): throws Error(HCR_ERROR_INVALID_ARGUMENT) for a launch without a kernel, with
+/// a kernel made for another device, or with arguments but no array of them.
+template <class K>
+K& launch_kernel(const hcr_launch_args_t& a) {
+  if (a.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
+  K& k = *reinterpret_cast<K*>(a.kernel);
+  if (k.device != a.device)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                "kernel '" + k.name + "' was made for device " + std::to_string(k.device) +
+                    ", not device " + std::to_string(a.device));
+  if (a.num_args > 0 && a.args == nullptr)
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
+  return k;
+}
+
 /// Calls the launch's or copy's done callback exactly once. `joules`: what the operation used
 /// above the device's idle draw, where the plugin knows it for the operation alone (< 0: not).
 inline void complete(hcr_done_fn done, void* user, hcr_error_t* error, double seconds = -1,

@@ -1,0 +1,322 @@
+// Completion (completion.hpp): an attempt's end recorded, then the task finished, written home
+// or placed again.
+#include "completion.hpp"
+
+#include "device_health.hpp"
+#include "host_access.hpp"
+#include "placement.hpp"
+#include "task_graph.hpp"
+#include "../buffer_state.hpp"
+#include "../contexts/context_state.hpp"
+#include "../data_manager.hpp"
+#include "../energy/energy_account.hpp"
+#include "../kernel_state.hpp"
+#include "../log_internal.hpp"
+#include "../plugin_loader.hpp"
+#include "../trace_recorder.hpp"
+
+#include <hcr/trace.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+namespace hcr::detail {
+
+namespace {
+
+// Failures of the device or its driver, which another device may not share. A kernel's own
+// exception, bad arguments or a missing kernel would fail anywhere.
+bool device_side(ErrorCode c) {
+  switch (c) {
+    case ErrorCode::device_lost:
+    case ErrorCode::backend:
+    case ErrorCode::timeout:
+    case ErrorCode::out_of_memory:
+    case ErrorCode::internal:
+    case ErrorCode::unknown:
+      return true;
+    default:
+      return false;
+  }
+}
+ErrorCode code_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    return x.code();
+  } catch (...) {
+    return ErrorCode::unknown;
+  }
+}
+
+}  // namespace
+
+void Completion::host_task_ready(TaskNode* t) noexcept {
+  if (t->transfer_error) {
+    if (!retry_host_copy(t)) finish(t, t->transfer_error);
+  } else if (t->kind == TaskKind::join) {
+    finish(t, nullptr);
+  } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
+    p_.host.grant_async(t);
+  } else {  // host access: granted until Buffer's HostView releases it
+    t->granted.store(1, std::memory_order_release);
+    t->granted.notify_all();
+  }
+}
+
+bool Completion::retry_host_copy(TaskNode* t) noexcept {
+  uint32_t culprit = 0;
+  bool lost = false;
+  try {
+    std::rethrow_exception(t->transfer_error);
+  } catch (const CopyError& c) {
+    culprit = c.device;
+    lost = c.lost;
+  } catch (...) {
+    return false;  // not a copy (no memory, data lost): no retry helps
+  }
+  if (t->foreign_faults >= kHostCopyRetries) return false;
+  ++t->foreign_faults;
+  const std::string why = what(t->transfer_error);
+  if (!lost && culprit < p_.devices.count()) {  // a lost device was retired by the copy already
+    DeviceState& x = p_.devices[culprit];
+    x.failed.fetch_add(1, std::memory_order_relaxed);
+    p_.health.note_fault(x, ErrorCode::backend, why);
+  }
+  HCR_LOG(info, "copying data home failed (" << why << "): fetching it again");
+  t->transfer_error = nullptr;
+  if (t->data_node >= 0) p_.data.commit(t, false);  // unpins; what is valid elsewhere stays so
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  p_.placement.ready(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
+  return true;
+}
+
+void Completion::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
+  Launches::disarm(t);  // the launch never reached the plugin: no answer will come for it
+  p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
+  // A copy another device failed (the source's end of a fetch) is that device's fault: it is
+  // charged, and the task is placed again with d still allowed. Bounded, in case that device
+  // keeps failing without leaving scheduling.
+  uint32_t culprit = d.info.id;
+  bool culprit_lost = false;
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const CopyError& c) {
+    culprit = c.device;
+    culprit_lost = c.lost;
+  } catch (...) {
+  }
+  if (culprit != d.info.id && culprit < p_.devices.count() && t->foreign_faults < 4) {
+    ++t->foreign_faults;
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    p_.driver.pump(d);
+    DeviceState& x = p_.devices[culprit];
+    const std::string why = what(e);
+    if (!culprit_lost) {
+      x.failed.fetch_add(1, std::memory_order_relaxed);
+      p_.health.note_fault(x, ErrorCode::backend, why);
+    }
+    HCR_LOG(info, "task of kernel '" << t->kernel->name << "' lost an input copy on '"
+                                     << x.info.name << "' (" << why << "): placing it again");
+    place_again(t);
+    return;
+  }
+  d.tasks.fetch_add(1, std::memory_order_relaxed);
+  d.failed.fetch_add(1, std::memory_order_relaxed);
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  p_.driver.pump(d);
+  if (retry_elsewhere(t, d, code_of(e), what(e))) return;
+  finish(t, std::move(e));
+}
+
+void Completion::account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
+                                 double seconds) noexcept {
+  const double joules =
+      info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE ? info->joules : -1;
+  if (!t->footprint_valid) compute_footprint(t);
+  thread_local std::vector<EnergyAccount::Sample> samples;
+  samples.clear();
+  p_.energy.task_done(d.info.id, t->kernel->id, t->footprint, t->size, seconds, joules, p_.now(),
+                    samples);
+  if (!energy_policy_ || samples.empty()) return;
+  if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
+    const EnergyAccount::Sample& x = samples[0];
+    p_.placement.policy()->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
+    return;
+  }
+  // A measured meter's interval closes with the tasks of several kernels: their names by id.
+  for (const EnergyAccount::Sample& x : samples)
+    p_.placement.policy()->energy(x.kernel, p_.kernel_name(x.kernel), x.footprint, x.size,
+                                  x.device, x.joules);
+}
+
+void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
+                              const char* timed_out) noexcept {
+  DeviceState& d = p_.devices[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  double measured = -1, seconds = -1;
+  if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
+      info->device_seconds >= 0)
+    seconds = measured = info->device_seconds;
+  const bool tracing = p_.trace.on();
+  std::chrono::steady_clock::time_point end;
+  const bool timing = p_.timing.load(std::memory_order_relaxed);
+  if (timing || tracing) end = std::chrono::steady_clock::now();
+  // (A start left unset: timing came on, with the first context, while this launch ran.)
+  if (seconds < 0 && timing && t->start.time_since_epoch().count() != 0)
+    seconds = std::chrono::duration<double>(end - t->start).count();
+  if (measured > 0)
+    d.busy_ns.fetch_add(static_cast<uint64_t>(measured * 1e9), std::memory_order_relaxed);
+
+  std::exception_ptr e;
+  ErrorCode code = ErrorCode::unknown;
+  std::string msg;
+  if (error != nullptr) {
+    const hcr_plugin_api_t* api = d.plugin->api;
+    if (t->kernel_threw) {
+      e = t->error;  // the kernel's own exception, unchanged
+      api->error_destroy(error);
+    } else {
+      code = static_cast<ErrorCode>(api->error_code(error));
+      msg = take_error(api, error);
+      e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
+                                                  d.info.name + "': " + msg));
+    }
+    d.failed.fetch_add(1, std::memory_order_relaxed);
+  } else if (timed_out != nullptr) {  // the watchdog gave up on it
+    code = ErrorCode::timeout;
+    msg = timed_out;
+    e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
+                                                d.info.name + "': " + msg));
+    d.failed.fetch_add(1, std::memory_order_relaxed);
+  }
+  const double predicted = timing ? p_.placement.policy()->predicted(sched::TaskRef(t)) : -1;
+  if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
+  if (tracing) {
+    RawEvent ev{};
+    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::task);
+    ev.failed = static_cast<bool>(e);
+    ev.a = d.info.id;
+    ev.kernel = t->kernel->id;
+    if (!t->footprint_valid) compute_footprint(t);
+    ev.footprint = t->footprint;
+    ev.bytes = t->bytes;
+    ev.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+    ev.start_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t->start.time_since_epoch()).count();
+    // The bar starts when the device began it, if it said how long it took (a launch may wait
+    // in the plugin behind earlier ones).
+    if (measured >= 0)
+      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
+    ev.predicted = static_cast<float>(predicted);
+    ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
+    ev.context = t->context != nullptr ? static_cast<uint16_t>(t->context->index) : 0;
+    ev.measured = static_cast<float>(measured);
+    p_.trace.add(ev);
+  }
+  p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
+  if (!e && p_.energy.active()) account_energy(t, d, info, seconds);
+  d.tasks.fetch_add(1, std::memory_order_relaxed);
+  // A failure counts against the device before it is given more work (it may be quarantined):
+  // its slot stays taken until then, or another thread's pump could fill it in between.
+  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
+    d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    p_.driver.pump(d);
+    return;
+  }
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  p_.driver.pump(d);
+  // Eager write-back: the results go home before the task counts as done (the device's slot is
+  // free already: the copy engine does this).
+  if (!e && p_.data.active() && p_.data.write_through(t)) return;
+  finish(t, std::move(e));
+}
+
+void Completion::written_through(TaskNode* t, std::exception_ptr error) noexcept {
+  if (!error) {
+    finish(t, nullptr);
+    return;
+  }
+  DeviceState& d = p_.devices[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  if (retry_elsewhere(t, d, code_of(error), what(error))) return;
+  finish(t, std::move(error));
+}
+
+bool Completion::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
+                                  const std::string& why) noexcept {
+  if (!device_side(code) || t->data_lost) return false;
+  p_.health.note_fault(d, code, why);
+  try {
+    t->device_errors += (t->device_errors.empty() ? "" : "; ") + d.info.name + ": " + why;
+    t->excluded.push_back(d.info.id);
+  } catch (...) {
+    return false;
+  }
+  HCR_LOG(info, "task of kernel '" << t->kernel->name << "' failed on '" << d.info.name << "' ("
+                                   << why << "): placing it again");
+  place_again(t);  // another device, or no_device_error with every device's reason
+  return true;
+}
+
+void Completion::place_again(TaskNode* t) noexcept {
+  t->transfer_error = nullptr;
+  t->error = nullptr;
+  t->device.store(-1, std::memory_order_relaxed);
+  if (t->data_node >= 0) p_.data.commit(t, false);  // its inputs stay valid where they were
+  retries_.fetch_add(1, std::memory_order_relaxed);
+  p_.placement.ready(t);
+}
+
+void Completion::give_back(TaskNode* t, DeviceState& d) noexcept {
+  Launches::disarm(t);  // never launched
+  p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, -1.0);
+  d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  place_again(t);
+}
+
+void Completion::finish(TaskNode* t, std::exception_ptr e) noexcept {
+  if (t->data_node >= 0) p_.data.commit(t, !e);
+  p_.graph.settle(t, e);
+  if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
+    if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told
+      t->granted.store(2, std::memory_order_relaxed);
+      try {
+        t->grant_fn(t->grant_user, nullptr, nullptr, e);
+      } catch (...) {
+        HCR_LOG(error, "an acquire_async callback threw; the callback must not throw");
+      }
+      if (BufferState* b = std::exchange(t->view, nullptr)) release(b);
+    } else {
+      t->granted.store(1, std::memory_order_release);  // wakes an acquire that will now throw
+      t->granted.notify_all();
+    }
+  }
+  p_.graph.close(t);
+}
+
+void Completion::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
+                                  double measured) {
+  const float err = static_cast<float>(std::abs(predicted - measured) / measured * 100.0);
+  std::lock_guard<SpinLock> g(accuracy_lock_);
+  Accuracy& a = accuracy_[{t->kernel->id, device}];
+  if (a.errors.size() < 1024) {
+    a.errors.push_back(err);
+  } else {
+    a.errors[a.next] = err;
+    a.next = (a.next + 1) % a.errors.size();
+  }
+}
+
+
+void Completion::accuracy(std::vector<ModelAccuracy>& out) const {
+  std::lock_guard<SpinLock> g(accuracy_lock_);
+  for (auto& [key, a] : accuracy_) {
+    std::vector<float> e = a.errors;
+    std::nth_element(e.begin(), e.begin() + static_cast<long>(e.size() / 2), e.end());
+    out.push_back({p_.kernel_name(key.first), key.second, e[e.size() / 2],
+                   static_cast<uint32_t>(e.size())});
+  }
+}
+
+}  // namespace hcr::detail

@@ -1,0 +1,178 @@
+// The devices' drivers (device_driver.hpp): feeding, acquiring, launching.
+#include "device_driver.hpp"
+
+#include "placement.hpp"
+#include "../buffer_state.hpp"
+#include "../data_manager.hpp"
+#include "../kernel_state.hpp"
+#include "../trace_recorder.hpp"
+
+#include <hcr/error.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace hcr::detail {
+
+// One pumper per device at a time; a caller that finds another pumping leaves a request, which
+// the pumper notices before it stops. So no ready task is left behind with a free slot.
+// The request count and the flag are seq_cst: "request, then try to become the pumper" here
+// against "stop pumping, then look at the requests" in the pumper is the store-buffering pattern,
+// where with acquire/release each side may miss the other's write (x86 lets a store pass a later
+// load), and a queued task was left with an idle device and no pumper.
+uint32_t DeviceDriver::pump(DeviceState& d) noexcept {
+  d.pump_requests.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t launched = 0;
+  for (;;) {
+    // Another thread pumping counts as taking the work: it sees our request before it stops.
+    if (d.pumping.exchange(true, std::memory_order_seq_cst)) return launched + 1;
+    uint32_t seen = d.pump_requests.load(std::memory_order_acquire);
+    while (d.status.load(std::memory_order_relaxed) == DeviceState::kActive) {
+      // Handed to the plugin: taken, less those waiting for copies or for room.
+      const uint32_t in_flight = d.in_flight.load(std::memory_order_acquire);
+      const uint32_t landed = d.landed.size();
+      const uint32_t waiting = d.fetching.load(std::memory_order_acquire) + landed;
+      if (in_flight - std::min(in_flight, waiting) >= d.window) break;
+      if (landed != 0) {  // taken earlier, its data there now: first
+        if (TaskNode* t = d.landed.take()) {
+          ++launched;
+          start_kernel(t, d);
+          continue;
+        }
+      }
+      if (in_flight >= 2 * d.window) break;
+      sched::TaskRef t = placement_.policy()->pop(d.info.id);
+      if (!t) break;
+      d.in_flight.fetch_add(1, std::memory_order_acq_rel);
+      ++launched;
+      if (!launches_.arm(d, t.node())) {
+        stages_.abandon(t.node(), d,
+                std::make_exception_ptr(Error(
+                    ErrorCode::internal,
+                    "device '" + d.info.name + "' has " +
+                        std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
+                        " launches outstanding (launches given up on that never came back), or "
+                        "the process has " +
+                        std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
+        continue;
+      }
+      launch(t.node(), d);
+    }
+    d.pumping.store(false, std::memory_order_seq_cst);
+    if (d.pump_requests.load(std::memory_order_seq_cst) == seen) break;
+  }
+  if (devices_.wakes_pending()) pump_woken();
+  return launched;
+}
+
+// Feeds the devices the policy asked to wake, after the policy call that asked has returned.
+void DeviceDriver::pump_woken() noexcept {
+  for (uint32_t i = 0, n = devices_.count(); i < n && devices_.wakes_pending(); ++i)
+    if (devices_.take_wake(i) &&
+        devices_[i].status.load(std::memory_order_relaxed) == DeviceState::kActive)
+      pump(devices_[i]);
+}
+
+void DeviceDriver::launch(TaskNode* t, DeviceState& d) noexcept {
+  t->device.store(static_cast<int32_t>(d.info.id), std::memory_order_relaxed);
+  if (data_.active()) {
+    d.fetching.fetch_add(1, std::memory_order_acq_rel);  // (before: data_ready may come first)
+    const DataManager::Status s = data_.acquire(t, d.info.memory_node);
+    if (s == DataManager::Status::pending) return;  // data_ready() starts it
+    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
+    switch (s) {
+      case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
+      case DataManager::Status::failed: stages_.abandon(t, d, t->transfer_error); return;
+      default: break;
+    }
+  }
+  start_kernel(t, d);
+}
+
+void DeviceDriver::data_ready(TaskNode* t) noexcept {
+  if (t->kind == TaskKind::kernel) {
+    DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+    d.fetching.fetch_sub(1, std::memory_order_acq_rel);
+    if (t->transfer_error) {
+      start_kernel(t, d);  // (abandons it)
+      return;
+    }
+    // Launched when the window has room (pump), unless the device left scheduling meanwhile:
+    // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
+    // in the list, or this sees the state that retire() set before it looked).
+    if (d.landed.add(t, [&] {
+          return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
+        }))
+      pump(d);
+    else
+      stages_.give_back(t, d);
+  } else {
+    stages_.host_task_ready(t);
+  }
+}
+
+void DeviceDriver::retry_acquire(TaskNode* t) noexcept {
+  launch(t, devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]);
+}
+
+void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
+  if (t->transfer_error) {
+    stages_.abandon(t, d, t->transfer_error);
+    return;
+  }
+  KernelDevice& kd = t->kernel->devices[d.info.id];
+  const hcr_plugin_api_t* api = d.plugin->api;
+  const uint32_t node = d.info.memory_node;
+  t->abi_args.clear();
+  for (const ArgRec& a : t->args) {
+    BufferState& b = *a.buffer;
+    hcr_arg_t x{};
+    x.struct_size = HCR_ARG_STRUCT_SIZE;
+    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
+    x.access = static_cast<hcr_access_t>(a.access);
+    x.rows = b.rows;
+    x.cols = b.cols;
+    if (node == 0) {
+      x.host = b.host;
+      x.ld = b.ld;
+    } else {  // device replicas are contiguous
+      x.memory = data_.memory(b, node);
+      x.ld = b.cols;
+    }
+    t->abi_args.push_back(x);
+  }
+  hcr_launch_args_t la{};
+  la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+  la.device = d.index;
+  la.kernel = kd.handle;
+  la.args = t->abi_args.data();
+  la.num_args = t->abi_args.size();
+  la.params = t->params.data();
+  la.params_size = t->params.size();
+  la.host_token = t;
+  la.flags =
+      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
+  // A token, not the task: once done is called, `t` may finish and its node be reused at once.
+  void* const token = t->launch_token;
+  la.done = &Launches::on_done;
+  la.done_user_data = token;
+  la.param_offsets = t->param_offsets.data();
+  la.num_params = t->param_offsets.size();
+  for (int i = 0; i < 3; ++i) {
+    la.global_size[i] = t->global_size[i];
+    la.local_size[i] = t->local_size[i];
+  }
+  if (timing_.load(std::memory_order_relaxed) || trace_.on())
+    t->start = std::chrono::steady_clock::now();
+  // From now on the watchdog keeps an eye on this launch, and may end the attempt.
+  launches_.watch(token);
+  if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
+    Launches::answered(token, err, nullptr, true);  // not `t`: done may have come first
+}
+
+void DeviceDriver::hand_back_landed(DeviceState& d) noexcept {
+  for (TaskNode* t : d.landed.take_all()) stages_.give_back(t, d);
+}
+
+}  // namespace hcr::detail
