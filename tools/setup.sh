@@ -6,8 +6,10 @@
 #                              AddressSanitizer + UndefinedBehaviorSanitizer, a concurrency subset
 #                              built with ThreadSanitizer, then the whole suite of the normal
 #                              (Release) build, whose ctest summary ends the output (the Python
-#                              module's pytest suite is one of its tests, python.pytest); between
-#                              them the libFuzzer targets run for a bounded time (tests/fuzz)
+#                              module's pytest suite is one of its tests, python.pytest; so is
+#                              packages.install_use_purge: the Debian packages built with cpack,
+#                              installed, used and purged); between them the libFuzzer targets
+#                              run for a bounded time (tests/fuzz)
 # The build goes to ./build (HCR_BUILD_DIR overrides), the sanitizer builds beside it (build-asan,
 # build-tsan). A sanitizer report fails its test, and so the run. HCR_CI_SANITIZERS=0 skips the
 # sanitizer builds and the fuzzers (a quick local run; CI runs them). The CUDA backend is built when the toolkit is
@@ -36,6 +38,7 @@ packages=(
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
+  packages+=(dpkg-dev adduser)   # the Debian packages' test: dpkg-shlibdeps; hcr-tools' addgroup
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -66,9 +69,16 @@ timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
   echo "== $1: $((SECONDS - start)) s"
 }
 
+# The Debian packages' test (packages.install_use_purge) installs them into /usr and purges them
+# again: registered for `test` only, in the normal build only (never beside the sanitizer runs).
+package_test=OFF
+if [ "$mode" = test ]; then
+  package_test=ON
+fi
+
 echo "== configuring and building in $build"
 timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" \
-  "${python_args[@]}"
+  "${python_args[@]}" -DHCR_PACKAGE_TEST=$package_test
 timed "build" cmake --build "$build"
 
 if [ "$mode" = run ]; then
