@@ -141,8 +141,13 @@ from_usr() {  # from_usr PROGRAM: it loads libhcr.so.0 from /usr/lib (the packag
 }
 
 run "hcr devices" hcr devices
-expect "/usr/lib/hcr/plugins/libhcr-cpu.so" "hcr devices"
-[ -n "${have[hcr-plugin-opencl]:-}" ] && expect "libhcr-opencl.so" "hcr devices"
+# (libhcr's directory as the loader found it: through hcr's run path, /usr/bin/../lib)
+for plugin in cpu sim opencl cuda; do
+  if dpkg-query -W -f='${Status}' "hcr-plugin-$plugin" 2> /dev/null | grep -q "ok installed"; then
+    grep -qE "loaded +$plugin .* /usr/(bin/\.\./)?lib/hcr/plugins/libhcr-$plugin\.so" \
+      "$work/out.txt" || fail "hcr devices did not load the packaged $plugin plugin"
+  fi
+done
 
 # The README's example, as a reader copies it.
 app="$work/readme-app"
@@ -191,7 +196,8 @@ fi
 
 if [ -n "${have[python3-hcr]:-}" ]; then
   cd "$work"
-  run "python3 -c 'import hcr; ...'" python3 -c '
+  # Debian's interpreter, the one the package is for (not whichever python3 PATH finds first)
+  run "python3 -c 'import hcr; ...'" /usr/bin/python3 -c '
 import numpy as np, hcr
 assert hcr.__file__.startswith("/usr/lib/python3/dist-packages/hcr/"), hcr.__file__
 with hcr.Runtime({"backend": [{"name": "cpu"}]}) as rt:
