@@ -85,6 +85,9 @@ while read -r d; do
   [ -d "$d" ] || new_dirs+=("$d")
 done < <(sort -u "$work/dirs.txt")
 getent group hcr > /dev/null && fail "the group hcr exists before hcr-tools is installed"
+# Whatever is named hcr under /usr now; after the purge there must be nothing more (this catches
+# what no package lists, such as byte-code or a file a maintainer script made).
+find /usr -iname '*hcr*' 2> /dev/null | sort > "$work/usr-before.txt"
 [ -e /run/hcr ] && fail "/run/hcr exists already (an arbiter of another install?)"
 
 # --- install ------------------------------------------------------------------------------------
@@ -268,8 +271,12 @@ while read -r f; do
   if [ -e "$f" ] || [ -L "$f" ]; then fail "$f is left after the purge"; fi
 done < "$work/files.txt"
 for d in "${new_dirs[@]}"; do
-  [ -d "$d" ] && fail "the directory $d is left after the purge: $(ls -A "$d" | head -5)"
+  [ -d "$d" ] &&
+    fail "the directory $d is left after the purge: $(find "$d" -mindepth 1 -maxdepth 1 | head -5)"
 done
 getent group hcr > /dev/null && fail "the group hcr is left after the purge"
+find /usr -iname '*hcr*' 2> /dev/null | sort > "$work/usr-after.txt"
+left="$(comm -13 "$work/usr-before.txt" "$work/usr-after.txt")"
+[ -z "$left" ] || fail "left in /usr after the purge: $left"
 trap - EXIT
 say "installed, used and purged: ${installed[*]}"
