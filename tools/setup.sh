@@ -38,7 +38,8 @@ packages=(
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
-  packages+=(dpkg-dev adduser)   # the Debian packages' test: dpkg-shlibdeps; hcr-tools' addgroup
+  # The Debian packages' test: dpkg-shlibdeps and file (cpack's Depends), addgroup (hcr-tools)
+  packages+=(dpkg-dev file adduser)
 fi
 missing=()
 for p in "${packages[@]}"; do
