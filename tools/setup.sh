@@ -5,8 +5,11 @@
 #   bash tools/setup.sh test   runs every test three ways: the whole suite built with
 #                              AddressSanitizer + UndefinedBehaviorSanitizer, a concurrency subset
 #                              built with ThreadSanitizer, then the whole suite of the normal
-#                              (Release) build, whose ctest summary ends the output; between
-#                              them the libFuzzer targets run for a bounded time (tests/fuzz)
+#                              (Release) build, whose ctest summary ends the output (the Python
+#                              module's pytest suite is one of its tests, python.pytest; so is
+#                              packages.install_use_purge: the Debian packages built with cpack,
+#                              installed, used and purged); between them the libFuzzer targets
+#                              run for a bounded time (tests/fuzz)
 # The build goes to ./build (HCR_BUILD_DIR overrides), the sanitizer builds beside it (build-asan,
 # build-tsan). A sanitizer report fails its test, and so the run. HCR_CI_SANITIZERS=0 skips the
 # sanitizer builds and the fuzzers (a quick local run; CI runs them). The CUDA backend is built when the toolkit is
@@ -31,9 +34,12 @@ packages=(
   liblapacke-dev                                         # linalg_bench: LAPACKE_?potrf baseline
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
   libopenmpi-dev openmpi-bin                             # hcr::mpi and its tests (mpirun)
+  pybind11-dev python3-dev python3-numpy python3-pytest  # the hcr Python module and its tests
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
+  # The Debian packages' test: dpkg-shlibdeps and file (cpack's Depends), addgroup (hcr-tools)
+  packages+=(dpkg-dev file adduser)
 fi
 missing=()
 for p in "${packages[@]}"; do
@@ -44,6 +50,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The Python module is built for Debian's interpreter, where the packages above put NumPy and
+# pytest (not for whichever python3 comes first on PATH).
+python_args=()
+if [ -x /usr/bin/python3 ]; then
+  python_args+=(-DPython3_EXECUTABLE=/usr/bin/python3)
 fi
 
 cuda_args=()
@@ -57,8 +70,16 @@ timed() {  # timed LABEL COMMAND...: runs it, then says how long it took
   echo "== $1: $((SECONDS - start)) s"
 }
 
+# The Debian packages' test (packages.install_use_purge) installs them into /usr and purges them
+# again: registered for `test` only, in the normal build only (never beside the sanitizer runs).
+package_test=OFF
+if [ "$mode" = test ]; then
+  package_test=ON
+fi
+
 echo "== configuring and building in $build"
-timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}"
+timed "configure" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" \
+  "${python_args[@]}" -DHCR_PACKAGE_TEST=$package_test
 timed "build" cmake --build "$build"
 
 if [ "$mode" = run ]; then
