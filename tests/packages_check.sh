@@ -5,8 +5,9 @@
 #     and samples/api_example.cpp (which checks its product), run against /usr/lib/libhcr.so.0;
 #   - `hcr devices` finding the packaged plugins; hcr-linalg.pc and hcr-mpi.pc giving flags;
 #   - `import hcr` from /usr/lib/python3/dist-packages, a gemm checked against NumPy;
-#   - the arbiter service: its unit, the group hcr, `hcr serve` run as the unit runs it, a member
-#     of the group joining and root (not a member) refused;
+#   - the arbiter service: its socket and service units, the group hcr, `hcr serve` run as the
+#     unit runs it with the socket handed over as the socket unit binds it, a member of the group
+#     joining and root (not a member) refused;
 # then purged, and nothing of them may be left in /usr (nor the group hcr).
 # The cuda plugin's package is installed where apt-get can satisfy its dependencies, skipped
 # (saying so) where not; every other package must install on a machine without CUDA.
@@ -214,23 +215,41 @@ print("python3-hcr:", hcr.__file__, "gemm as NumPy")
   cd - > /dev/null
 fi
 
-# The arbiter service: the unit as installed, then its command as systemd runs it.
+# The arbiter service: the units as installed, then the service's command as systemd runs it,
+# with the socket bound as hcr-arbiter.socket says and handed over (LISTEN_PID, LISTEN_FDS, fd 3).
 unit=/usr/lib/systemd/system/hcr-arbiter.service
+socket_unit=/usr/lib/systemd/system/hcr-arbiter.socket
 [ -f "$unit" ] || fail "hcr-tools installed no $unit"
+[ -f "$socket_unit" ] || fail "hcr-tools installed no $socket_unit"
 getent group hcr > /dev/null || fail "hcr-tools' postinst made no group hcr"
 exec_start="$(sed -n 's/^ExecStart=//p' "$unit")"
 [ "${exec_start%% *}" = /usr/bin/hcr ] || fail "$unit runs '$exec_start', not /usr/bin/hcr"
+listen="$(sed -n 's/^ListenStream=//p' "$socket_unit")"
+[ "$listen" = /run/hcr/arbiter.sock ] || fail "$socket_unit listens on '$listen'"
 if command -v systemd-analyze > /dev/null; then
-  run "systemd-analyze verify $unit" systemd-analyze verify "$unit"
+  run "systemd-analyze verify $unit" systemd-analyze verify "$unit" "$socket_unit"
 fi
-mkdir -m 0755 /run/hcr  # RuntimeDirectory=hcr
+mkdir -m 0755 /run/hcr  # the socket unit's DirectoryMode=
 # shellcheck disable=SC2086  # the unit's command line, split as systemd splits this one
-$exec_start 2> "$work/serve.log" &
+/usr/bin/python3 -c '
+import grp, os, socket, sys
+path = "/run/hcr/arbiter.sock"
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+os.chown(path, 0, grp.getgrnam("hcr").gr_gid)  # SocketUser=root, SocketGroup=hcr
+os.chmod(path, 0o660)                          # SocketMode=0660
+s.listen(64)
+os.dup2(s.fileno(), 3, inheritable=True)
+os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+os.execv(sys.argv[1], sys.argv[1:])
+' $exec_start 2> "$work/serve.log" &
 server_pid=$!
 for _ in $(seq 100); do
-  [ -S /run/hcr/arbiter.sock ] && break
+  grep -q "arbiter on" "$work/serve.log" && break
   sleep 0.1
 done
+grep -q "arbiter on '/run/hcr/arbiter.sock', handed over by systemd" "$work/serve.log" ||
+  { cat "$work/serve.log"; fail "hcr serve did not take the socket handed over"; }
 [ -S /run/hcr/arbiter.sock ] || { cat "$work/serve.log"; fail "hcr serve made no socket"; }
 access="$(stat -c '%A %U:%G' /run/hcr/arbiter.sock)"
 [ "$access" = "srw-rw---- root:hcr" ] || fail "/run/hcr/arbiter.sock is '$access'"
@@ -252,7 +271,8 @@ server_pid=""
 cat "$work/serve.log"
 grep -q "1 tenant(s) joined, 1 refused" "$work/serve.log" ||
   fail "the arbiter did not admit the member of hcr and refuse root"
-[ -e /run/hcr/arbiter.sock ] && fail "hcr serve left its socket"
+[ -S /run/hcr/arbiter.sock ] || fail "hcr serve removed the socket systemd bound"
+rm /run/hcr/arbiter.sock  # RemoveOnStop=
 rmdir /run/hcr
 userdel "$test_user"
 test_user=""

@@ -6,9 +6,11 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace hcr::cli {
@@ -49,6 +51,25 @@ double seconds_of(const std::string& option, const std::string& v, double lo, do
   return s;
 }
 
+// systemd's socket activation (sd_listen_fds(3)): the listening socket it bound, as descriptor 3,
+// when LISTEN_PID names this process; -1 when nothing was handed over. The variables are removed
+// so that nothing this process starts takes them for its own. Throws when the handover is not
+// exactly one socket.
+int handed_over_socket() {
+  const char* pid = std::getenv("LISTEN_PID");
+  const char* fds = std::getenv("LISTEN_FDS");
+  if (pid == nullptr || fds == nullptr || std::strtoll(pid, nullptr, 10) != ::getpid()) return -1;
+  const std::string count = fds;
+  ::unsetenv("LISTEN_PID");
+  ::unsetenv("LISTEN_FDS");
+  ::unsetenv("LISTEN_FDNAMES");
+  if (count != "1")
+    throw Error(ErrorCode::invalid_argument,
+                "systemd handed over " + count + " sockets (LISTEN_FDS): hcr serve takes exactly "
+                "one (one ListenStream= in the socket unit)");
+  return 3;  // SD_LISTEN_FDS_START
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -82,8 +103,10 @@ int cmd_serve(int argc, char** argv) {
       throw Error(ErrorCode::invalid_argument, "unknown option " + a);
     }
   }
-  if (o.socket.empty())
-    throw Error(ErrorCode::invalid_argument, "serve needs --socket PATH");
+  o.listen_fd = handed_over_socket();
+  if (o.socket.empty() && o.listen_fd < 0)
+    throw Error(ErrorCode::invalid_argument,
+                "serve needs --socket PATH (or a socket handed over by systemd)");
   // The signals wait here; every other thread (the server's) has them blocked.
   sigset_t set;
   sigemptyset(&set);
@@ -96,8 +119,8 @@ int cmd_serve(int argc, char** argv) {
   } catch (const std::runtime_error& e) {
     throw Error(ErrorCode::invalid_argument, e.what());
   }
-  std::fprintf(stderr, "hcr serve: arbiter on '%s' (%zu user(s), %zu group(s) allowed)\n",
-               server->path().c_str(),
+  std::fprintf(stderr, "hcr serve: arbiter on '%s'%s (%zu user(s), %zu group(s) allowed)\n",
+               server->path().c_str(), o.listen_fd >= 0 ? ", handed over by systemd" : "",
                o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
                o.groups.size());
   std::thread t([&] { server->run(); });
@@ -106,7 +129,7 @@ int cmd_serve(int argc, char** argv) {
   server->stop();
   t.join();
   const arbiter::ServerCounters c = server->counters();
-  server.reset();  // removes the socket file
+  server.reset();  // removes the socket file (not one systemd handed over)
   std::fprintf(stderr, "hcr serve: stopped by signal %d; %llu tenant(s) joined, %llu refused, "
                "%llu dropped (a bad message, a join or a release not in time), %llu turned away "
                "(too many connections)\n",

@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -119,8 +120,12 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (!options_.log) options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
   if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::geteuid());
   if (options_.max_connections == 0) options_.max_connections = 1;
+  listen_fd_ = options_.listen_fd;
   try {
-    bind_socket();
+    if (listen_fd_ >= 0)
+      adopt_socket();
+    else
+      bind_socket();
   } catch (...) {
     for (int fd : {listen_fd_, wake_[0], wake_[1], dir_fd_})
       if (fd >= 0) ::close(fd);
@@ -135,17 +140,16 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
         ") + 16: peers beyond what it allows are turned away (raise it: ulimit -n, LimitNOFILE=)");
 }
 
-// The checks, then the socket bound, opened to the allowed, listening.
-void Server::bind_socket() {
+// The socket's path made absolute, its name, and its directory opened once checked: nobody but
+// this user and root may be able to replace the socket in it (or put their own there before it):
+// the rule of the model directory and the plugin paths.
+void Server::check_directory(const std::string& socket) {
   namespace fs = std::filesystem;
-  const fs::path path = fs::absolute(options_.socket).lexically_normal();
+  const fs::path path = fs::absolute(socket).lexically_normal();
   options_.socket = path.string();
-  const sockaddr_un a = address(options_.socket);
   name_ = path.filename().string();
   if (name_.empty() || name_ == "." || name_ == "..")
     refuse("arbiter socket path '" + options_.socket + "' does not name a file");
-  // The directory: nobody but this user and root may be able to replace the socket in it (or
-  // put their own there before it): the rule of the model directory and the plugin paths.
   try {
     const std::optional<files::TrustedDir> dir = files::TrustedDir::open(path.parent_path());
     if (!dir)
@@ -157,6 +161,12 @@ void Server::bind_socket() {
     refuse("arbiter socket '" + options_.socket + "' refused: its directory is not trusted: " +
            e.what());
   }
+}
+
+// The checks, then the socket bound, opened to the allowed, listening.
+void Server::bind_socket() {
+  check_directory(options_.socket);
+  const sockaddr_un a = address(options_.socket);
   struct stat st{};
   if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!S_ISSOCK(st.st_mode))
@@ -198,6 +208,53 @@ void Server::bind_socket() {
     ::unlinkat(dir_fd_, name_.c_str(), 0);
     throw;
   }
+}
+
+// A listening socket someone else bound (systemd): what it is and where, checked as a socket
+// of our own would be, then opened to the allowed. Its file stays when the server ends.
+void Server::adopt_socket() {
+  handed_over_ = true;
+  const std::string fd = "the socket handed over (descriptor " + std::to_string(listen_fd_) + ")";
+  int domain = 0, type = 0, listening = 0;
+  socklen_t n = sizeof domain;
+  if (::getsockopt(listen_fd_, SOL_SOCKET, SO_DOMAIN, &domain, &n) != 0)
+    refuse(fd + " is not a socket: " + std::strerror(errno));
+  n = sizeof type;
+  ::getsockopt(listen_fd_, SOL_SOCKET, SO_TYPE, &type, &n);
+  n = sizeof listening;
+  ::getsockopt(listen_fd_, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n);
+  if (domain != AF_UNIX || type != SOCK_STREAM || listening == 0)
+    refuse(fd + " is not a listening Unix stream socket (ListenStream= with a path in the "
+           "socket unit)");
+  sockaddr_un a{};
+  n = sizeof a;
+  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    refuse(fd + ": getsockname: " + std::strerror(errno));
+  const size_t len = n > offsetof(sockaddr_un, sun_path) ? n - offsetof(sockaddr_un, sun_path) : 0;
+  const std::string bound = len > 0 && a.sun_path[0] != '\0'
+                                ? std::string(a.sun_path, ::strnlen(a.sun_path, len))
+                                : std::string();
+  if (bound.empty()) refuse(fd + " is not bound to a file (an abstract or unnamed socket)");
+  namespace fs = std::filesystem;
+  const std::string want =
+      options_.socket.empty() ? bound : fs::absolute(options_.socket).lexically_normal().string();
+  if (fs::path(bound).lexically_normal().string() != want)
+    refuse(fd + " is bound to '" + bound + "', not to '" + want + "' (--socket)");
+  check_directory(bound);
+  struct stat st{};
+  if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
+    refuse(fd + ": '" + options_.socket + "' is not a socket file");
+  if (st.st_uid != ::geteuid())
+    refuse(fd + ": its file '" + options_.socket + "' belongs to " +
+           detail::user_text(st.st_uid) + ", not this user (" + detail::user_text(::geteuid()) +
+           "): refused");
+  const int flags = ::fcntl(listen_fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      ::fcntl(listen_fd_, F_SETFD, FD_CLOEXEC) != 0)
+    refuse(fd + ": fcntl: " + std::strerror(errno));
+  open_access();
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+    refuse(std::string("pipe: ") + std::strerror(errno));
 }
 
 // Who may connect: the file's permissions let the allowed in (the credentials check on accept
@@ -250,7 +307,8 @@ Server::~Server() {
     ::close(listen_fd_);
     // Only the file it bound: another server may have replaced a socket of its own there since.
     struct stat st{};
-    if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == inode_)
+    if (!handed_over_ &&
+        ::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == inode_)
       ::unlinkat(dir_fd_, name_.c_str(), 0);
   }
   for (int fd : {wake_[0], wake_[1], spare_fd_, dir_fd_})

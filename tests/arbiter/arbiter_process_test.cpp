@@ -2,7 +2,8 @@
 // processes finish every task through it; killing the arbiter mid-run leaves each tenant its own
 // share and loses nothing; killing a tenant (SIGKILL) mid-run gives its devices to the other;
 // `hcr serve` stops cleanly on SIGTERM and refuses a socket a live arbiter answers on, and a
-// --release-timeout that is not plain seconds; at its open-file limit it turns peers away, says
+// --release-timeout that is not plain seconds; it takes a socket systemd hands over (and refuses
+// one it cannot use); at its open-file limit it turns peers away, says
 // so once, and does not spin.
 #include "arbiter_support.hpp"
 
@@ -28,11 +29,13 @@ namespace {
 // A child process with its stdout (and stderr) on a pipe.
 class Child {
  public:
-  explicit Child(std::vector<std::string> args) {
+  /// `fd3`: a descriptor the child gets as its descriptor 3 (a socket systemd would hand over).
+  explicit Child(std::vector<std::string> args, int fd3 = -1) {
     int p[2];
     EXPECT_EQ(::pipe(p), 0);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
+    if (fd3 >= 0) posix_spawn_file_actions_adddup2(&fa, fd3, 3);
     posix_spawn_file_actions_adddup2(&fa, p[1], 1);
     posix_spawn_file_actions_adddup2(&fa, p[1], 2);
     posix_spawn_file_actions_addclose(&fa, p[0]);
@@ -178,6 +181,86 @@ TEST(ArbiterProcess, AKilledTenantsDevicesGoToTheOther) {
   EXPECT_EQ(rt.stats().failed, 0u);
   EXPECT_TRUE(eventually([&] { return srv.server().counters().left == 1; }));
   EXPECT_TRUE(srv.logged("left; its devices return to the pool"));
+}
+
+// A listening (or not) Unix socket bound to `path`, as systemd's socket unit makes one.
+int bound_socket(const std::string& path, int type, bool listening) {
+  const int fd = ::socket(AF_UNIX, type, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0) << path;
+  if (listening) EXPECT_EQ(::listen(fd, 16), 0);
+  return fd;
+}
+
+// `hcr serve <args>` started as systemd starts a socket-activated service: `fd` as descriptor
+// 3, LISTEN_PID its own pid, LISTEN_FDS `count`.
+Child activated(int fd, const std::string& count, std::vector<std::string> args = {}) {
+  std::vector<std::string> argv{"/bin/sh", "-c",
+                                "export LISTEN_PID=$$ LISTEN_FDS=" + count + "; exec \"$@\"",
+                                "sh", HCR_CLI, "serve"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Child(argv, fd);
+}
+
+TEST(ArbiterProcess, ServeTakesTheSocketSystemdHandsOver) {
+  TempDir dir;
+  const int fd = bound_socket(sock(dir), SOCK_STREAM, true);
+  ::chmod(sock(dir).c_str(), 0666);  // as a socket unit's SocketMode= might leave it
+  Child srv = activated(fd, "1");
+  ::close(fd);  // the server's copy is the one that listens now
+  const std::string on = srv.line_with("arbiter on");
+  EXPECT_NE(on.find("'" + sock(dir) + "', handed over by systemd"), std::string::npos)
+      << srv.output();
+  struct stat st{};
+  ASSERT_EQ(::stat(sock(dir).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "only this user is allowed: the access is set as for "
+                                         "a socket the server binds";
+  Child a = tenant(sock(dir), 200);
+  EXPECT_EQ(a.line_with("joined").rfind("joined 1", 0), 0u) << a.output();
+  EXPECT_NE(a.line_with("done").find("ok 1 connected 1"), std::string::npos) << a.output();
+  EXPECT_EQ(a.wait(), 0) << a.output();
+  srv.signal(SIGTERM);
+  EXPECT_FALSE(srv.line_with("stopped by signal").empty()) << srv.output();
+  EXPECT_EQ(srv.wait(), 0) << srv.output();
+  EXPECT_NE(srv.output().find("1 tenant(s) joined"), std::string::npos) << srv.output();
+  EXPECT_TRUE(exists(sock(dir))) << "a socket systemd bound stays for systemd to remove";
+}
+
+TEST(ArbiterProcess, ServeRefusesAHandoverItCannotUse) {
+  TempDir dir;
+  struct Case {
+    std::string what;
+    int type;
+    bool listening;
+    std::string count;
+    std::vector<std::string> args;
+    std::string error;
+  };
+  const std::string other = (dir.path() / "other.sock").string();
+  const Case cases[] = {
+      {"a datagram socket", SOCK_DGRAM, false, "1", {}, "is not a listening Unix stream socket"},
+      {"not listening", SOCK_STREAM, false, "1", {}, "is not a listening Unix stream socket"},
+      {"two sockets", SOCK_STREAM, true, "2", {}, "takes exactly one"},
+      {"another path", SOCK_STREAM, true, "1", {"--socket", other},
+       "is bound to '" + sock(dir) + "', not to '" + other + "'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ::unlink(sock(dir).c_str());
+    const int fd = bound_socket(sock(dir), c.type, c.listening);
+    Child srv = activated(fd, c.count, c.args);
+    ::close(fd);
+    EXPECT_FALSE(srv.line_with(c.error).empty()) << srv.output();
+    EXPECT_EQ(srv.wait(), 1) << srv.output();
+    EXPECT_TRUE(exists(sock(dir))) << "a refused handover leaves its file";
+  }
+  // LISTEN_PID of another process: nothing was handed over to this one.
+  Child srv({"/bin/sh", "-c", "export LISTEN_PID=1 LISTEN_FDS=1; exec \"$@\"", "sh", HCR_CLI,
+             "serve"});
+  EXPECT_FALSE(srv.line_with("serve needs --socket PATH").empty()) << srv.output();
+  EXPECT_EQ(srv.wait(), 1) << srv.output();
 }
 
 TEST(ArbiterProcess, ServeRefusesASocketALiveArbiterAnswersOn) {

@@ -28,6 +28,13 @@ namespace hcr::arbiter {
 
 struct ServerOptions {
   std::string socket;           ///< the socket file's path (made absolute)
+  /// A listening socket handed over already bound (systemd's socket activation: `hcr serve` takes
+  /// fd 3 when LISTEN_PID and LISTEN_FDS say so), or -1: the server binds `socket` itself. A
+  /// handed-over socket must be a listening AF_UNIX stream socket whose file is `socket` (empty:
+  /// whatever file it is bound to), in a trusted directory and owned by this user; the server sets
+  /// its access as for its own and closes it at the end, but never removes its file (the one who
+  /// bound it does). The server owns the descriptor from construction, even when it refuses it.
+  int listen_fd = -1;
   std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
   std::vector<gid_t> groups;    ///< peers allowed by group (primary or supplementary)
   /// A tenant that has not released a revoked device this many seconds after the revoke is
@@ -65,7 +72,7 @@ class Server {
   /// system without ACLs, mode 0666 with a log line. Either way each peer's credentials
   /// (SO_PEERCRED: uid, primary and supplementary groups) are checked on accept.
   explicit Server(ServerOptions options);
-  ~Server();  ///< stops, closes every connection, removes the socket file (if still its own)
+  ~Server();  ///< stops, closes every connection, removes the socket file (if it bound it)
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -77,6 +84,8 @@ class Server {
  private:
   struct Conn;
   void bind_socket();
+  void adopt_socket();
+  void check_directory(const std::string& path);
   void open_access();
   void accept_one();
   void accept_failed(int error);
@@ -90,6 +99,7 @@ class Server {
   int dir_fd_ = -1;         // the socket's directory, checked (hcr::files::TrustedDir)
   std::string name_;        // the socket's name in it
   ino_t inode_ = 0;         // the socket file bound (removed at the end only if still there)
+  bool handed_over_ = false;  // listen_fd_ came bound (ServerOptions::listen_fd): never unlinked
   int listen_fd_ = -1;
   int spare_fd_ = -1;       // closed to accept (and turn away) a peer when out of descriptors
   int wake_[2] = {-1, -1};
