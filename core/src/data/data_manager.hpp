@@ -7,7 +7,8 @@
 // working set that fits never thrashes.
 #pragma once
 
-#include "task_node.hpp"
+#include "data_events.hpp"
+#include "../task_node.hpp"
 
 #include <hcr/error.hpp>
 #include <hcr/data.hpp>
@@ -30,8 +31,7 @@ namespace hcr::detail {
 
 struct BufferState;
 struct ContextState;
-struct DeviceState;
-class RuntimeCore;
+struct PluginInstance;
 
 struct Replica {
   hcr_memory_t* mem = nullptr;  // the allocation on a device node (host: the buffer's memory)
@@ -83,17 +83,21 @@ class DataManager {
  public:
   static constexpr uint32_t kMaxNodes = 128;  // the host and DeviceBudget::kOwnMemory devices
 
+  /// A device with its own memory: the plugin instance that drives it and its index there.
   struct NodeInit {
-    DeviceState* device;  // nullptr for host memory
-    std::string name;
+    PluginInstance* plugin;
+    size_t index;      // the plugin's device index
+    uint32_t device;   // Device::id, as DataEvents and DeviceStatusView name it
+    std::string name;  // the device's
     uint64_t limit;
   };
 
   DataManager(const DataManager&) = delete;
   DataManager& operator=(const DataManager&) = delete;
 
-  /// Node 0 is host memory; one node per device with its own memory follows (add_node).
-  DataManager(RuntimeCore& rt);
+  /// Node 0 is host memory; one node per device with its own memory follows (add_node). What
+  /// happens to data is told to `events`; `devices` says which devices take work.
+  DataManager(DataEvents& events, const DeviceStatusView& devices);
   ~DataManager();
   /// A device with its own memory joins (at start or hot-plugged); returns its node. Nodes are
   /// never reused: a removed device's node stays, empty.
@@ -105,7 +109,7 @@ class DataManager {
 
   enum class Status {
     ready,    // every replica is valid and pinned: run now
-    pending,  // copies are in flight; RuntimeCore::data_ready(t) follows
+    pending,  // copies are in flight; DataEvents::data_ready(t) follows
     blocked,  // not enough memory until other tasks release theirs; retried automatically
     failed,   // cannot ever fit: t->transfer_error says why
   };
@@ -140,7 +144,7 @@ class DataManager {
   /// Eager write-back of what `t` (its kernel done) wrote on its device: copies each written
   /// buffer into host staging, and only when every copy succeeded into the buffer's host memory,
   /// so a device lost mid-copy leaves the previous version intact for a retry. Then calls
-  /// RuntimeCore::written_through(t, error). False when there is nothing to do.
+  /// DataEvents::written_through(t, error). False when there is nothing to do.
   bool write_through(TaskNode* t);
 
   /// The allocation holding `b` on device node `node` (pinned by the caller's task).
@@ -188,7 +192,9 @@ class DataManager {
   static void on_stage_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info);
   void finish_write_through(WriteThrough* wt) noexcept;
   struct NodeState {
-    DeviceState* device = nullptr;
+    PluginInstance* plugin = nullptr;  // device nodes: the device's plugin instance
+    size_t index = 0;                  // the plugin's device index
+    uint32_t device = 0;               // Device::id
     Lane in, out;  // copies into this node, and out of it to host memory
     std::string name;
     uint64_t limit = 0, used = 0;
@@ -251,7 +257,8 @@ class DataManager {
   void update_hold(BufferState& b, std::vector<BufferState*>& drop);
   void count_link(uint32_t from, uint32_t to, uint64_t bytes);
 
-  RuntimeCore& rt_;
+  DataEvents& events_;
+  const DeviceStatusView& devices_;
   std::atomic<bool> active_{false};
   bool eager_writeback_ = false;
   mutable std::mutex mutex_;

@@ -3,11 +3,10 @@
 // the lock held; mem_alloc and mem_free are, being short and synchronous.
 #include "data_manager.hpp"
 
-#include "contexts/context_state.hpp"
-
-#include "buffer_state.hpp"
-#include "log_internal.hpp"
-#include "runtime_core.hpp"
+#include "../buffer_state.hpp"
+#include "../contexts/context_state.hpp"
+#include "../log_internal.hpp"
+#include "../plugin_loader.hpp"
 
 #include <hcr/error.hpp>
 
@@ -78,7 +77,8 @@ DataManager::~DataManager() {
   for (Transfer* tr : transfers_) delete tr;
 }
 
-DataManager::DataManager(RuntimeCore& rt) : rt_(rt) {
+DataManager::DataManager(DataEvents& events, const DeviceStatusView& devices)
+    : events_(events), devices_(devices) {
   nodes_.reserve(kMaxNodes);  // limit() reads nodes_ without the lock while nodes join
   nodes_.emplace_back().name = "host";
 }
@@ -89,6 +89,8 @@ uint32_t DataManager::add_node(NodeInit n) {
     throw Error(ErrorCode::config, "more than " + std::to_string(kMaxNodes - 1) +
                                        " devices with their own memory");
   NodeState& s = nodes_.emplace_back();
+  s.plugin = n.plugin;
+  s.index = n.index;
   s.device = n.device;
   s.name = std::move(n.name);
   s.limit = n.limit;
@@ -199,8 +201,8 @@ void DataManager::count_link(uint32_t from, uint32_t to, uint64_t bytes) {
 void DataManager::free_replica(BufferState& b, uint32_t node) noexcept {
   Replica& r = data(b).replicas[node];
   if (r.mem != nullptr) {
-    DeviceState& dev = *nodes_[node].device;
-    if (!nodes_[node].abandoned) dev.plugin->api->mem_free(dev.plugin->handle, dev.index, r.mem);
+    const NodeState& ns = nodes_[node];
+    if (!ns.abandoned) ns.plugin->api->mem_free(ns.plugin->handle, ns.index, r.mem);
     r.mem = nullptr;
     nodes_[node].used -= b.bytes();
     owned(nodes_[node], r.owner) -= b.bytes();
@@ -295,7 +297,7 @@ void DataManager::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copi
   auto device_source = [&](bool same_plugin_only) -> int {
     for (uint32_t s = 1; s < d.replicas.size(); ++s) {
       if (s == n || !d.replicas[s].valid) continue;
-      if (same_plugin_only && n != 0 && nodes_[s].device->plugin != nodes_[n].device->plugin)
+      if (same_plugin_only && n != 0 && nodes_[s].plugin != nodes_[n].plugin)
         continue;
       return static_cast<int>(s);
     }
@@ -402,20 +404,20 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         BufferState& b = *a.buffer;
         Replica& r = data(b).replicas[n];
         if (r.mem != nullptr) continue;
-        DeviceState& dev = *node.device;
+        const hcr_plugin_api_t* api = node.plugin->api;
         hcr_mem_alloc_args_t ma{};
         ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
-        ma.device = dev.index;
+        ma.device = node.index;
         ma.bytes = b.bytes();
-        hcr_error_t* err = dev.plugin->api->mem_alloc(dev.plugin->handle, &ma);
+        hcr_error_t* err = api->mem_alloc(node.plugin->handle, &ma);
         if (err != nullptr || ma.memory == nullptr) {
           // A device that is gone says so here too: it must be retired as lost (its data
           // reported lost), not counted a memory fault toward quarantine.
           const ErrorCode code =
-              err != nullptr && dev.plugin->api->error_code(err) == HCR_ERROR_DEVICE_LOST
+              err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
                   ? ErrorCode::device_lost
                   : ErrorCode::out_of_memory;
-          std::string msg = err ? take_error(dev.plugin->api, err) : "no allocation returned";
+          std::string msg = err ? take_error(api, err) : "no allocation returned";
           t->transfer_error = std::make_exception_ptr(
               Error(code, "allocating " + std::to_string(b.bytes()) + " bytes on '" + node.name +
                               "': " + msg));
@@ -467,8 +469,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
     // A device out of scheduling (withheld by the node arbiter, quarantined, removed) gets no
     // copy and no allocation ahead of a task: on a GPU another process holds, that memory is
     // theirs.
-    if (n != 0 && (node.abandoned || node.device->status.load(std::memory_order_seq_cst) !=
-                                         DeviceState::kActive))
+    if (n != 0 && (node.abandoned || !devices_.in_scheduling(node.device)))
       return;
     for (const Ref<BufferState>& in : inputs) {
       BufferState& b = *in;
@@ -480,13 +481,12 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
         if (owner != nullptr && owner->memory_quota != 0 &&
             owned(node, owner->index) + b.bytes() > owner->memory_quota)
           continue;  // nor beyond its context's quota
-        DeviceState& dev = *node.device;
         hcr_mem_alloc_args_t ma{};
         ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
-        ma.device = dev.index;
+        ma.device = node.index;
         ma.bytes = b.bytes();
-        if (hcr_error_t* err = dev.plugin->api->mem_alloc(dev.plugin->handle, &ma)) {
-          dev.plugin->api->error_destroy(err);
+        if (hcr_error_t* err = node.plugin->api->mem_alloc(node.plugin->handle, &ma)) {
+          node.plugin->api->error_destroy(err);
           continue;
         }
         r.mem = ma.memory;
@@ -548,7 +548,7 @@ void DataManager::start(const Copy& c) noexcept {
     tr->src_mem = d.replicas[c.src].mem;
     tr->dst_mem = d.replicas[c.dst].mem;
   }
-  DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+  const NodeState& dev = nodes_[c.dst != 0 ? c.dst : c.src];  // the device that copies
   const uint64_t row = b.cols * b.elem;
   hcr_copy_args_t a{};
   a.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
@@ -586,16 +586,16 @@ void DataManager::copy_answered_twice(Transfer* tr, hcr_error_t* error, bool ret
     std::lock_guard<std::mutex> lock(mutex_);
     c = tr->copy;
   }
-  DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+  const NodeState& dev = nodes_[c.dst != 0 ? c.dst : c.src];
   if (error != nullptr) dev.plugin->api->error_destroy(error);
-  const uint64_t n = dev.protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
+  const uint64_t n = events_.protocol_error(dev.device);
   std::ostringstream msg;
   msg << "plugin '" << dev.plugin->name << "' "
       << (returned ? "returned an error from copy after calling done for it"
                    : "called done for a copy that had been answered already")
-      << " (device '" << dev.info.name << "'): ignored";
+      << " (device '" << dev.name << "'): ignored";
   if (n == 1) {
-    msg << "; further ones are counted in stats().devices[" << dev.info.id << "].protocol_errors";
+    msg << "; further ones are counted in stats().devices[" << dev.device << "].protocol_errors";
     log::write(LogLevel::error, msg.str());
   } else if (log::enabled(LogLevel::debug)) {
     log::write(LogLevel::debug, msg.str());
@@ -615,20 +615,10 @@ void DataManager::on_copy_done(void* user, hcr_error_t* error, const hcr_complet
                          : std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                          tr->start)
                                .count();
-    tr->dm->rt_.transferred(tr->copy.src, tr->copy.dst, tr->bytes, seconds);
-    if (tr->dm->rt_.trace().on()) {
-      RawEvent ev{};
-      ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
-      ev.a = tr->copy.src;
-      ev.b = tr->copy.dst;
-      ev.bytes = tr->bytes;
-      ev.end_ns = TraceRecorder::now_ns();
-      ev.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        tr->start.time_since_epoch()).count();
-      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(seconds * 1e9));
-      ev.predicted = ev.measured = static_cast<float>(seconds);
-      tr->dm->rt_.trace().add(ev);
-    }
+    tr->dm->events_.transferred(
+        {tr->copy.src, tr->copy.dst, tr->bytes, seconds,
+         std::chrono::duration_cast<std::chrono::nanoseconds>(tr->start.time_since_epoch())
+             .count()});
   }
   tr->dm->copy_done(tr, error);
 }
@@ -637,18 +627,18 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   const Copy c = tr->copy;  // by value: the lane is found after tr is gone
   BufferState& b = *c.b;
   std::exception_ptr failure;
-  DeviceState* lost = nullptr;  // the device that did the copy, when it reported itself gone
+  const NodeState* lost = nullptr;  // the device that did the copy, when it reported itself gone
+  std::string failed;  // what the failure says
   if (error != nullptr) {
-    DeviceState& dev = *nodes_[c.dst != 0 ? c.dst : c.src].device;
+    const NodeState& dev = nodes_[c.dst != 0 ? c.dst : c.src];
     if (copy_error_code(dev.plugin->api, error) == ErrorCode::device_lost) lost = &dev;
     std::string msg = take_error(dev.plugin->api, error);
-    // The tasks waiting on the copy learn which device failed it (RuntimeCore::abandon charges
-    // that device, not theirs); a device that is gone is retired below.
-    failure = std::make_exception_ptr(
-        CopyError("copying a " + shape(b) + " buffer from '" + nodes_[c.src].name + "' to '" +
-                      nodes_[c.dst].name + "' failed: " + msg,
-                  dev.info.id, lost != nullptr));
-    HCR_LOG(warn, what(failure));
+    // The tasks waiting on the copy learn which device failed it (the engine charges that
+    // device, not theirs); a device that is gone is retired below.
+    failed = "copying a " + shape(b) + " buffer from '" + nodes_[c.src].name + "' to '" +
+             nodes_[c.dst].name + "' failed: " + msg;
+    failure = std::make_exception_ptr(CopyError(failed, dev.device, lost != nullptr));
+    HCR_LOG(warn, failed);
   }
   std::vector<TaskNode*> ready, retry;
   std::vector<Copy> more;
@@ -736,10 +726,10 @@ void DataManager::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   }
   if (next) start(queued);
   // Retired before its waiting tasks are placed again, so that none goes back to it.
-  if (lost != nullptr) rt_.device_lost(*lost, what(failure));
+  if (lost != nullptr) events_.device_lost(lost->device, failed);
   for (const Copy& m : more) issue(m);
-  for (TaskNode* t : ready) rt_.data_ready(t);
-  for (TaskNode* t : retry) rt_.retry_acquire(t);
+  for (TaskNode* t : ready) events_.data_ready(t);
+  for (TaskNode* t : retry) events_.retry_acquire(t);
 }
 
 void DataManager::wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
@@ -797,7 +787,7 @@ void DataManager::commit(TaskNode* t, bool success) {
   }
   for (BufferState* h : drop) release(h);
   t->data_node = -1;
-  for (TaskNode* w : retry) rt_.retry_acquire(w);
+  for (TaskNode* w : retry) events_.retry_acquire(w);
 }
 
 struct DataManager::WriteThrough {
@@ -827,7 +817,7 @@ bool DataManager::write_through(TaskNode* t) {
     return false;
   }
   wt->left.store(static_cast<int>(wt->stages.size()) + 1, std::memory_order_relaxed);
-  DeviceState& dev = *nodes_[n].device;
+  const NodeState& dev = nodes_[n];
   for (auto& st : wt->stages) {
     BufferState& b = *st.b;
     const uint64_t row = b.cols * b.elem;
@@ -866,7 +856,7 @@ void DataManager::on_stage_done(void* user, hcr_error_t* error, const hcr_comple
   auto* st = static_cast<WriteThrough::Stage*>(user);
   WriteThrough* wt = st->wt;
   DataManager& dm = *wt->dm;
-  DeviceState& dev = *dm.nodes_[wt->node].device;
+  const NodeState& dev = dm.nodes_[wt->node];
   if (error != nullptr) {
     const ErrorCode code = copy_error_code(dev.plugin->api, error);
     std::string msg = take_error(dev.plugin->api, error);
@@ -882,22 +872,11 @@ void DataManager::on_stage_done(void* user, hcr_error_t* error, const hcr_comple
                          : std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                          st->start)
                                .count();
-    dm.rt_.transferred(wt->node, 0, st->b->bytes(), seconds);
-    {
-      std::lock_guard<std::mutex> lock(dm.mutex_);
-      dm.count_link(wt->node, 0, st->b->bytes());
-    }
-    if (dm.rt_.trace().on()) {
-      RawEvent ev{};
-      ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
-      ev.a = wt->node;
-      ev.b = 0;
-      ev.bytes = st->b->bytes();
-      ev.end_ns = TraceRecorder::now_ns();
-      ev.start_ns = ev.end_ns - static_cast<int64_t>(seconds * 1e9);
-      ev.predicted = ev.measured = static_cast<float>(seconds);
-      dm.rt_.trace().add(ev);
-    }
+    // (The trace shows it as long as it took, however long ago it was handed over.)
+    dm.events_.transferred(
+        {wt->node, 0, st->b->bytes(), seconds, std::numeric_limits<int64_t>::min()});
+    std::lock_guard<std::mutex> lock(dm.mutex_);
+    dm.count_link(wt->node, 0, st->b->bytes());
   }
   if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) dm.finish_write_through(wt);
 }
@@ -918,7 +897,7 @@ void DataManager::finish_write_through(WriteThrough* wt) noexcept {
   TaskNode* t = wt->t;
   std::exception_ptr error = wt->error;
   delete wt;
-  rt_.written_through(t, error);
+  events_.written_through(t, error);
 }
 
 bool DataManager::evacuate(uint32_t n, double timeout_s) noexcept {
@@ -1026,9 +1005,9 @@ void DataManager::drain_lanes() noexcept {
   for (;;) {
     for (uint32_t n = 1; n < nodes_.size(); ++n) {
       if (nodes_[n].abandoned) continue;  // set before shutdown began: read without the lock
-      DeviceState& dev = *nodes_[n].device;
+      const NodeState& dev = nodes_[n];
       if (hcr_error_t* e = dev.plugin->api->synchronize(dev.plugin->handle, dev.index))
-        HCR_LOG(warn, "synchronize '" << dev.info.name << "': " << take_error(dev.plugin->api, e));
+        HCR_LOG(warn, "synchronize '" << dev.name << "': " << take_error(dev.plugin->api, e));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     bool idle = true;
