@@ -1,5 +1,5 @@
-// What the data manager tells the engine, and the little it asks of it: the engine implements
-// these (RuntimeCore), the data manager holds them and knows nothing else of the engine.
+// Owns what the data manager and the engine say to each other (DataEvents, DeviceStatusView).
+// The engine implements these (RuntimeCore); the data manager knows nothing else of the engine.
 #pragma once
 
 #include <cstdint>
