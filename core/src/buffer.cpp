@@ -1,6 +1,6 @@
 // Buffers: creation, host access (acquire/release), and partitioning into tiles.
 #include "buffer_state.hpp"
-#include "data_manager.hpp"
+#include "data/data_manager.hpp"
 #include "node_pool.hpp"
 #include "runtime_core.hpp"
 

@@ -113,7 +113,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
       }
       uint64_t bytes = limit.apply(d.info.memory_bytes);
       if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
-      d.info.memory_node = data_.add_node({&d, d.info.name, bytes});
+      d.info.memory_node = data_.add_node({&p, d.index, d.info.id, d.info.name, bytes});
     }
     energy_.add_device(d.info.id,
                        {p.api, p.handle, rec.index, std::max<uint32_t>(1, d.info.concurrency),

@@ -212,8 +212,20 @@ void RuntimeCore::wait_all() noexcept {
   return_freed_memory();  // after a burst of tasks: back to where the process was before it
 }
 
-void RuntimeCore::transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept {
-  if (sched::Policy* p = pol()) p->transferred(from, to, bytes, seconds);
+void RuntimeCore::transferred(const Transferred& copy) noexcept {
+  if (sched::Policy* p = pol()) p->transferred(copy.from, copy.to, copy.bytes, copy.seconds);
+  if (trace_.on()) {
+    RawEvent ev{};
+    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
+    ev.a = copy.from;
+    ev.b = copy.to;
+    ev.bytes = copy.bytes;
+    ev.end_ns = TraceRecorder::now_ns();
+    ev.start_ns = std::max(copy.earliest_start,
+                           ev.end_ns - static_cast<int64_t>(copy.seconds * 1e9));
+    ev.predicted = ev.measured = static_cast<float>(copy.seconds);
+    trace_.add(ev);
+  }
 }
 
 static_assert(DeviceBudget::kOwnMemory == DataManager::kMaxNodes - 1,

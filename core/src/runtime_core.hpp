@@ -2,7 +2,7 @@
 #pragma once
 
 #include "contexts/context_state.hpp"
-#include "data_manager.hpp"
+#include "data/data_manager.hpp"
 #include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
@@ -45,7 +45,9 @@ class TenantLink;
 class RuntimeCore final : public GraphStages,
                           public PlaceTogether,
                           public HealthListener,
-                          public PlacementStages {
+                          public PlacementStages,
+                          public DataEvents,
+                          public DeviceStatusView {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -69,8 +71,6 @@ class RuntimeCore final : public GraphStages,
   sched::Context& scheduling_view() noexcept { return view_; }
   /// Seconds on the runtime's clock.
   double now() const noexcept override { return view_.now(); }
-  /// A copy finished (DataManager): tells the policy, for its transfer model.
-  void transferred(uint32_t from, uint32_t to, uint64_t bytes, double seconds) noexcept;
 
   const Config& config() const noexcept { return config_; }
   DataManager& data() noexcept { return data_; }
@@ -109,18 +109,27 @@ class RuntimeCore final : public GraphStages,
   void wait_all() noexcept;
   RuntimeStats stats() const;
 
-  /// The copies `t` waited for have completed (DataManager).
-  void data_ready(TaskNode* t) noexcept { driver_.data_ready(t); }
-  /// Memory may have been freed on the node `t` waits for: try its acquire again (DataManager).
-  void retry_acquire(TaskNode* t) noexcept { driver_.retry_acquire(t); }
-  /// A device's plugin reported it gone during a copy (DataManager): it leaves scheduling, and
-  /// the data only it held is reported lost.
-  void device_lost(DeviceState& d, const std::string& why) noexcept {
-    health_.retire(d, DeviceState::kLost, why);
-  }
-  /// A write-through (DataManager) ended: `t` finishes, or is retried if the copy failed.
-  void written_through(TaskNode* t, std::exception_ptr error) noexcept {
+  // DataEvents (data/data_events.hpp): what the data manager reports.
+  /// The copies `t` waited for have completed: its driver launches it.
+  void data_ready(TaskNode* t) noexcept override { driver_.data_ready(t); }
+  /// Memory may have been freed on the node `t` waits for: its driver tries its acquire again.
+  void retry_acquire(TaskNode* t) noexcept override { driver_.retry_acquire(t); }
+  /// A write-through ended: `t` finishes, or is retried if the copy failed.
+  void written_through(TaskNode* t, std::exception_ptr error) noexcept override {
     completion_.written_through(t, std::move(error));
+  }
+  /// A copy landed: the policy learns from it (its transfer model), the trace shows it.
+  void transferred(const Transferred& copy) noexcept override;
+  /// A device's plugin reported it gone during a copy: it is retired as lost.
+  void device_lost(uint32_t device, const std::string& why) noexcept override {
+    health_.retire(devices_[device], DeviceState::kLost, why);
+  }
+  uint64_t protocol_error(uint32_t device) noexcept override {
+    return devices_[device].protocol_errors.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+  // DeviceStatusView
+  bool in_scheduling(uint32_t device) const noexcept override {
+    return devices_[device].status.load(std::memory_order_seq_cst) == DeviceState::kActive;
   }
   /// The node arbiter (tenant/): device d is withheld (true: it leaves scheduling as a retired
   /// device does: what is queued for it is placed again, what runs there finishes) or given
@@ -232,7 +241,7 @@ class RuntimeCore final : public GraphStages,
   // Set at start; switched on for good when a context needs measured device time.
   std::atomic<bool> timing_{false};
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
-  DataManager data_{*this};
+  DataManager data_{*this, *this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;

@@ -8,7 +8,7 @@
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
-#include "../data_manager.hpp"
+#include "../data/data_manager.hpp"
 #include "../energy/energy_account.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"

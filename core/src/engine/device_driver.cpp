@@ -3,7 +3,7 @@
 
 #include "placement.hpp"
 #include "../buffer_state.hpp"
-#include "../data_manager.hpp"
+#include "../data/data_manager.hpp"
 #include "../kernel_state.hpp"
 #include "../trace_recorder.hpp"
 

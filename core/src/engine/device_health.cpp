@@ -2,7 +2,7 @@
 // withholds for a while.
 #include "device_health.hpp"
 
-#include "../data_manager.hpp"
+#include "../data/data_manager.hpp"
 #include "../log_internal.hpp"
 #include "device_state.hpp"
 #include "../units.hpp"

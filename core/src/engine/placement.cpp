@@ -5,7 +5,7 @@
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
-#include "../data_manager.hpp"
+#include "../data/data_manager.hpp"
 #include "../kernel_state.hpp"
 #include "../trace_recorder.hpp"
 

@@ -1,0 +1,116 @@
+// Owns each buffer's replicas and their validity (coherence), and the tasks waiting on them.
+//
+// An MSI-style protocol: it plans the copy that makes a replica valid, moves that copy up for an
+// urgent reader, and releases the tasks waiting for it.
+#pragma once
+
+#include "../task_node.hpp"
+
+#include <hcr/plugin.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace hcr::detail {
+
+struct BufferState;
+class NodeMemory;
+class Transfers;
+
+struct Replica {
+  hcr_memory_t* mem = nullptr;  // the allocation on a device node (host: the buffer's memory)
+  bool valid = false;
+  bool fetching = false;        // a copy into this replica is in flight
+  bool evicting = false;        // being copied home before it is freed
+  uint32_t pins = 0;            // tasks between acquire and commit, copies reading it
+  uint32_t copies_out = 0;      // copies reading it now: a writer must wait for them
+  uint64_t last_use = 0;        // LRU clock
+  uint32_t owner = 0;           // device nodes: the context whose task allocated it (0: default)
+  // While fetching: the priority of the most urgent task waiting for the copy, its source, and
+  // its ticket in the lane while it waits there (0: started, or not a lane's to order).
+  int fetch_priority = 0;
+  uint32_t fetch_src = 0;
+  uint64_t ticket = 0;
+  struct Waiter {
+    TaskNode* task;
+    bool reads;   // needs the replica valid when it goes
+    bool writes;  // also waits for copies reading this replica
+  };
+  std::vector<Waiter> waiters;  // tasks waiting for copies into (or out of) this replica
+  std::vector<uint32_t> forward;   // host replica: nodes to copy on to once it arrives
+};
+
+/// Per-buffer replica table, made when a buffer first meets a device with its own memory.
+struct BufferData {
+  std::deque<Replica> replicas;  // per node; a deque so references survive growth
+  // Which nodes hold a valid replica, or have one on its way, readable without the lock
+  // (scheduling predictions).
+  std::atomic<uint64_t> valid_bits[2] = {0, 0};
+  std::atomic<uint64_t> arriving_bits[2] = {0, 0};
+  // The only valid copy died with a device (under the lock): readers fail until a task writes it.
+  std::string lost_with;
+  // A reference to the buffer is held (Coherence::update_hold), under the lock.
+  bool held = false;
+};
+
+/// A copy planned from one memory node to another. It holds a reference to its buffer until it
+/// completes.
+struct Copy {
+  static constexpr int kUrgent = std::numeric_limits<int>::max();
+  BufferState* b;
+  uint32_t src, dst;
+  bool evict;      // a write-back before freeing the source replica
+  int priority = kUrgent;  // of the task that needs it; write-backs and refetches go first
+};
+
+/// "rows x cols", for messages.
+std::string shape_of(const BufferState& b);
+
+/// The replica tables. All but the lock-free queries run under the data manager's lock.
+class Coherence {
+ public:
+  Coherence(const NodeMemory& memory, Transfers& transfers)
+      : memory_(memory), transfers_(transfers) {}
+  Coherence(const Coherence&) = delete;
+  Coherence& operator=(const Coherence&) = delete;
+
+  BufferData& data(BufferState& b);  // made on first use
+  void set_valid(BufferState& b, uint32_t node, bool valid);
+  void set_fetching(BufferState& b, uint32_t node, bool fetching);
+  bool has_other_valid(BufferState& b, uint32_t node);
+  // A buffer whose host memory is not its own (the application's, Runtime::wrap; its parent's, a
+  // tile) is kept alive while only devices hold its current data, so that dropping its last
+  // handle loses nothing its host memory is waiting for: the data comes home when read, evicted,
+  // or at the runtime's end. A reference to give up goes to `drop`, to be released after the
+  // lock (it may be the last one).
+  void update_hold(BufferState& b, std::vector<BufferState*>& drop);
+  // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
+  void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies,
+                  int priority = Copy::kUrgent);
+  // A task of `priority` waits for the copy already planned into `node`'s replica: a copy still
+  // waiting in its lane (or the copy into host memory it is forwarded from) moves up to it. The
+  // first task to ask for a replica is often not its most urgent reader.
+  void urge(BufferState& b, uint32_t node, int priority);
+  // Releases the tasks waiting on `b`'s replica on `node` that may go now: once nothing is copied
+  // into it (writers: nor out of it). A reader finding it invalid then (a newer version was
+  // committed elsewhere meanwhile) gets a fresh fetch and waits on. A failed copy fails them.
+  void wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
+            std::vector<TaskNode*>& ready, std::vector<Copy>& more);
+
+  // Lock-free, and possibly momentarily stale (scheduling predictions).
+  static bool valid_on(const BufferState& b, uint32_t node) noexcept;
+  static bool valid_or_arriving(const BufferState& b, uint32_t node) noexcept;
+  static void presence(const BufferState& b, uint64_t bits[2]) noexcept;
+  static void locate(const BufferState& b, uint64_t valid[2], uint64_t arriving[2]) noexcept;
+
+ private:
+  const NodeMemory& memory_;
+  Transfers& transfers_;
+};
+
+}  // namespace hcr::detail

@@ -1,0 +1,163 @@
+// Owns allocation through each node's plugin, context quotas, and least-recently-used eviction.
+// Runs under the data manager's lock; mem_alloc and mem_free are called with it held, being
+// short and synchronous.
+#include "node_memory.hpp"
+
+#include "../buffer_state.hpp"
+#include "../contexts/context_state.hpp"
+#include "../plugin_loader.hpp"
+
+#include <hcr/error.hpp>
+
+#include <algorithm>
+
+namespace hcr::detail {
+
+namespace {
+bool uses(const TaskNode* t, const BufferState* b) {
+  if (t == nullptr) return false;
+  for (const ArgRec& a : t->uargs)
+    if (a.buffer == b) return true;
+  return false;
+}
+}  // namespace
+
+NodeMemory::NodeMemory(Coherence& coherence) : coherence_(coherence) {
+  nodes_.reserve(kMaxNodes);  // limit() reads nodes_ without the lock while nodes join
+  nodes_.emplace_back().name = "host";
+}
+
+uint32_t NodeMemory::add(NodeState node) {
+  if (nodes_.size() >= kMaxNodes)
+    throw Error(ErrorCode::config, "more than " + std::to_string(kMaxNodes - 1) +
+                                       " devices with their own memory");
+  nodes_.push_back(std::move(node));
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+hcr_error_t* NodeMemory::allocate(uint32_t n, uint64_t bytes, hcr_memory_t*& mem) {
+  const NodeState& node = nodes_[n];
+  hcr_mem_alloc_args_t ma{};
+  ma.struct_size = HCR_MEM_ALLOC_ARGS_STRUCT_SIZE;
+  ma.device = node.index;
+  ma.bytes = bytes;
+  hcr_error_t* err = node.plugin->api->mem_alloc(node.plugin->handle, &ma);
+  mem = ma.memory;
+  return err;
+}
+
+void NodeMemory::keep(BufferState& b, Replica& r, uint32_t n, hcr_memory_t* mem,
+                      uint32_t owner) {
+  NodeState& node = nodes_[n];
+  r.mem = mem;
+  node.used += b.bytes();
+  r.owner = owner;
+  owned(n, r.owner) += b.bytes();
+  node.resident.insert(&b);
+}
+
+void NodeMemory::free_replica(BufferState& b, uint32_t n) noexcept {
+  Replica& r = coherence_.data(b).replicas[n];
+  if (r.mem != nullptr) {
+    NodeState& node = nodes_[n];
+    if (!node.abandoned) node.plugin->api->mem_free(node.plugin->handle, node.index, r.mem);
+    r.mem = nullptr;
+    node.used -= b.bytes();
+    owned(n, r.owner) -= b.bytes();
+    node.resident.erase(&b);
+  }
+  coherence_.set_valid(b, n, false);
+}
+
+uint64_t& NodeMemory::owned(uint32_t n, uint32_t context) {
+  NodeState& node = nodes_[n];
+  if (node.owned.size() <= context) node.owned.resize(context + 1, 0);
+  return node.owned[context];
+}
+
+uint64_t NodeMemory::context_bytes(uint32_t n, uint32_t context) const {
+  if (n == 0 || n >= nodes_.size()) return 0;
+  const NodeState& node = nodes_[n];
+  return context < node.owned.size() ? node.owned[context] : 0;
+}
+
+bool NodeMemory::make_room(uint32_t n, uint64_t need, const TaskNode* t,
+                           std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
+  if (node.used + need <= node.limit) return true;
+  return evict(n, node.used + need - node.limit, t, -1, copies);
+}
+
+// A context over its quota evicts its own data only: the other contexts' (and the default
+// context's) replicas stay, whatever their age.
+bool NodeMemory::make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t,
+                                    std::vector<Copy>& copies) {
+  const ContextState& c = *t->context;
+  const uint64_t used = owned(n, c.index);
+  if (used + need <= c.memory_quota) return true;
+  return evict(n, used + need - c.memory_quota, t, c.index, copies);
+}
+
+bool NodeMemory::evict(uint32_t n, uint64_t short_by, const TaskNode* t, int64_t owner,
+                       std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
+
+  struct Candidate {
+    BufferState* b;
+    int cls;  // 0 invalid, 1 valid elsewhere too, 2 the only valid copy
+    uint64_t last_use;
+  };
+  std::vector<Candidate> candidates;
+  uint64_t coming_home = 0;  // only copies already on their way home, to be freed
+  for (BufferState* b : node.resident) {
+    Replica& r = coherence_.data(*b).replicas[n];
+    if (owner >= 0 && r.owner != owner) continue;
+    if (r.evicting) coming_home += b->bytes();
+    if (r.pins != 0 || r.fetching || r.evicting || uses(t, b)) continue;
+    int cls = !r.valid ? 0 : coherence_.has_other_valid(*b, n) ? 1 : 2;
+    candidates.push_back({b, cls, r.last_use});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& x, const Candidate& y) {
+    return x.cls != y.cls ? x.cls < y.cls : x.last_use < y.last_use;
+  });
+  uint64_t freed = 0;
+  for (const Candidate& c : candidates) {
+    if (freed >= short_by || c.cls == 2) break;
+    freed += c.b->bytes();
+    free_replica(*c.b, n);
+    ++evictions_;
+  }
+  if (freed >= short_by) return true;
+  for (const Candidate& c : candidates) {
+    if (freed + coming_home >= short_by) break;
+    if (c.cls != 2) continue;
+    // Host memory a task holds (a writer about to replace the data) must not be written under it.
+    BufferData& d = coherence_.data(*c.b);
+    const Replica& home = d.replicas[0];
+    if (home.pins != 0 || home.fetching) continue;
+    Replica& r = d.replicas[n];
+    r.evicting = true;
+    ++r.pins;  // the write-back reads it
+    ++r.copies_out;
+    coherence_.set_fetching(*c.b, 0, true);  // host memory is being written: host users wait
+    retain(c.b);
+    copies.push_back({c.b, n, 0, true});
+    coming_home += c.b->bytes();
+  }
+  return false;
+}
+
+// Whatever released pins or freed memory may unblock a task waiting on any node: a write-back
+// skipped because a host writer held the data, a copy that pinned a replica elsewhere. Waiting
+// tasks are few, and a retry that still finds no room just waits again.
+void NodeMemory::take_memory_waiters(std::vector<TaskNode*>& out) {
+  for (NodeState& node : nodes_) {
+    auto& q = node.waiting_for_memory;
+    while (!q.empty()) {
+      out.push_back(q.front());
+      q.pop_front();
+    }
+  }
+}
+
+}  // namespace hcr::detail

@@ -1,0 +1,89 @@
+// Owns each memory node's memory: its limit, allocations, quotas per context, and eviction.
+//
+// Eviction is least-recently-used when a task needs room: invalid and clean replicas first, the
+// only valid copy written home before it goes.
+#pragma once
+
+#include "coherence.hpp"
+
+#include <hcr/plugin.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace hcr::detail {
+
+struct BufferState;
+struct PluginInstance;
+struct TaskNode;
+
+/// One memory node: host memory (node 0) or a device's own.
+struct NodeState {
+  PluginInstance* plugin = nullptr;  // device nodes: the device's plugin instance
+  size_t index = 0;                  // the plugin's device index
+  uint32_t device = 0;               // Device::id
+  std::string name;                  // the device's ("host" for node 0)
+  uint64_t limit = 0, used = 0;
+  // Its plugin was left running at shutdown (a launch that never came back): nothing is asked
+  // of it any more (no copy, no free, no synchronize) and its data counts as lost.
+  bool abandoned = false;
+  std::unordered_set<BufferState*> resident;  // buffers with an allocation here
+  std::vector<uint64_t> owned;  // bytes allocated here per owning context (Replica::owner)
+  std::deque<TaskNode*> waiting_for_memory;
+};
+
+/// The memory nodes. Everything but limit() runs under the data manager's lock.
+class NodeMemory {
+ public:
+  static constexpr uint32_t kMaxNodes = 128;  // the host and DeviceBudget::kOwnMemory devices
+
+  explicit NodeMemory(Coherence& coherence);
+  NodeMemory(const NodeMemory&) = delete;
+  NodeMemory& operator=(const NodeMemory&) = delete;
+
+  /// Appends a device's node (Error(config) past kMaxNodes); returns its number.
+  uint32_t add(NodeState node);
+  uint32_t count() const noexcept { return static_cast<uint32_t>(nodes_.size()); }
+  NodeState& node(uint32_t n) noexcept { return nodes_[n]; }
+  const NodeState& node(uint32_t n) const noexcept { return nodes_[n]; }
+  /// Lock-free: nodes_ never reallocates (reserved for kMaxNodes).
+  uint64_t limit(uint32_t n) const noexcept { return nodes_[n].limit; }
+
+  /// Asks node `n`'s plugin for `bytes`; the plugin's error, or null with `mem` set.
+  hcr_error_t* allocate(uint32_t n, uint64_t bytes, hcr_memory_t*& mem);
+  /// `b`'s replica `r` on node `n` takes the allocation `mem`, counted to context `owner`.
+  void keep(BufferState& b, Replica& r, uint32_t n, hcr_memory_t* mem, uint32_t owner);
+  /// Frees `b`'s allocation on `n` (if any); the replica is invalid after.
+  void free_replica(BufferState& b, uint32_t n) noexcept;
+  /// Bytes context `context` holds on node `n`, made on first use.
+  uint64_t& owned(uint32_t n, uint32_t context);
+  uint64_t context_bytes(uint32_t n, uint32_t context) const;
+
+  // Frees unpinned replicas on `n` until `need` more bytes fit; starts write-backs of only
+  // copies when that is what it takes. True when the room is there now.
+  bool make_room(uint32_t n, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
+  // The same within a context's memory quota: only that context's replicas are evicted.
+  bool make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t,
+                          std::vector<Copy>& copies);
+  // Whatever released pins or freed memory may unblock a task waiting on any node.
+  void take_memory_waiters(std::vector<TaskNode*>& out);
+
+  /// A replica was freed to make room (or is dead weight): counted in DataCounters::evictions.
+  void count_eviction() noexcept { ++evictions_; }
+  uint64_t evictions() const noexcept { return evictions_; }
+
+ private:
+  // Evicts unpinned replicas on `n` not used by `t` (of context `owner` only, unless it is
+  // negative) until `short_by` bytes are freed or on their way home. True when freed now.
+  bool evict(uint32_t n, uint64_t short_by, const TaskNode* t, int64_t owner,
+             std::vector<Copy>& copies);
+
+  Coherence& coherence_;
+  std::vector<NodeState> nodes_;
+  uint64_t evictions_ = 0;
+};
+
+}  // namespace hcr::detail
