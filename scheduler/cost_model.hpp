@@ -314,7 +314,7 @@ class LinkModel {
 // per architecture and `links.toml`, shared by every process of the host that learns costs. Each
 // save merges into what is on disk under the directory's lock, so that processes saving at once
 // neither corrupt a file nor lose each other's samples, and the models and links of devices
-// absent from this run stay. The directory must be trusted (core/src/files/safe_file.hpp):
+// absent from this run stay. The directory must be trusted (support/files/safe_file.hpp):
 // otherwise learned costs are neither loaded nor saved, with a warning.
 
 /// The largest model or link file read at all: a larger one is skipped with a warning. Of a model

@@ -5,7 +5,7 @@
 #include "tenant/tenant_link.hpp"
 
 #include "buffer_state.hpp"
-#include "files/safe_file.hpp"
+#include "safe_file.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
 #include "units.hpp"
