@@ -1,5 +1,6 @@
 // What every tiled call shares: its name in messages, the checks of its operands, and their
 // partitioning into tiles — all operands or none, joined again if the call fails half way.
+// An installed detail header of hcr::linalg (tile_tasks.hpp includes it); not an API.
 #pragma once
 
 #include <hcr/error.hpp>
