@@ -323,54 +323,37 @@ void keep_fresh(std::vector<double>& fresh, uint32_t& count, double x) {
 }  // namespace
 
 void CostModel::record_energy(Pair& p, uint64_t footprint, double size, double joules) {
-  size_t arch_cells = 0;
-  {
-    std::lock_guard<detail::SpinLock> lock(p.lock);
-    bool added = false;
-    Cell& cell = cell_of(p, footprint, added);
-    cell.size = size;
-    cell.energy.add(joules);
-    if (History::accepts(joules)) keep_fresh(cell.energy_fresh, cell.energy_fresh_count, joules);
-    cell.updated = stamp();
-    p.fits_stale = true;
-    if (added) arch_cells = evict_for(p, footprint);
-  }
-  if (arch_cells > kMaxCellsPerArch) trim(p.arch);
+  record_quantity(p, footprint, size, joules, Quantity::energy);
 }
 
 Prediction CostModel::predict_energy(Pair& p, uint64_t footprint, double size) const {
-  Prediction r;
-  std::lock_guard<detail::SpinLock> lock(p.lock);
-  auto it = p.cells.find(footprint);
-  if (it != p.cells.end() && it->second.energy.size() > 0) {
-    const History& h = it->second.energy;
-    r.seconds = h.estimate();
-    r.spread = h.spread();
-    r.samples = static_cast<uint32_t>(h.size());
-    r.source = Prediction::Source::history;
-    return r;
-  }
-  fresh_fits(p);
-  if (p.energy_fit.valid) {
-    r.seconds = p.energy_fit(size);
-    r.spread = p.energy_fit.rel_error * r.seconds;
-    r.source = Prediction::Source::regression;
-  }
-  return r;
+  return predict_quantity(p, footprint, size, Quantity::energy);
 }
 
 void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds) {
+  record_quantity(p, footprint, size, seconds, Quantity::time);
+}
+
+Prediction CostModel::predict(Pair& p, uint64_t footprint, double size) const {
+  return predict_quantity(p, footprint, size, Quantity::time);
+}
+
+void CostModel::record_quantity(Pair& p, uint64_t footprint, double size, double x, Quantity q) {
+  const bool time = q == Quantity::time;
   size_t arch_cells = 0;
   {
     std::lock_guard<detail::SpinLock> lock(p.lock);
     bool added = false;
     Cell& cell = cell_of(p, footprint, added);
     cell.size = size;
-    cell.history.add(seconds);
+    (time ? cell.history : cell.energy).add(x);
     // Not in any file yet: the next save adds it.
-    if (History::accepts(seconds)) keep_fresh(cell.fresh, cell.fresh_count, seconds);
+    if (History::accepts(x)) {
+      if (time) keep_fresh(cell.fresh, cell.fresh_count, x);
+      else keep_fresh(cell.energy_fresh, cell.energy_fresh_count, x);
+    }
     cell.updated = stamp();
-    p.total.fetch_add(1, std::memory_order_relaxed);
+    if (time) p.total.fetch_add(1, std::memory_order_relaxed);  // samples() counts durations
     p.fits_stale = true;
     // A new footprint: the pair's least recently updated one goes beyond the kernel's cap, the
     // architecture's beyond its own (trim, outside the pair's lock).
@@ -379,27 +362,33 @@ void CostModel::record(Pair& p, uint64_t footprint, double size, double seconds)
   if (arch_cells > kMaxCellsPerArch) trim(p.arch);
 }
 
-Prediction CostModel::predict(Pair& p, uint64_t footprint, double size) const {
+Prediction CostModel::predict_quantity(Pair& p, uint64_t footprint, double size,
+                                       Quantity q) const {
+  const bool time = q == Quantity::time;
   Prediction r;
   std::lock_guard<detail::SpinLock> lock(p.lock);
   auto it = p.cells.find(footprint);
-  if (it != p.cells.end() && it->second.history.size() > 0) {
-    const History& h = it->second.history;
-    r.seconds = h.estimate();
-    r.spread = h.spread();
-    r.samples = static_cast<uint32_t>(h.size());
-    r.source = Prediction::Source::history;
-    return r;
+  if (it != p.cells.end()) {
+    const History& h = time ? it->second.history : it->second.energy;
+    if (h.size() > 0) {
+      r.seconds = h.estimate();
+      r.spread = h.spread();
+      r.samples = static_cast<uint32_t>(h.size());
+      r.source = Prediction::Source::history;
+      return r;
+    }
   }
   fresh_fits(p);
-  if (p.fit.valid) {
-    r.seconds = p.fit(size);
-    r.spread = p.fit.rel_error * r.seconds;
-    r.samples = p.total.load(std::memory_order_relaxed);
+  const PowerLaw& fit = time ? p.fit : p.energy_fit;
+  if (fit.valid) {
+    r.seconds = fit(size);
+    r.spread = fit.rel_error * r.seconds;
+    if (time) r.samples = p.total.load(std::memory_order_relaxed);  // energy keeps no such count
     r.source = Prediction::Source::regression;
     return r;
   }
-  if (p.cells.size() == 1 && p.cells.begin()->second.history.size() > 0) {
+  // Durations only: energy is predicted from its own history or its fit, never from one size.
+  if (time && p.cells.size() == 1 && p.cells.begin()->second.history.size() > 0) {
     // One size seen: scale it linearly with the data until a second size allows a fit.
     const Cell& only = p.cells.begin()->second;
     if (only.size > 0) {

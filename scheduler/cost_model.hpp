@@ -234,6 +234,11 @@ class CostModel {
   // come (and a file from a clock ahead of ours cannot make new samples look old).
   int64_t stamp() noexcept;
   std::atomic<int64_t> clock_{0};
+  // The two quantities a cell learns, each with its own history, fresh samples and fit: durations
+  // (record, predict) and energy (record_energy, predict_energy) go through the same code.
+  enum class Quantity { time, energy };
+  void record_quantity(Pair& p, uint64_t footprint, double size, double x, Quantity q);
+  Prediction predict_quantity(Pair& p, uint64_t footprint, double size, Quantity q) const;
   static void refit(Pair& p);
   static void fresh_fits(Pair& p);  // refit when samples came since (caller holds p.lock)
 
