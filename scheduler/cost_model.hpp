@@ -234,6 +234,11 @@ class CostModel {
   // come (and a file from a clock ahead of ours cannot make new samples look old).
   int64_t stamp() noexcept;
   std::atomic<int64_t> clock_{0};
+  // The two quantities a cell learns, each with its own history, fresh samples and fit: durations
+  // (record, predict) and energy (record_energy, predict_energy) go through the same code.
+  enum class Quantity { time, energy };
+  void record_quantity(Pair& p, uint64_t footprint, double size, double x, Quantity q);
+  Prediction predict_quantity(Pair& p, uint64_t footprint, double size, Quantity q) const;
   static void refit(Pair& p);
   static void fresh_fits(Pair& p);  // refit when samples came since (caller holds p.lock)
 
@@ -314,7 +319,7 @@ class LinkModel {
 // per architecture and `links.toml`, shared by every process of the host that learns costs. Each
 // save merges into what is on disk under the directory's lock, so that processes saving at once
 // neither corrupt a file nor lose each other's samples, and the models and links of devices
-// absent from this run stay. The directory must be trusted (core/src/files/safe_file.hpp):
+// absent from this run stay. The directory must be trusted (support/files/safe_file.hpp):
 // otherwise learned costs are neither loaded nor saved, with a warning.
 
 /// The largest model or link file read at all: a larger one is skipped with a warning. Of a model

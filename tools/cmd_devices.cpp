@@ -4,7 +4,7 @@
 // down the process that loads it: nothing in-process can catch that. So the listing runs in a
 // child process (this program again: `hcr devices --probe-child FD`) that passes on, through FD,
 // each step the loader announces before it calls into a library ("opening plugin library F",
-// "initialising plugin 'N' from F", ... — plugin_loader.cpp logs them). When the child dies or
+// "initialising plugin 'N' from F", ... — core/src/plugins/ logs them). When the child dies or
 // stops answering, the parent names the library and the step, leaves that library out
 // (HCR_PLUGIN_DISABLE) and lists again; the last listing shows what was left out and why.
 #include "cli.hpp"

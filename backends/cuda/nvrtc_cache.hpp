@@ -32,7 +32,7 @@ struct CompiledProgram {
 /// never read half a file. The directory (and each architecture's below it) must be trusted: owned
 /// by the user or root, writable by nobody else, nor any directory above it unless sticky; an
 /// entry is used only if it is a regular file of the user or root that nobody else may write
-/// (core/src/files/safe_file.hpp). Otherwise kernels are compiled each run, with a warning.
+/// (support/files/safe_file.hpp). Otherwise kernels are compiled each run, with a warning.
 class NvrtcCache {
  public:
   /// `dir` empty: no disk cache. `host` must outlive the cache (it logs through it).

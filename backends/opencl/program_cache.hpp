@@ -5,7 +5,7 @@
 // both succeed. Its binaries are run: the directory must be trusted (owned by the user or root,
 // writable by nobody else, nor any directory above it unless sticky), and an entry is used only
 // if it is a regular file of the user or root that nobody else may write
-// (core/src/files/safe_file.hpp).
+// (support/files/safe_file.hpp).
 #pragma once
 
 #include <cstdint>

@@ -1,17 +1,18 @@
 // Tiled gemm: one task per C tile and k step, on tiles (sub-buffers) of A, B and C. The tiled
 // algorithms are hcr::linalg's (linalg/, which core never depends on); this product without
-// transposes stays in libhcr for the programs that link it alone.
+// transposes stays in libhcr for the programs that link it alone. It partitions its operands as
+// they do (<hcr/detail/operands.hpp>, which hcr::linalg includes: core never depends on linalg).
 #include "buffer_state.hpp"
 
 #include <hcr/blas.hpp>
+#include <hcr/detail/operands.hpp>
 
 #include <string>
-#include <vector>
 
 namespace hcr::blas {
 
 namespace {
-std::string shape(size_t r, size_t c) { return std::to_string(r) + "x" + std::to_string(c); }
+using detail::shape;
 
 // What would stop partitioning an operand, found before any is partitioned: a failure half way
 // would leave the others partitioned, unusable.
@@ -53,24 +54,13 @@ Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>&
   check_operand(rt, *c.state(), "C");
 
   Kernel kernel = rt.kernel(gemm_kernel_name<T>());
-  Buffer<T> ba = a, bb = b, bc = c;
-  std::vector<Buffer<T>*> split;  // joined again if anything below throws
-  Tiles<T> ta, tb, tc;
-  try {
-    ta = ba.partition(tile, tile);
-    split.push_back(&ba);
-    if (b == a) {
-      tb = ta;
-    } else {
-      tb = bb.partition(tile, tile);
-      split.push_back(&bb);
-    }
-    tc = bc.partition(tile, tile);
-    split.push_back(&bc);
-  } catch (...) {
-    for (Buffer<T>* x : split) x->unpartition();
-    throw;
-  }
+  // B the same buffer as A is partitioned once; a failure joins what was partitioned.
+  detail::Operands<T> ops("gemm");
+  const size_t ia = ops.add(a, "A"), ib = ops.add(b, "B"), ic = ops.add(c, "C");
+  ops.partition(tile, kernel);
+  const Tiles<T>& ta = ops.tiles(ia);
+  const Tiles<T>& tb = ops.tiles(ib);
+  const Tiles<T>& tc = ops.tiles(ic);
 
   const size_t kt = ta.cols();
   for (size_t i = 0; i < tc.rows(); ++i)
@@ -82,9 +72,7 @@ Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>&
         Access c_access = (kk == 0 && beta == T(0)) ? Access::write : Access::read_write;
         rt.submit(Task(kernel).read(ta(i, kk)).read(tb(kk, j)).arg(tc(i, j), c_access).param(p));
       }
-  ba.unpartition();
-  if (!(b == a)) bb.unpartition();
-  return bc.unpartition();
+  return ops.join(ic);
 }
 
 template HCR_API Event gemm<float>(Runtime&, const Buffer<float>&, const Buffer<float>&,

@@ -5,7 +5,7 @@
 #include "tenant/tenant_link.hpp"
 
 #include "buffer_state.hpp"
-#include "files/safe_file.hpp"
+#include "safe_file.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
 #include "units.hpp"
@@ -108,7 +108,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
                     (backend.origin.empty() ? std::string() : " (" + backend.origin + ")"));
   // Absolute only, as for search directories: a relative name would load whatever the working
   // directory (perhaps another user's, or a download folder) holds under that name. The loader
-  // then checks the file and every directory leading to it (plugin_loader.cpp, untrusted()).
+  // then checks the file and every directory leading to it (plugins/search.cpp, untrusted()).
   if (!std::filesystem::path(path).is_absolute())
     throw Error(ErrorCode::invalid_argument,
                 "load_plugin: '" + path + "' is not an absolute path (a relative name would be "

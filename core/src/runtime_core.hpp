@@ -19,7 +19,7 @@
 #include "energy/energy_account.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
-#include "plugin_loader.hpp"
+#include "plugins/plugin_loader.hpp"
 #include "trace_recorder.hpp"
 #include "task_node.hpp"
 

@@ -1,8 +1,7 @@
 // The entry points of hcr::linalg: check the arguments (naming the values), partition the
 // operands, submit the tile tasks (tile_tasks.hpp), join the operands again.
-#include "tile_tasks.hpp"
-
 #include <hcr/linalg.hpp>
+#include <hcr/linalg/detail/tile_tasks.hpp>
 
 #include <string>
 

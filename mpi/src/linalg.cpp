@@ -1,11 +1,10 @@
-// hcr::mpi's tiled linear algebra: hcr::linalg's tile algorithms (linalg/src/tile_tasks.hpp) over
-// a sink that submits to a Cluster. Only the shape checks are this file's own: over a Cluster they
-// must run on every rank before anything is submitted, since a task the executor's runtime refused
-// would fail on that rank alone.
+// hcr::mpi's tiled linear algebra: hcr::linalg's tile algorithms
+// (<hcr/linalg/detail/tile_tasks.hpp>) over a sink that submits to a Cluster. Only the shape checks
+// are this file's own: over a Cluster they must run on every rank before anything is submitted,
+// since a task the executor's runtime refused would fail on that rank alone.
 #include <hcr/error.hpp>
+#include <hcr/linalg/detail/tile_tasks.hpp>
 #include <hcr/mpi_linalg.hpp>
-
-#include "tile_tasks.hpp"
 
 #include <string>
 

@@ -3,7 +3,7 @@
 // that refuse FIFOs, devices, links and untrusted entries without blocking, size caps, locks.
 // The tests run as root in CI: another user is uid 12345 (chown works as root); where chown is
 // not allowed they skip.
-#include "../../core/src/files/safe_file.hpp"
+#include "../../support/files/safe_file.hpp"
 #include "../test_support.hpp"
 
 #include <fcntl.h>

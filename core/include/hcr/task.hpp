@@ -15,6 +15,7 @@
 #include <hcr/buffer.hpp>
 #include <hcr/context.hpp>
 #include <hcr/detail/handles.hpp>
+#include <hcr/detail/task_builder.hpp>
 #include <hcr/event.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/types.hpp>
@@ -36,36 +37,16 @@ HCR_API void task_set_context(TaskNode* t, ContextState* context);
 }  // namespace detail
 
 /// A task under construction; Runtime::submit() consumes it. Move-only.
-class HCR_API Task {
+/// read(), write(), read_write(), arg(buffer, mode) and param(value) are its builder
+/// (detail::TaskBuilder, which hcr::mpi::Task shares); each returns the Task.
+class HCR_API Task : public detail::TaskBuilder<Task> {
  public:
   explicit Task(const Kernel& kernel);
   Task(Task&&) noexcept;
   Task& operator=(Task&&) noexcept;
   ~Task();
 
-  template <class T>
-  Task& read(const Buffer<T>& b) {
-    return arg(b.state(), Access::read);
-  }
-  template <class T>
-  Task& write(const Buffer<T>& b) {
-    return arg(b.state(), Access::write);
-  }
-  template <class T>
-  Task& read_write(const Buffer<T>& b) {
-    return arg(b.state(), Access::read_write);
-  }
-  template <class T>
-  Task& arg(const Buffer<T>& b, Access mode) {
-    return arg(b.state(), mode);
-  }
-  /// Appends a scalar parameter (any trivially copyable value); kernels read them in order.
-  template <class T>
-  Task& param(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T>, "parameters are copied bytewise");
-    detail::task_add_param(node_or_throw("Task::param"), &value, sizeof(T), alignof(T));
-    return *this;
-  }
+  using detail::TaskBuilder<Task>::arg;
   /// Appends a parameter given as `size` bytes aligned to `align` (for layers that forward the
   /// parameters of a task they build, such as hcr::mpi); the same as param() of that value.
   Task& param_bytes(const void* data, size_t size, size_t align) {

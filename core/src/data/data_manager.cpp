@@ -6,7 +6,7 @@
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
 #include "../log_internal.hpp"
-#include "../plugin_loader.hpp"
+#include "../plugins/plugin_loader.hpp"
 
 #include <hcr/error.hpp>
 

@@ -5,7 +5,7 @@
 
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
-#include "../plugin_loader.hpp"
+#include "../plugins/plugin_loader.hpp"
 
 #include <hcr/error.hpp>
 

@@ -7,7 +7,7 @@
 
 #include "../buffer_state.hpp"
 #include "../log_internal.hpp"
-#include "../plugin_loader.hpp"
+#include "../plugins/plugin_loader.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -12,7 +12,7 @@
 #include "../energy/energy_account.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"
-#include "../plugin_loader.hpp"
+#include "../plugins/plugin_loader.hpp"
 #include "../trace_recorder.hpp"
 
 #include <hcr/trace.hpp>

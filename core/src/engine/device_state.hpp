@@ -4,7 +4,7 @@
 
 #include "landed_tasks.hpp"
 #include "../launch_slots.hpp"
-#include "../plugin_loader.hpp"
+#include "../plugins/plugin_loader.hpp"
 
 #include <hcr/detail/spin_lock.hpp>
 #include <hcr/device.hpp>

@@ -105,29 +105,13 @@ class ClusterImpl;
 /// A task of the distributed graph under construction (hcr::Task's builder, plus on_rank).
 /// Cheap: arguments and parameters live inline (up to 8 and 256 bytes), so a rank that skips the
 /// task allocates nothing.
-class HCR_MPI_API Task {
+class HCR_MPI_API Task : public hcr::detail::TaskBuilder<Task> {
  public:
   explicit Task(const Kernel& kernel) : kernel_(kernel) {}
 
-  template <class T>
-  Task& read(const Buffer<T>& b) {
-    return arg(b.state(), Access::read);
-  }
-  template <class T>
-  Task& write(const Buffer<T>& b) {
-    return arg(b.state(), Access::write);
-  }
-  template <class T>
-  Task& read_write(const Buffer<T>& b) {
-    return arg(b.state(), Access::read_write);
-  }
+  // read(), write(), read_write(), arg(buffer, mode) and param(value): hcr::Task's builder.
+  using hcr::detail::TaskBuilder<Task>::arg;
   Task& arg(hcr::detail::BufferState* b, Access mode);
-  /// A scalar parameter (trivially copyable), as hcr::Task::param.
-  template <class T>
-  Task& param(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T>, "parameters are copied bytewise");
-    return param_bytes(&value, sizeof(T), alignof(T));
-  }
   Task& param_bytes(const void* data, size_t size, size_t align);
   Task& priority(int p) noexcept {
     priority_ = p;

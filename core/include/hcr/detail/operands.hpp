@@ -1,15 +1,16 @@
-// What every tiled call shares: its name in messages, the checks of its operands, and their
-// partitioning into tiles — all operands or none, joined again if the call fails half way.
+/// \file operands.hpp
+/// Internals of the tiled calls (hcr::blas::gemm here, hcr::linalg's): the operands' shapes in
+/// messages and their partitioning into tiles, all operands or none. Not an API.
 #pragma once
 
+#include <hcr/buffer.hpp>
 #include <hcr/error.hpp>
-#include <hcr/linalg.hpp>
 #include <hcr/task.hpp>
 
 #include <string>
 #include <vector>
 
-namespace hcr::linalg::detail {
+namespace hcr::detail {
 
 inline std::string shape(size_t rows, size_t cols) {
   return std::to_string(rows) + "x" + std::to_string(cols);
@@ -17,13 +18,6 @@ inline std::string shape(size_t rows, size_t cols) {
 template <class T>
 std::string shape(const Buffer<T>& b) {
   return shape(b.rows(), b.cols());
-}
-
-/// The built-in kernel `op` for T: "potrf" -> "potrf_f32".
-template <class T>
-std::string kernel_name(const char* op) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
-  return std::string(op) + (std::is_same_v<T, float> ? "_f32" : "_f64");
 }
 
 /// The operands of one call (`fn`, "linalg::potrf"), checked, then partitioned into tiles.
@@ -137,4 +131,4 @@ class Operands {
   std::vector<Part> parts_;
 };
 
-}  // namespace hcr::linalg::detail
+}  // namespace hcr::detail

@@ -1,10 +1,10 @@
 // The tiled algorithms as loops of tile tasks over partitioned operands: what the entry points of
-// linalg.cpp run once their operands are checked and partitioned.
+// linalg.cpp run once their operands are checked and partitioned. An installed detail header
+// (header-only, hcr::linalg's internals): hcr::mpi includes it for its own sink; not an API.
 #pragma once
 
-#include "tiling.hpp"
-
 #include <hcr/builtin_params.h>
+#include <hcr/linalg/detail/tiling.hpp>
 
 #include <optional>
 #include <vector>
