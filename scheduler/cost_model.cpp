@@ -290,9 +290,9 @@ CostModel::Pair* CostModel::pair(const std::string& kernel, const std::string& a
 
 // The power-law fits are made again when they are read after new samples (fresh_fits), not at
 // every sample: a refit walks every cell of the pair and runs a 40-step search over them, which,
-// once a model had accumulated a few dozen sizes, cost a worker tens of microseconds per task
-// under the pair's lock (a tiled Cholesky of 6000 tasks ran 20% slower on such a model than on a
-// fresh one). Predictions from a cell's own history, the common case, never need them.
+// once a model has accumulated a few dozen sizes, would cost a worker tens of microseconds per
+// task under the pair's lock. Predictions from a cell's own history, the common case, never need
+// them.
 void CostModel::fresh_fits(Pair& p) {
   if (!p.fits_stale) return;
   p.fits_stale = false;

@@ -119,6 +119,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
                        {p.api, p.handle, rec.index, std::max<uint32_t>(1, d.info.concurrency),
                         p.idle_watts, p.busy_watts, d.info.name},
                        now());
+    if (energy_.active()) observers_.attach(&energy_share_, 0);
     health_.joined(d.info.id);
     devices_.append(std::move(ds),
                     d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node));
@@ -136,14 +137,14 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   policy_owner_->attach(view_);
   placement_.set_policy(policy_owner_.get());
   const bool timing = policy_owner_->wants_timing();
-  timing_.store(timing, std::memory_order_relaxed);
-  completion_.set_energy_policy(policy_owner_->wants_energy());
+  if (timing) time_executions();
+  energy_share_.set_policy_learns(policy_owner_->wants_energy());
   // Plugins measure execution (two clock reads per task) only when something uses it.
   launch_flags_.store((timing || config_.counters) ? HCR_LAUNCH_MEASURE : 0u,
                       std::memory_order_relaxed);
   placement_.measure_decisions(timing || config_.counters);
   for (const ContextConfig& c : config_.contexts) make_context(c);
-  if (!config_.trace_file.empty() || !config_.gantt_file.empty()) trace_.start();
+  if (!config_.trace_file.empty() || !config_.gantt_file.empty()) begin_trace();
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
                                     << pol()->name() << "'");

@@ -93,7 +93,7 @@ bool RuntimeCore::may_wait_for_room() const noexcept {
 
 void RuntimeCore::left_scheduling(DeviceState& d) noexcept {
   placement_.take_back(d.info.id);
-  driver_.hand_back_landed(d);
+  driver_.give_back_landed(d);
 }
 
 void RuntimeCore::back_in_scheduling(DeviceState& d) noexcept { driver_.pump(d); }
@@ -277,16 +277,27 @@ RuntimeStats RuntimeCore::stats() const {
   }
   context_stats(s);
   tenant_stats(s);
-  completion_.accuracy(s.accuracy);
+  accuracy_.report(s.accuracy);
   return s;
 }
 
-void RuntimeCore::start_trace() {
+void RuntimeCore::time_executions() noexcept {
+  timing_.store(true, std::memory_order_relaxed);
+  observers_.attach(&accuracy_, AttemptObservers::kTimes | AttemptObservers::kPrediction);
+}
+
+void RuntimeCore::begin_trace() {
   trace_.start();
+  observers_.attach(&task_trace_, AttemptObservers::kTimes);
+}
+
+void RuntimeCore::start_trace() {
+  begin_trace();
   energy_.record_power(true);
 }
 
 void RuntimeCore::stop_trace() {
+  observers_.detach(&task_trace_);
   trace_.stop();
   energy_.record_power(false);
 }

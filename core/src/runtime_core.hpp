@@ -2,6 +2,7 @@
 #pragma once
 
 #include "contexts/context_state.hpp"
+#include "engine/attempt_observers.hpp"
 #include "data/data_manager.hpp"
 #include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
@@ -17,6 +18,9 @@
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
 #include "energy/energy_account.hpp"
+#include "observers/energy_share.hpp"
+#include "observers/prediction_accuracy.hpp"
+#include "observers/task_trace.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
 #include "plugins/plugin_loader.hpp"
@@ -91,7 +95,7 @@ class RuntimeCore final : public GraphStages,
   /// for a device it loses is placed again.
   void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
   /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
-  void place(TaskNode* t) noexcept override { placement_.ready(t); }
+  void place_again(TaskNode* t) noexcept override { placement_.place(t); }
   // HealthListener: a device left scheduling, or came back.
   void left_scheduling(DeviceState& d) noexcept override;
   void back_in_scheduling(DeviceState& d) noexcept override;
@@ -145,7 +149,7 @@ class RuntimeCore final : public GraphStages,
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
   // GraphStages: what the task graph hands on.
-  void ready(TaskNode* t) noexcept override { placement_.ready(t); }
+  void ready(TaskNode* t) noexcept override { placement_.place(t); }
   void waiting_with_inputs(TaskNode* t,
                            std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
@@ -201,7 +205,7 @@ class RuntimeCore final : public GraphStages,
   void check_wait(const TaskNode* target) const;
 
  private:
-  // Appends p's devices (construction, hot-plug under add_mutex_), publishing each by ndev_.
+  // Appends p's devices (construction, hot-plug under add_mutex_), publishing each in turn.
   void add_devices(PluginInstance& p);
   // PlacementStages: feeds device d (its driver).
   uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
@@ -245,11 +249,20 @@ class RuntimeCore final : public GraphStages,
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
   TraceRecorder trace_;
-  DeviceDriver driver_{devices_, placement_, data_,  launches_,     completion_,
-                       trace_,   launch_flags_, timing_};
-  Completion completion_{{devices_, placement_, driver_, health_, data_, graph_, host_, energy_,
-                          trace_, timing_, [this] { return now(); },
-                          [this](uint32_t id) { return kernel_name(id); }}};
+  // Features that watch attempts end attach here while they are on (engine/attempt_observers.hpp).
+  AttemptObservers observers_;
+  TaskTrace task_trace_{trace_};                      // while a trace records
+  PredictionAccuracy accuracy_{[this](uint32_t id) { return kernel_name(id); }};  // timing on
+  EnergyShare energy_share_{energy_, placement_, [this] { return now(); },        // figures known
+                            [this](uint32_t id) { return kernel_name(id); }};
+  // The policy learns execution times from now on: start times are taken, predictions checked.
+  void time_executions() noexcept;
+  // Starts recording a trace (its task bars included).
+  void begin_trace();
+  DeviceDriver driver_{devices_,  placement_,    data_,  launches_, completion_,
+                       observers_, launch_flags_, timing_};
+  Completion completion_{
+      {devices_, placement_, driver_, health_, data_, graph_, host_, observers_, timing_}};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   std::weak_ptr<RuntimeCore> self_;
 

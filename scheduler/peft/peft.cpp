@@ -18,11 +18,8 @@ namespace {
 constexpr size_t kWindowTasks = 2048;
 // How much sooner a plan that spreads the window must be predicted to finish than the best single
 // device before it is followed. A spread plan runs later than predicted (copies and orders it does
-// not model), so a smaller predicted gain is no gain. It was 10% while spread plans ran 10-25% over
-// their prediction in dag_bench; since copies waiting in a lane move up for urgent readers, a task
-// waiting for copies no longer holds its device, and graphs are submitted whole (Runtime::pause),
-// pinned HEFT schedules replay within 0.98-1.19 of offline, and 5% gave dag_bench's warm worst
-// over the best single device 1.05 against 1.07-1.08 (median over the reference alike).
+// not model), so a smaller predicted gain is no gain (how the figure was chosen: bench/README.md,
+// dag_bench).
 constexpr double kSpreadGain = 0.05;
 // A device the window plan chose is taken unless the best finishes sooner by more than this
 // fraction of the time from now to the chosen device's finish.

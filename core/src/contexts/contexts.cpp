@@ -108,7 +108,7 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     default_context_ = std::move(def);
     launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
     placement_.measure_decisions(true);
-    timing_.store(true, std::memory_order_relaxed);
+    time_executions();
     placement_.set_policy(context_policy_);
   }
   c->index = static_cast<uint32_t>(contexts_.size());
@@ -183,7 +183,7 @@ void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_
       if (((lost[d / 64] | (grows ? bits[d / 64] : 0)) >> (d % 64)) & 1u)
         for (sched::TaskRef t : context_policy_->drain_context(c.index, d)) again.push_back(t.node());
   }
-  for (TaskNode* t : again) place(t);
+  for (TaskNode* t : again) place_again(t);
   for (uint32_t d = 0, n = device_count(); d < n; ++d)
     if (((gained[d / 64] >> (d % 64)) & 1u) && usable(d)) pump(devices_[d]);
 }

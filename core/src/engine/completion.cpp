@@ -7,19 +7,14 @@
 #include "placement.hpp"
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
-#include "../contexts/context_state.hpp"
 #include "../data/data_manager.hpp"
-#include "../energy/energy_account.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"
 #include "../plugins/plugin_loader.hpp"
-#include "../trace_recorder.hpp"
 
-#include <hcr/trace.hpp>
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <string>
 
 namespace hcr::detail {
@@ -55,7 +50,7 @@ ErrorCode code_of(const std::exception_ptr& e) {
 
 void Completion::host_task_ready(TaskNode* t) noexcept {
   if (t->transfer_error) {
-    if (!retry_host_copy(t)) finish(t, t->transfer_error);
+    if (!fetch_home_again(t)) finish(t, t->transfer_error);
   } else if (t->kind == TaskKind::join) {
     finish(t, nullptr);
   } else if (t->grant_fn != nullptr) {  // async host access: its callback is called now
@@ -66,7 +61,7 @@ void Completion::host_task_ready(TaskNode* t) noexcept {
   }
 }
 
-bool Completion::retry_host_copy(TaskNode* t) noexcept {
+bool Completion::fetch_home_again(TaskNode* t) noexcept {
   uint32_t culprit = 0;
   bool lost = false;
   try {
@@ -89,11 +84,11 @@ bool Completion::retry_host_copy(TaskNode* t) noexcept {
   t->transfer_error = nullptr;
   if (t->data_node >= 0) p_.data.commit(t, false);  // unpins; what is valid elsewhere stays so
   retries_.fetch_add(1, std::memory_order_relaxed);
-  p_.placement.ready(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
+  p_.placement.place(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
   return true;
 }
 
-void Completion::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
+void Completion::failed_before_launch(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
   Launches::disarm(t);  // the launch never reached the plugin: no answer will come for it
   p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
   // A copy another device failed (the source's end of a fetch) is that device's fault: it is
@@ -127,29 +122,8 @@ void Completion::abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noex
   d.failed.fetch_add(1, std::memory_order_relaxed);
   d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   p_.driver.pump(d);
-  if (retry_elsewhere(t, d, code_of(e), what(e))) return;
+  if (place_elsewhere(t, d, code_of(e), what(e))) return;
   finish(t, std::move(e));
-}
-
-void Completion::account_energy(TaskNode* t, DeviceState& d, const hcr_completion_info_t* info,
-                                 double seconds) noexcept {
-  const double joules =
-      info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE ? info->joules : -1;
-  if (!t->footprint_valid) compute_footprint(t);
-  thread_local std::vector<EnergyAccount::Sample> samples;
-  samples.clear();
-  p_.energy.task_done(d.info.id, t->kernel->id, t->footprint, t->size, seconds, joules, p_.now(),
-                    samples);
-  if (!energy_policy_ || samples.empty()) return;
-  if (samples.size() == 1 && samples[0].kernel == t->kernel->id) {  // the task's own share
-    const EnergyAccount::Sample& x = samples[0];
-    p_.placement.policy()->energy(x.kernel, t->kernel->name, x.footprint, x.size, x.device, x.joules);
-    return;
-  }
-  // A measured meter's interval closes with the tasks of several kernels: their names by id.
-  for (const EnergyAccount::Sample& x : samples)
-    p_.placement.policy()->energy(x.kernel, p_.kernel_name(x.kernel), x.footprint, x.size,
-                                  x.device, x.joules);
 }
 
 void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
@@ -159,10 +133,10 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
       info->device_seconds >= 0)
     seconds = measured = info->device_seconds;
-  const bool tracing = p_.trace.on();
+  const uint32_t wants = p_.observers.wants();
   std::chrono::steady_clock::time_point end;
   const bool timing = p_.timing.load(std::memory_order_relaxed);
-  if (timing || tracing) end = std::chrono::steady_clock::now();
+  if (timing || (wants & AttemptObservers::kTimes) != 0) end = std::chrono::steady_clock::now();
   // (A start left unset: timing came on, with the first context, while this launch ran.)
   if (seconds < 0 && timing && t->start.time_since_epoch().count() != 0)
     seconds = std::chrono::duration<double>(end - t->start).count();
@@ -191,36 +165,17 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
                                                 d.info.name + "': " + msg));
     d.failed.fetch_add(1, std::memory_order_relaxed);
   }
-  const double predicted = timing ? p_.placement.policy()->predicted(sched::TaskRef(t)) : -1;
-  if (predicted > 0 && seconds > 0 && !e) record_accuracy(t, d.info.id, predicted, seconds);
-  if (tracing) {
-    RawEvent ev{};
-    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::task);
-    ev.failed = static_cast<bool>(e);
-    ev.a = d.info.id;
-    ev.kernel = t->kernel->id;
-    if (!t->footprint_valid) compute_footprint(t);
-    ev.footprint = t->footprint;
-    ev.bytes = t->bytes;
-    ev.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
-    ev.start_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(t->start.time_since_epoch()).count();
-    // The bar starts when the device began it, if it said how long it took (a launch may wait
-    // in the plugin behind earlier ones).
-    if (measured >= 0)
-      ev.start_ns = std::max(ev.start_ns, ev.end_ns - static_cast<int64_t>(measured * 1e9));
-    ev.predicted = static_cast<float>(predicted);
-    ev.b = static_cast<uint32_t>(t->priority);  // the priority it was ordered by
-    ev.context = t->context != nullptr ? static_cast<uint16_t>(t->context->index) : 0;
-    ev.measured = static_cast<float>(measured);
-    p_.trace.add(ev);
-  }
+  // The prediction is read before completed() ends the policy's bookkeeping of `t`.
+  const double predicted = (wants & AttemptObservers::kPrediction) != 0
+                               ? p_.placement.policy()->predicted(sched::TaskRef(t))
+                               : -1;
   p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, e ? -1.0 : seconds);
-  if (!e && p_.energy.active()) account_energy(t, d, info, seconds);
+  if (wants != 0)
+    p_.observers.notify({t, d, info, measured, seconds, predicted, end, static_cast<bool>(e)});
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   // A failure counts against the device before it is given more work (it may be quarantined):
   // its slot stays taken until then, or another thread's pump could fill it in between.
-  if (e && !t->kernel_threw && retry_elsewhere(t, d, code, msg)) {
+  if (e && !t->kernel_threw && place_elsewhere(t, d, code, msg)) {
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
     p_.driver.pump(d);
     return;
@@ -239,11 +194,11 @@ void Completion::written_through(TaskNode* t, std::exception_ptr error) noexcept
     return;
   }
   DeviceState& d = p_.devices[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
-  if (retry_elsewhere(t, d, code_of(error), what(error))) return;
+  if (place_elsewhere(t, d, code_of(error), what(error))) return;
   finish(t, std::move(error));
 }
 
-bool Completion::retry_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
+bool Completion::place_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
                                   const std::string& why) noexcept {
   if (!device_side(code) || t->data_lost) return false;
   p_.health.note_fault(d, code, why);
@@ -265,7 +220,7 @@ void Completion::place_again(TaskNode* t) noexcept {
   t->device.store(-1, std::memory_order_relaxed);
   if (t->data_node >= 0) p_.data.commit(t, false);  // its inputs stay valid where they were
   retries_.fetch_add(1, std::memory_order_relaxed);
-  p_.placement.ready(t);
+  p_.placement.place(t);
 }
 
 void Completion::give_back(TaskNode* t, DeviceState& d) noexcept {
@@ -293,30 +248,6 @@ void Completion::finish(TaskNode* t, std::exception_ptr e) noexcept {
     }
   }
   p_.graph.close(t);
-}
-
-void Completion::record_accuracy(const TaskNode* t, uint32_t device, double predicted,
-                                  double measured) {
-  const float err = static_cast<float>(std::abs(predicted - measured) / measured * 100.0);
-  std::lock_guard<SpinLock> g(accuracy_lock_);
-  Accuracy& a = accuracy_[{t->kernel->id, device}];
-  if (a.errors.size() < 1024) {
-    a.errors.push_back(err);
-  } else {
-    a.errors[a.next] = err;
-    a.next = (a.next + 1) % a.errors.size();
-  }
-}
-
-
-void Completion::accuracy(std::vector<ModelAccuracy>& out) const {
-  std::lock_guard<SpinLock> g(accuracy_lock_);
-  for (auto& [key, a] : accuracy_) {
-    std::vector<float> e = a.errors;
-    std::nth_element(e.begin(), e.begin() + static_cast<long>(e.size() / 2), e.end());
-    out.push_back({p_.kernel_name(key.first), key.second, e[e.size() / 2],
-                   static_cast<uint32_t>(e.size())});
-  }
 }
 
 }  // namespace hcr::detail

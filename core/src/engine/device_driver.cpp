@@ -5,7 +5,6 @@
 #include "../buffer_state.hpp"
 #include "../data/data_manager.hpp"
 #include "../kernel_state.hpp"
-#include "../trace_recorder.hpp"
 
 #include <hcr/error.hpp>
 
@@ -47,7 +46,7 @@ uint32_t DeviceDriver::pump(DeviceState& d) noexcept {
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
       ++launched;
       if (!launches_.arm(d, t.node())) {
-        stages_.abandon(t.node(), d,
+        stages_.failed_before_launch(t.node(), d,
                 std::make_exception_ptr(Error(
                     ErrorCode::internal,
                     "device '" + d.info.name + "' has " +
@@ -83,7 +82,7 @@ void DeviceDriver::launch(TaskNode* t, DeviceState& d) noexcept {
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
     switch (s) {
       case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
-      case DataManager::Status::failed: stages_.abandon(t, d, t->transfer_error); return;
+      case DataManager::Status::failed: stages_.failed_before_launch(t, d, t->transfer_error); return;
       default: break;
     }
   }
@@ -95,11 +94,11 @@ void DeviceDriver::data_ready(TaskNode* t) noexcept {
     DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
     if (t->transfer_error) {
-      start_kernel(t, d);  // (abandons it)
+      start_kernel(t, d);  // (fails it before launch)
       return;
     }
     // Launched when the window has room (pump), unless the device left scheduling meanwhile:
-    // then, never started, it is placed again as its queued tasks were (hand_back_landed sees it
+    // then, never started, it is placed again as its queued tasks were (give_back_landed sees it
     // in the list, or this sees the state that retire() set before it looked).
     if (d.landed.add(t, [&] {
           return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
@@ -118,7 +117,7 @@ void DeviceDriver::retry_acquire(TaskNode* t) noexcept {
 
 void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   if (t->transfer_error) {
-    stages_.abandon(t, d, t->transfer_error);
+    stages_.failed_before_launch(t, d, t->transfer_error);
     return;
   }
   KernelDevice& kd = t->kernel->devices[d.info.id];
@@ -151,8 +150,8 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   la.params = t->params.data();
   la.params_size = t->params.size();
   la.host_token = t;
-  la.flags =
-      launch_flags_.load(std::memory_order_relaxed) | (trace_.on() ? HCR_LAUNCH_MEASURE : 0u);
+  const bool times = (observers_.wants() & AttemptObservers::kTimes) != 0;
+  la.flags = launch_flags_.load(std::memory_order_relaxed) | (times ? HCR_LAUNCH_MEASURE : 0u);
   // A token, not the task: once done is called, `t` may finish and its node be reused at once.
   void* const token = t->launch_token;
   la.done = &Launches::on_done;
@@ -163,7 +162,7 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.global_size[i] = t->global_size[i];
     la.local_size[i] = t->local_size[i];
   }
-  if (timing_.load(std::memory_order_relaxed) || trace_.on())
+  if (timing_.load(std::memory_order_relaxed) || times)
     t->start = std::chrono::steady_clock::now();
   // From now on the watchdog keeps an eye on this launch, and may end the attempt.
   launches_.watch(token);
@@ -171,7 +170,7 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     Launches::answered(token, err, nullptr, true);  // not `t`: done may have come first
 }
 
-void DeviceDriver::hand_back_landed(DeviceState& d) noexcept {
+void DeviceDriver::give_back_landed(DeviceState& d) noexcept {
   for (TaskNode* t : d.landed.take_all()) stages_.give_back(t, d);
 }
 

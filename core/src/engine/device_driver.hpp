@@ -6,6 +6,7 @@
 // Thread safety: every member may be called from any thread; per device, one pumper at a time.
 #pragma once
 
+#include "attempt_observers.hpp"
 #include "device_table.hpp"
 #include "launches.hpp"
 
@@ -17,13 +18,12 @@ namespace hcr::detail {
 
 class DataManager;
 class Placement;
-class TraceRecorder;
 
 /// Where the driver hands on an attempt that ends before its plugin runs it.
 class DriverStages {
  public:
   /// `t` ends on `d` before reaching the plugin (no memory, a failed copy, no launch slot).
-  virtual void abandon(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept = 0;
+  virtual void failed_before_launch(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept = 0;
   /// `t`, taken by `d` and never launched, goes back to placement (`d` left scheduling).
   virtual void give_back(TaskNode* t, DeviceState& d) noexcept = 0;
   /// A join or host access whose copies home completed.
@@ -35,17 +35,17 @@ class DriverStages {
 
 class DeviceDriver {
  public:
-  /// `launch_flags`: HCR_LAUNCH_MEASURE when someone uses execution times; `timing`: start times
-  /// are taken (the runtime's timing, or a trace).
+  /// `launch_flags`: HCR_LAUNCH_MEASURE when someone uses execution times; `timing`: the policy
+  /// learns them; `observers`: start times are taken too when one wants times.
   DeviceDriver(DeviceTable& devices, Placement& placement, DataManager& data, Launches& launches,
-               DriverStages& stages, const TraceRecorder& trace,
+               DriverStages& stages, const AttemptObservers& observers,
                const std::atomic<uint32_t>& launch_flags, const std::atomic<bool>& timing)
       : devices_(devices),
         placement_(placement),
         data_(data),
         launches_(launches),
         stages_(stages),
-        trace_(trace),
+        observers_(observers),
         launch_flags_(launch_flags),
         timing_(timing) {}
   DeviceDriver(const DeviceDriver&) = delete;
@@ -61,7 +61,7 @@ class DeviceDriver {
   /// Memory may have been freed on the node `t` waits for: its acquire again.
   void retry_acquire(TaskNode* t) noexcept;
   /// `d` left scheduling: the tasks whose copies landed there, never started, go back.
-  void hand_back_landed(DeviceState& d) noexcept;
+  void give_back_landed(DeviceState& d) noexcept;
 
  private:
   void pump_woken() noexcept;
@@ -73,7 +73,7 @@ class DeviceDriver {
   DataManager& data_;
   Launches& launches_;
   DriverStages& stages_;
-  const TraceRecorder& trace_;
+  const AttemptObservers& observers_;
   const std::atomic<uint32_t>& launch_flags_;
   const std::atomic<bool>& timing_;
 };

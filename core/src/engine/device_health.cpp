@@ -25,7 +25,7 @@ void HealthKeeper::place_parked() noexcept {
     std::lock_guard<std::mutex> g(parked_mutex_);
     again.swap(parked_);
   }
-  for (TaskNode* t : again) listener_.place(t);
+  for (TaskNode* t : again) listener_.place_again(t);
 }
 
 void HealthKeeper::note_fault(DeviceState& d, ErrorCode code, const std::string& why) noexcept {
@@ -120,7 +120,7 @@ bool HealthKeeper::set_withheld(DeviceState& d, bool withheld) noexcept {
     again.swap(parked_);
   }
   HCR_LOG(debug, "device '" << d.info.name << "' given back (node arbiter)");
-  for (TaskNode* t : again) listener_.place(t);
+  for (TaskNode* t : again) listener_.place_again(t);
   if (d.status.load(std::memory_order_relaxed) == DeviceState::kActive)
     listener_.back_in_scheduling(d);
   return true;
@@ -143,7 +143,7 @@ bool HealthKeeper::park(TaskNode* t, uint32_t count,
       return withheld_could;
     }
   }
-  listener_.place(t);  // a device came back meanwhile
+  listener_.place_again(t);  // a device came back meanwhile
   return true;
 }
 

@@ -30,7 +30,7 @@ class HealthListener {
   /// Device `d` takes work again: it is fed.
   virtual void back_in_scheduling(DeviceState& d) noexcept = 0;
   /// A parked task: to placement again.
-  virtual void place(TaskNode* t) noexcept = 0;
+  virtual void place_again(TaskNode* t) noexcept = 0;
   /// Seconds on the runtime's clock (fault windows).
   virtual double now() const noexcept = 0;
 

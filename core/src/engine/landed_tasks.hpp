@@ -1,6 +1,6 @@
 // The tasks a device took whose copies have landed, waiting for room in its window (FIFO): they
-// are handed to the plugin first when room comes (RuntimeCore::pump), or placed again when the
-// device leaves scheduling (RuntimeCore::hand_back_landed).
+// are handed to the plugin first when room comes (DeviceDriver::pump), or given back when the
+// device leaves scheduling (DeviceDriver::give_back_landed).
 #pragma once
 
 #include <hcr/detail/spin_lock.hpp>

@@ -50,7 +50,7 @@ void Placement::place_together(std::vector<TaskNode*> now) noexcept {
   std::vector<char> ours(n, 0);
   for (size_t d = 0; d < n; ++d)
     ours[d] = !devices_[d].pumping.exchange(true, std::memory_order_seq_cst);
-  for (TaskNode* t : now) ready(t);
+  for (TaskNode* t : now) place(t);
   for (size_t d = 0; d < n; ++d) {
     if (!ours[d]) continue;
     devices_[d].pumping.store(false, std::memory_order_seq_cst);
@@ -58,7 +58,7 @@ void Placement::place_together(std::vector<TaskNode*> now) noexcept {
   }
 }
 
-void Placement::ready(TaskNode* t) noexcept {
+void Placement::place(TaskNode* t) noexcept {
   ReadyList& rl = tl_ready;
   if (rl.active) {
     rl.items.emplace_back(this, t);
@@ -107,9 +107,9 @@ void Placement::dispatch(TaskNode* t) noexcept {
     return;
   }
   // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
-  // the offers below still read it: a reference of ours keeps it until we are done. (TSan: can_run
-  // read a node that another thread had meanwhile reused for a new task.) Finishing gives the
-  // task's buffers up, so the inputs to prefetch are taken, with references, before the push.
+  // the offers below still read it: a reference of ours keeps it until we are done (its node could
+  // otherwise be reused for a new task under us). Finishing gives the task's buffers up, so the
+  // inputs to prefetch are taken, with references, before the push.
   const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
   boost::container::small_vector<Ref<BufferState>, 3> inputs;
   if (data_.active() && prefetch_)
@@ -158,7 +158,7 @@ void Placement::dispatch(TaskNode* t) noexcept {
 
 
 void Placement::take_back(uint32_t d) noexcept {
-  for (sched::TaskRef q : policy()->drain(d)) ready(q.node());
+  for (sched::TaskRef q : policy()->drain(d)) place(q.node());
 }
 
 void Placement::move_ahead(TaskNode* t, std::span<const Ref<BufferState>> inputs) noexcept {

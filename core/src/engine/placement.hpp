@@ -66,7 +66,7 @@ class Placement {
   }
 
   /// `t` waits for nothing any more: placed now, or after what this thread places already.
-  void ready(TaskNode* t) noexcept;
+  void place(TaskNode* t) noexcept;
   /// Tasks made ready at once (a resume): the policy hears of them together, and they are
   /// placed highest priority first while no device takes work, so each device starts the most
   /// urgent of what it was given.
