@@ -99,7 +99,8 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DHCR_BUILD_BENCH=OFF -DHCR_BUILD_SAMPLES=OFF)
 
 # The ThreadSanitizer subset: the tests whose work crosses threads. Dependency tracking
-# (dependency_test, and stress_test: 8 submitting threads, scaled by HCR_STRESS_TASKS), the runtime
+# (dependency_test, and stress_test: 8 submitting threads, scaled by HCR_STRESS_TASKS), commute
+# runs (commute_test: buffers handed from task to task as they end), the runtime
 # and its host access (runtime_test, buffer_test, kernel_test), pause and resume (pause_test: held
 # tasks let go while devices complete others), scheduling contexts (context_test: the context
 # policy's arbitration, resizing while tasks run, a reserve's lapse timer), the data manager
@@ -113,7 +114,7 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 # in CI), and the hcr::mpi tests (label mpi: Open MPI's uninstrumented progress and shared-memory
 # transport threads; the layer's own threading meets TSan through buffer_test's async accesses).
 # The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
-tsan_tests=(dependency_test stress_test runtime_test pause_test context_test buffer_test kernel_test
+tsan_tests=(dependency_test stress_test commute_test runtime_test pause_test context_test buffer_test kernel_test
   data_test resilience_test hotplug_test policies_test peft_test cpu_backend_test sim_backend_test
   arbitration_test arbiter_socket_test arbiter_trust_test withheld_device_test)
 

@@ -50,6 +50,8 @@ BufferState::~BufferState() {
   }
   if (last_writer) release(last_writer);
   for (TaskNode* r : readers) release(r);
+  for (TaskNode* c : commuters) release(c);
+  for (const Before& x : before_run) release(x.task);
   if (parent) {  // forget us in the parent's grid (it holds plain pointers)
     parent->lock.lock();
     for (BufferState*& slot : parent->tiles)
@@ -259,6 +261,11 @@ Ref<TaskNode> buffer_unpartition(BufferState* b) {
   b->partitioned = false;
   for (TaskNode* r : b->readers) release(r);
   b->readers.clear();
+  for (TaskNode* c : b->commuters) release(c);  // (the partition's join closed any run)
+  b->commuters.clear();
+  for (const BufferState::Before& x : b->before_run) release(x.task);
+  b->before_run.clear();
+  b->run_open = false;
   if (b->last_writer) release(b->last_writer);
   b->last_writer = join;
   b->lock.unlock();

@@ -41,6 +41,24 @@ struct BufferState {
   TaskNode* last_writer = nullptr;
   boost::container::small_vector<TaskNode*, 4> readers;
   size_t prune_readers_at = 16;  // list length at which finished readers are next dropped
+  // A run of commute accesses (task_graph.cpp), under `lock`, references held. While the run is
+  // open (the last access was commute), `before_run` is what came before it, which each task
+  // joining the run waits for, and last_writer and readers are empty. Once another access closes
+  // it, `commuters` are the writers that later accesses wait for (last_writer stays empty until
+  // the next write). Both empty: no run.
+  struct Before {
+    TaskNode* task;
+    bool data;  // it wrote the buffer: its failure is the run's
+  };
+  boost::container::small_vector<TaskNode*, 2> commuters;
+  boost::container::small_vector<Before, 2> before_run;
+  bool run_open = false;
+  size_t prune_commuters_at = 16;
+  // Mutual exclusion among the tasks of a run (engine/commute_locks.hpp), under `lock`: the task
+  // that holds the buffer, and those waiting for it, first to last (TaskNode::commute_next).
+  TaskNode* commute_holder = nullptr;
+  TaskNode* commute_first = nullptr;
+  TaskNode* commute_last = nullptr;
 
   // Partition state, guarded by `lock`. The tiles hold their parent; the parent knows them by
   // plain pointer only (a tile's destructor clears its slot), so no reference cycle forms.
@@ -68,12 +86,13 @@ inline std::string describe(const BufferState& b) {
          std::to_string(b.parent->rows) + "x" + std::to_string(b.parent->cols) + " buffer";
 }
 
-/// "read", "write", "read_write".
+/// "read", "write", "read_write", "commute".
 inline const char* access_name(Access a) noexcept {
   switch (a) {
     case Access::read: return "read";
     case Access::write: return "write";
     case Access::read_write: return "read_write";
+    case Access::commute: return "commute";
   }
   return "?";
 }

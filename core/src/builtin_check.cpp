@@ -127,7 +127,7 @@ class Checker {
              ", but the kernel reads it: pass it read");
       if (o.use == Use::overwrite && !writes(mode))
         fail(which(i) + " is passed read, but the kernel writes it: pass it write or read_write");
-      if (o.use == Use::update && mode != Access::read_write)
+      if (o.use == Use::update && !(reads(mode) && writes(mode)))  // read_write or commute
         fail(which(i) + " is passed " + access_name(mode) + ", but the kernel " +
              (spec_.op == BuiltinOp::gemm ? "reads it (beta is not 0) and writes it"
               : spec_.op == BuiltinOp::syrk

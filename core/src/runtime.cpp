@@ -424,10 +424,12 @@ void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
     return std::string("Task::") + access_name(mode) + ": argument " +
            std::to_string(t->args.size());
   };
-  if (mode != Access::read && mode != Access::write && mode != Access::read_write)
+  if (mode != Access::read && mode != Access::write && mode != Access::read_write &&
+      mode != Access::commute)
     throw Error(ErrorCode::invalid_argument,
                 "Task::arg: argument " + std::to_string(t->args.size()) + ": access mode " +
-                    std::to_string(static_cast<int>(mode)) + " is not read, write or read_write");
+                    std::to_string(static_cast<int>(mode)) +
+                    " is not read, write, read_write or commute");
   if (b == nullptr) throw Error(ErrorCode::invalid_argument, call() + " is an empty Buffer handle");
   if (b->rt.get() != t->rt) {
     if (!b->rt->alive())

@@ -75,6 +75,13 @@ struct TaskNode {
   uint64_t global_size[3] = {0, 0, 0};  // Task::grid()
   uint32_t local_size[3] = {0, 0, 0};   // Task::block()
   boost::container::small_vector<TaskNode*, 1> after;  // explicit dependencies (references)
+  // Commute accesses (engine/commute_locks.hpp): it has some; it holds all their buffers (from
+  // placement to its end); the buffer whose waiting list it is on, and its next there (both
+  // under that buffer's lock).
+  bool commutes = false;
+  bool commute_held = false;
+  BufferState* commute_waiting = nullptr;
+  TaskNode* commute_next = nullptr;
 
   // Successors, guarded by `lock`; `finished` and `failed` flip under it exactly once.
   SpinLock lock;

@@ -14,7 +14,7 @@ from . import linalg as linalg
 
 __version__: str
 
-AccessMode = Literal["read", "write", "read_write", "r", "w", "rw"]
+AccessMode = Literal["read", "write", "read_write", "r", "w", "rw", "commute"]
 DTypeLike = Union[str, npt.DTypeLike]
 ConfigLike = Union[None, str, os.PathLike[str], Mapping[str, Any]]
 ParamLike = Union["Param", float, int, bytes, bytearray, np.generic]
@@ -186,8 +186,10 @@ class Runtime:
                read_writes: Sequence[BufferLike] | None = None,
                params: Sequence[ParamLike] | None = None, priority: int | None = None,
                after: Event | Sequence[Event] | None = None, on: int | None = None,
-               grid: Extents | None = None, block: Extents | None = None) -> Event:
-        """Submits a task (buffer arguments: reads, then writes, then read_writes)."""
+               grid: Extents | None = None, block: Extents | None = None,
+               commutes: Sequence[BufferLike] | None = None) -> Event:
+        """Submits a task (buffer arguments: reads, then writes, then read_writes, then commutes:
+        updated one task at a time, in whichever order tasks commuting on them become ready)."""
     def wait_all(self) -> None:
         """Blocks, without the interpreter lock, until every task submitted before has finished."""
     def pause(self) -> None: ...
@@ -288,6 +290,8 @@ class Task:
     def read(self, buffer: BufferLike) -> Task: ...
     def write(self, buffer: BufferLike) -> Task: ...
     def read_write(self, buffer: BufferLike) -> Task: ...
+    def commute(self, buffer: BufferLike) -> Task:
+        """Updates the buffer in place, in any order among neighbouring commute tasks on it."""
     def arg(self, buffer: BufferLike, mode: AccessMode) -> Task: ...
     def param(self, value: ParamLike) -> Task: ...
     def priority(self, priority: int) -> Task: ...

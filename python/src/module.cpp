@@ -64,13 +64,15 @@ hcr::Access access_from_string(const std::string& mode) {
   if (mode == "read" || mode == "r") return hcr::Access::read;
   if (mode == "write" || mode == "w") return hcr::Access::write;
   if (mode == "read_write" || mode == "rw") return hcr::Access::read_write;
-  throw_invalid("access mode '" + mode + "': use 'read', 'write' or 'read_write'");
+  if (mode == "commute") return hcr::Access::commute;
+  throw_invalid("access mode '" + mode + "': use 'read', 'write', 'read_write' or 'commute'");
 }
 
 const char* access_name(hcr::Access a) noexcept {
   switch (a) {
     case hcr::Access::read: return "read";
     case hcr::Access::write: return "write";
+    case hcr::Access::commute: return "commute";
     default: return "read_write";
   }
 }

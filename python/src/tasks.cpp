@@ -441,10 +441,11 @@ void stop_waiters() { waiters().stop(); }
 py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle what,
                        py::handle reads, py::handle writes, py::handle read_writes,
                        py::handle params, py::handle priority, py::handle after, py::handle on,
-                       py::handle grid, py::handle block) {
+                       py::handle grid, py::handle block, py::handle commutes) {
   if (py::isinstance<TaskObj>(what)) {
     TaskObj& t = py::cast<TaskObj&>(what);
-    if (!reads.is_none() || !writes.is_none() || !read_writes.is_none() || !params.is_none() ||
+    if (!reads.is_none() || !writes.is_none() || !read_writes.is_none() || !commutes.is_none() ||
+        !params.is_none() ||
         !priority.is_none() || !after.is_none() || !on.is_none() || !grid.is_none() ||
         !block.is_none())
       throw_invalid("submit: a Task carries its own arguments: pass it alone");
@@ -469,6 +470,8 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
   if (!read_writes.is_none())
     for (py::handle b : read_writes)
       made.push_back(add_arg(task, holder, b, hcr::Access::read_write));
+  if (!commutes.is_none())
+    for (py::handle b : commutes) made.push_back(add_arg(task, holder, b, hcr::Access::commute));
   size_t n = 0;
   if (!params.is_none())
     for (py::handle v : params) add_param_checked(task, *k.info, v, n++);
@@ -648,6 +651,14 @@ Each method returns the task. Runtime.submit consumes it.)doc")
           [](py::object self, py::object b) {
             TaskObj& t = py::cast<TaskObj&>(self);
             t.buffers.push_back(add_arg(t.get("read_write"), t.holder, b, hcr::Access::read_write));
+            return self;
+          },
+          py::arg("buffer"))
+      .def(
+          "commute",
+          [](py::object self, py::object b) {
+            TaskObj& t = py::cast<TaskObj&>(self);
+            t.buffers.push_back(add_arg(t.get("commute"), t.holder, b, hcr::Access::commute));
             return self;
           },
           py::arg("buffer"))

@@ -295,3 +295,20 @@ def test_arrays_given_to_tasks_are_wrapped(rt):
         rt.submit(fill, writes=[ro], params=[0.0])
     with pytest.raises(hcr.InvalidArgumentError, match="expected an hcr.Buffer, got list"):
         rt.submit(fill, writes=[[1.0]], params=[0.0])
+
+
+def test_commute_updates_count_once_each_and_reads_after_see_them(rt):
+    # commutes=[acc] and Task.commute: updated one task at a time, in any order; a read after the
+    # run waits for all of it.
+    acc = rt.buffer(1, "f64")
+    seen = rt.buffer(1, "f64")
+    inc = rt.kernel("inc").cpu(lambda a: a.__iadd__(1))
+    copy = rt.kernel("copy").cpu(lambda src, dst: dst.__setitem__(slice(None), src))
+    for _ in range(10):
+        rt.submit(inc, commutes=[acc])
+    for _ in range(5):
+        rt.submit(hcr.Task(inc).commute(acc))
+    rt.submit(copy, reads=[acc], writes=[seen])
+    rt.submit(hcr.Task(inc).arg(acc, "commute")).result()
+    assert seen.to_numpy().tolist() == [15.0]
+    assert acc.to_numpy().tolist() == [16.0]

@@ -9,7 +9,9 @@
 ///
 /// Dependencies are implicit from access order (a read waits for the last writer; a write waits
 /// for the last writer and the readers since) and can be added with after(). A task whose input
-/// was produced by a failed task fails too, with ErrorCode::dependency.
+/// was produced by a failed task fails too, with ErrorCode::dependency. Tasks that commute() on
+/// a buffer one after another wait for what came before them, not for each other: they run one
+/// at a time, in whichever order they become ready, and the next other access waits for them all.
 #pragma once
 
 #include <hcr/buffer.hpp>
@@ -37,7 +39,7 @@ HCR_API void task_set_context(TaskNode* t, ContextState* context);
 }  // namespace detail
 
 /// A task under construction; Runtime::submit() consumes it. Move-only.
-/// read(), write(), read_write(), arg(buffer, mode) and param(value) are its builder
+/// read(), write(), read_write(), commute(), arg(buffer, mode) and param(value) are its builder
 /// (detail::TaskBuilder, which hcr::mpi::Task shares); each returns the Task.
 class HCR_API Task : public detail::TaskBuilder<Task> {
  public:

@@ -58,14 +58,27 @@ HCR_API size_t dtype_size(DType t) noexcept;
 /// "f32", "f64", ...
 HCR_API std::string_view dtype_name(DType t) noexcept;
 
-/// How a task uses a buffer. Values match hcr_access_t.
+/// How a task uses a buffer. read, write and read_write match hcr_access_t.
+///
+/// `commute` is a read_write whose order among its neighbours does not matter (StarPU's
+/// STARPU_RW | STARPU_COMMUTE): consecutive commute accesses to a buffer, in submission order, all
+/// wait for what came before them but not for each other, and run one at a time in whichever
+/// order they become ready; the next access of another mode waits for all of them. Kernels see a
+/// read_write (HCR_ACCESS_READ_WRITE); host views (Buffer::acquire) do not take it.
 enum class Access : uint8_t {
   read = HCR_ACCESS_READ,
   write = HCR_ACCESS_WRITE,
   read_write = HCR_ACCESS_READ_WRITE,
+  commute = HCR_ACCESS_READ_WRITE | 4,
 };
 inline constexpr bool reads(Access a) noexcept { return (static_cast<int>(a) & 1) != 0; }
 inline constexpr bool writes(Access a) noexcept { return (static_cast<int>(a) & 2) != 0; }
+/// Whether `a` is Access::commute.
+inline constexpr bool commutes(Access a) noexcept { return (static_cast<int>(a) & 4) != 0; }
+/// What a plugin is told of access `a` (commute is a read_write there).
+inline constexpr hcr_access_t abi_access(Access a) noexcept {
+  return static_cast<hcr_access_t>(static_cast<int>(a) & HCR_ACCESS_READ_WRITE);
+}
 
 /// Kind of device. Values match hcr_device_kind_t.
 enum class DeviceKind : uint8_t {

@@ -232,6 +232,8 @@ void Completion::give_back(TaskNode* t, DeviceState& d) noexcept {
 
 void Completion::finish(TaskNode* t, std::exception_ptr e) noexcept {
   if (t->data_node >= 0) p_.data.commit(t, !e);
+  // Its writes committed (or dropped): the next task of a commute run may fetch the buffer.
+  p_.placement.release_commute(t);
   p_.graph.settle(t, e);
   if (t->kind == TaskKind::host_access && t->granted.load(std::memory_order_relaxed) == 0) {
     if (t->grant_fn != nullptr) {  // async: failed before it was granted; the callback is told

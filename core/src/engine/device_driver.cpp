@@ -129,7 +129,7 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     hcr_arg_t x{};
     x.struct_size = HCR_ARG_STRUCT_SIZE;
     x.dtype = static_cast<hcr_dtype_t>(b.dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
+    x.access = abi_access(a.access);
     x.rows = b.rows;
     x.cols = b.cols;
     if (node == 0) {

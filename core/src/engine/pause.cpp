@@ -86,6 +86,8 @@ void Pause::check_not_held(const BufferState& b, Access mode) const {
   auto& buffer = const_cast<BufferState&>(b);  // its frontier, read under its lock
   buffer.lock.lock();
   const TaskNode* blocker = is_held(buffer.last_writer) ? buffer.last_writer : nullptr;
+  for (const TaskNode* c : buffer.commuters)  // a commute run: every access waits for it all
+    if (blocker == nullptr && is_held(c)) blocker = c;
   if (blocker == nullptr && writes(mode))
     for (const TaskNode* r : buffer.readers)
       if (is_held(r)) {

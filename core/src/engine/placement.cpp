@@ -1,6 +1,7 @@
 // Placement (placement.hpp): ready tasks to the policy and on to the devices.
 #include "placement.hpp"
 
+#include "commute_locks.hpp"
 #include "device_health.hpp"
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
@@ -102,9 +103,19 @@ void Placement::dispatch(TaskNode* t) noexcept {
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
-    if (health_.withheld() != 0 && park(t)) return;
+    if (health_.withheld() != 0) {
+      release_commute(t);  // parked, it holds no commute buffer: it takes them again once placed
+      if (park(t)) return;
+    }
     end_.finish(t, no_device_error(*t));
     return;
+  }
+  // Its commute buffers, all or none, before it goes to a device; placed again, it keeps them.
+  if (t->commutes && !t->commute_held) {
+    CommuteResumed resumed;
+    const bool holds = commute_take(t, resumed);
+    for (TaskNode* r : resumed) ready(r);  // (after this one: the thread's ready list)
+    if (!holds) return;  // it waits, holding nothing: placed when handed the buffer
   }
   // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
   // the offers below still read it: a reference of ours keeps it until we are done (its node could
@@ -157,6 +168,13 @@ void Placement::dispatch(TaskNode* t) noexcept {
 }
 
 
+void Placement::release_commute(TaskNode* t) noexcept {
+  if (!t->commutes) return;
+  CommuteResumed resumed;
+  commute_release(t, resumed);
+  for (TaskNode* r : resumed) ready(r);
+}
+
 void Placement::take_back(uint32_t d) noexcept {
   for (sched::TaskRef q : policy()->drain(d)) place(q.node());
 }
@@ -180,14 +198,22 @@ void Placement::move_ahead_for(TaskNode* t, std::span<const Edge> successors) no
       continue;  // (ready once `t` is done: placing it prefetches)
     const int64_t node = expected_node(s);
     if (node < 0 || static_cast<uint32_t>(node) == from) continue;
+    // Not a buffer of a commute run, whose other tasks may be writing it meanwhile: `t`'s run,
+    // or the successor's (it moves once placed, holding the buffer). (The successor's `args`, not
+    // its `uargs`: its submit may still be filling those.)
     boost::container::small_vector<Ref<BufferState>, 3> inputs;
     for (const ArgRec& w : t->uargs) {
-      if (!writes(w.access)) continue;
-      for (const ArgRec& r : s->args)
-        if (r.buffer == w.buffer && reads(r.access)) {
-          inputs.push_back(Ref<BufferState>::share(w.buffer));
+      if (!writes(w.access) || commutes(w.access)) continue;
+      bool wanted = false;
+      for (const ArgRec& r : s->args) {
+        if (r.buffer != w.buffer) continue;
+        if (commutes(r.access)) {
+          wanted = false;
           break;
         }
+        wanted = wanted || reads(r.access);
+      }
+      if (wanted) inputs.push_back(Ref<BufferState>::share(w.buffer));
     }
     if (!inputs.empty())
       data_.prefetch({inputs.data(), inputs.size()}, s->priority, node, s->context);

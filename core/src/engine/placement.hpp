@@ -71,6 +71,9 @@ class Placement {
   /// placed highest priority first while no device takes work, so each device starts the most
   /// urgent of what it was given.
   void place_together(std::vector<TaskNode*> ready) noexcept;
+  /// `t` ends: the commute buffers it holds go to the tasks waiting for them, which are placed
+  /// (engine/commute_locks.hpp). Before its successors are released.
+  void release_commute(TaskNode* t) noexcept;
   /// Device `d` left scheduling: what the policy queued for it is placed again.
   void take_back(uint32_t d) noexcept;
   /// The memory node where `t`, not ready yet, is expected to run (its pin, or the policy's

@@ -100,7 +100,7 @@ double SchedulingView::plugin_estimate(sched::TaskRef t, sched::DeviceId d) cons
     hcr_arg_t x{};
     x.struct_size = HCR_ARG_STRUCT_SIZE;
     x.dtype = static_cast<hcr_dtype_t>(a.buffer->dtype);
-    x.access = static_cast<hcr_access_t>(a.access);
+    x.access = abi_access(a.access);
     x.rows = a.buffer->rows;
     x.cols = a.buffer->cols;
     x.ld = a.buffer->cols;

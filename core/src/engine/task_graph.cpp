@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace hcr::detail {
 
@@ -128,10 +129,12 @@ void TaskGraph::submit(TaskNode* t) {
       mode |= static_cast<int>(t->args[j].access);
     }
     if (first) {
-      t->uargs.push_back({b, static_cast<Access>(mode)});
+      const Access a = static_cast<Access>(mode);
+      t->uargs.push_back({b, a});
       t->bytes += b->bytes();
-      if (!register_access(*b, t, static_cast<Access>(mode)) && move_early &&
-          reads(static_cast<Access>(mode)))
+      t->commutes |= commutes(a);
+      // (Another task of its commute run may be writing it meanwhile: it moves once placed.)
+      if (!register_access(*b, t, a) && move_early && reads(a) && !commutes(a))
         available.push_back(Ref<BufferState>::share(b));
     }
   }
@@ -149,11 +152,72 @@ void TaskGraph::submit(TaskNode* t) {
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
 }
 
+namespace {
+
+// Drops the tasks of `list` that finished well (a reference each): waiting for them is moot, and
+// a long run of commute tasks or readers would otherwise cost each newcomer a sweep of them all.
+template <class List, class TaskOf>
+void prune_succeeded(List& list, TaskOf task_of) noexcept {
+  size_t keep = 0;
+  for (auto& x : list) {
+    if (task_of(x)->state.load(std::memory_order_acquire) == kSucceeded) release(task_of(x));
+    else list[keep++] = x;
+  }
+  list.resize(keep);
+}
+
+}  // namespace
+
+// Commute runs: consecutive commute accesses wait for what came before the run (its last writer
+// and the readers since, or the tasks of an earlier run), never for each other; the first access
+// of another mode closes the run and waits for all of its tasks, which then stand for the last
+// writer until a write replaces them. That they do not run at once is the commute locks' part
+// (engine/commute_locks.hpp), taken when each is placed.
+bool TaskGraph::register_commute(BufferState& b, TaskNode* t) {
+  if (!b.run_open) {  // a new run: the frontier so far is what its tasks wait for
+    for (TaskNode* c : b.commuters) b.before_run.push_back({c, true});
+    b.commuters.clear();
+    b.prune_commuters_at = 16;
+    if (b.last_writer) b.before_run.push_back({std::exchange(b.last_writer, nullptr), true});
+    for (TaskNode* r : b.readers) b.before_run.push_back({r, false});
+    b.readers.clear();
+    b.prune_readers_at = 16;
+    b.run_open = true;
+  }
+  // Those that finished well are dropped: the run may be long and what came before it wide.
+  prune_succeeded(b.before_run, [](const BufferState::Before& x) { return x.task; });
+  bool waits = false;
+  for (const BufferState::Before& x : b.before_run)
+    if (add_edge(x.task, t, x.data) && x.data) waits = true;
+  if (b.commuters.size() >= b.prune_commuters_at) {
+    prune_succeeded(b.commuters, [](TaskNode* c) { return c; });
+    b.prune_commuters_at = std::max<size_t>(16, 2 * b.commuters.size());
+  }
+  retain(t);
+  b.commuters.push_back(t);
+  return waits;
+}
+
 bool TaskGraph::register_access(BufferState& b, TaskNode* t, Access mode) {
   b.lock.lock();
-  const bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
+  if (commutes(mode)) {
+    const bool waits = register_commute(b, t);
+    b.lock.unlock();
+    return waits;
+  }
+  if (b.run_open) {  // this access closes the run: its tasks are now the last writers
+    for (const BufferState::Before& x : b.before_run) release(x.task);
+    b.before_run.clear();
+    b.run_open = false;
+  }
+  bool waits = reads(mode) && b.last_writer && add_edge(b.last_writer, t, true);
+  for (TaskNode* c : b.commuters)
+    if (add_edge(c, t, reads(mode)) && reads(mode)) waits = true;
   if (writes(mode)) {
     if (b.last_writer && !reads(mode)) add_edge(b.last_writer, t, false);
+    for (TaskNode* c : b.commuters) release(c);
+    b.commuters.clear();
+    b.prune_commuters_at = 16;
     for (TaskNode* r : b.readers) {
       add_edge(r, t, false);
       release(r);

@@ -78,7 +78,7 @@ class TaskGraph {
   /// Error(invalid_argument) (and takes nothing) when that room can only come after a resume.
   void submit(TaskNode* t);
   /// Registers `t`'s access to `b` in the buffer's dependency frontier. Returns whether `t` now
-  /// waits for the task that last wrote `b` (false also for an access that does not read).
+  /// waits for a task that wrote `b` (false also for an access that does not read).
   bool register_access(BufferState& b, TaskNode* t, Access mode);
   /// The first half of a task's end: counts it, releases its successors (those it was the last
   /// predecessor of go to GraphStages::ready, most urgent first) and publishes its state.
@@ -109,6 +109,8 @@ class TaskGraph {
   // waiting for it, and left out of counts().
   void retire_ticket() noexcept;
   void count_finished() noexcept;
+  // register_access of a commute access, under b's lock.
+  bool register_commute(BufferState& b, TaskNode* t);
 
   const void* owner_;
   GraphStages& stages_;

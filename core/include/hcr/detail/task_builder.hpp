@@ -29,6 +29,12 @@ class TaskBuilder {
   Derived& read_write(const Buffer<T>& b) {
     return self().arg(b.state(), Access::read_write);
   }
+  /// Updates `b` in place, in any order among the tasks next to it that commute on it too
+  /// (Access::commute): they run one at a time, whichever is ready first.
+  template <class T>
+  Derived& commute(const Buffer<T>& b) {
+    return self().arg(b.state(), Access::commute);
+  }
   template <class T>
   Derived& arg(const Buffer<T>& b, Access mode) {
     return self().arg(b.state(), mode);
