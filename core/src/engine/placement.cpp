@@ -114,7 +114,7 @@ void Placement::dispatch(TaskNode* t) noexcept {
   if (t->commutes && !t->commute_held) {
     CommuteResumed resumed;
     const bool holds = commute_take(t, resumed);
-    for (TaskNode* r : resumed) ready(r);  // (after this one: the thread's ready list)
+    for (TaskNode* r : resumed) place(r);  // (after this one: the thread's ready list)
     if (!holds) return;  // it waits, holding nothing: placed when handed the buffer
   }
   // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
@@ -172,7 +172,7 @@ void Placement::release_commute(TaskNode* t) noexcept {
   if (!t->commutes) return;
   CommuteResumed resumed;
   commute_release(t, resumed);
-  for (TaskNode* r : resumed) ready(r);
+  for (TaskNode* r : resumed) place(r);
 }
 
 void Placement::take_back(uint32_t d) noexcept {
