@@ -35,6 +35,7 @@ packages=(
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo   # OpenCL, on PoCL
   libopenmpi-dev openmpi-bin                             # hcr::mpi and its tests (mpirun)
   pybind11-dev python3-dev python3-numpy python3-pytest  # the hcr Python module and its tests
+  clang-format                                           # format.check: tools/format.sh check
 )
 if [ "$mode" = test ]; then
   packages+=(clang-14 libclang-rt-14-dev)                 # libFuzzer targets (tests/fuzz)
