@@ -78,8 +78,8 @@ int tenant(const Opt& o, char role, const std::string& socket, int first, int co
   hcr::Runtime rt(c);
   hcr::Kernel work = rt.kernel("work").cpu([](hcr::TaskContext&) {});
   const Clock::time_point t0{std::chrono::nanoseconds(start_ns)};
-  const Clock::time_point t1 = t0 + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(o.seconds));
+  const Clock::time_point t1 =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   std::this_thread::sleep_until(t0);
   const uint64_t done0 = rt.stats().completed;
   uint64_t done1 = 0;
@@ -97,8 +97,8 @@ int tenant(const Opt& o, char role, const std::string& socket, int first, int co
     for (auto& e : inflight) e.get();
   } else {
     // Tasks that keep half the devices busy for `busy` of a period.
-    const int burst = std::max(1, static_cast<int>(o.busy * o.period_ms * 1000 / o.task_us *
-                                                   (o.devices / 2)));
+    const int burst =
+        std::max(1, static_cast<int>(o.busy * o.period_ms * 1000 / o.task_us * (o.devices / 2)));
     for (Clock::time_point p = t0; p + std::chrono::milliseconds(o.period_ms) <= t1;
          p += std::chrono::milliseconds(o.period_ms)) {
       std::this_thread::sleep_until(p);
@@ -197,16 +197,27 @@ Result run_pair(const Opt& o, const std::string& self, const std::string& socket
   for (char role : {'a', 'b'}) {
     const int first = split ? (role == 'a' ? 0 : half) : 0;
     const int count = split ? half : o.devices;
-    std::vector<std::string> args = {self, "--tenant", std::string(1, role),
-                                     "--socket", socket.empty() ? "-" : socket,
-                                     "--first", std::to_string(first),
-                                     "--count", std::to_string(count),
-                                     "--start", std::to_string(start),
-                                     "--seconds", std::to_string(o.seconds),
-                                     "--task-us", std::to_string(o.task_us),
-                                     "--period-ms", std::to_string(o.period_ms),
-                                     "--busy", std::to_string(o.busy),
-                                     "--devices", std::to_string(o.devices)};
+    std::vector<std::string> args = {self,
+                                     "--tenant",
+                                     std::string(1, role),
+                                     "--socket",
+                                     socket.empty() ? "-" : socket,
+                                     "--first",
+                                     std::to_string(first),
+                                     "--count",
+                                     std::to_string(count),
+                                     "--start",
+                                     std::to_string(start),
+                                     "--seconds",
+                                     std::to_string(o.seconds),
+                                     "--task-us",
+                                     std::to_string(o.task_us),
+                                     "--period-ms",
+                                     std::to_string(o.period_ms),
+                                     "--busy",
+                                     std::to_string(o.busy),
+                                     "--devices",
+                                     std::to_string(o.devices)};
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -315,8 +326,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("hcr-arbiter-bench-" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("hcr-arbiter-bench-" + std::to_string(getpid()));
   std::filesystem::create_directory(dir);
   const std::string path = (dir / "arbiter.sock").string();
   std::printf("arbiter_bench: %d simulated devices, %.0f us tasks, %.0f s windows, %d rep(s); A "

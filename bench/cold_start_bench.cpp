@@ -90,7 +90,8 @@ bool spawn_child(const std::string& set, const std::string& cache, Sample& out) 
   }
   std::string text;
   char buf[256];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;)
+    text.append(buf, static_cast<size_t>(n));
   close(pipefd[0]);
   int status = 0;
   waitpid(pid, &status, 0);

@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both backlogged
 
   std::printf("context_bench: %d simulated devices, %.0f us tasks; heavy (weight 3) and light "
-              "(weight 1) both saturating\n", devices, task_us);
+              "(weight 1) both saturating\n",
+              devices, task_us);
   std::vector<double> ratios;
   hcr::RuntimeStats prev = rt.stats();
   for (int w = 0; w < static_cast<int>(seconds); ++w) {
@@ -151,8 +152,10 @@ int main(int argc, char** argv) {
     return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
   };
   for (const uint32_t reserve : {0u, 1u}) {
-    hcr::Context live = rt.context({.name = reserve ? "live-reserve" : "live", .weight = 1,
-                                    .priority = 1, .reserve = reserve});
+    hcr::Context live = rt.context({.name = reserve ? "live-reserve" : "live",
+                                    .weight = 1,
+                                    .priority = 1,
+                                    .reserve = reserve});
     auto live_waits = [&](int n) {
       std::vector<double> waits;
       for (int i = 0; i < n; ++i) {

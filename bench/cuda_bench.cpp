@@ -11,8 +11,9 @@
 //   warm-up, as in a pipeline, so no transfer is timed.
 // - BM_TiledGpuCpu/<n>: hcr::blas::gemm in f32 tiles (HCR_CUDA_BENCH_TILE, default 2048) from
 //   host matrices to the product home, on the GPU alone, the CPU alone and both under dmda
-//   (HCR_CUDA_BENCH_POLICY names another), interleaved after warm-up; read both_over_best (>= 1: the pair is never slower than the better
-//   device alone). n from HCR_CUDA_BENCH_TILED_N (default 8192).
+//   (HCR_CUDA_BENCH_POLICY names another), interleaved after warm-up; read both_over_best (>= 1:
+//   the pair is never slower than the better device alone). n from HCR_CUDA_BENCH_TILED_N (default
+//   8192).
 // - BM_Copy/<MiB>/<dir>/<host>: the plugin's copy (launch to done) against cudaMemcpy from pinned
 //   memory, same bytes, interleaved. dir 0 = host to device, 1 = device to host; host 0 = pinned
 //   (the plugin's host_alloc), 1 = pageable (through the plugin's staging buffers). Read
@@ -46,9 +47,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <filesystem>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -181,7 +182,8 @@ Plugin& plugin() {
 bool have_gpu(benchmark::State& state) {
   int n = 0;
   if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess || n == 0) {
-    state.SkipWithError(("no CUDA GPU: " + std::string(e ? cudaGetErrorString(e) : "0 devices")).c_str());
+    state.SkipWithError(
+        ("no CUDA GPU: " + std::string(e ? cudaGetErrorString(e) : "0 devices")).c_str());
     return false;
   }
   if (!plugin().ok()) {
@@ -191,12 +193,12 @@ bool have_gpu(benchmark::State& state) {
   return true;
 }
 
-#define CHECK_CUDA(expr)                                                        \
-  do {                                                                          \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                           \
+#define CHECK_CUDA(expr)                                                               \
+  do {                                                                                 \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                                  \
       state.SkipWithError((#expr ": " + std::string(cudaGetErrorString(e_))).c_str()); \
-      return;                                                                   \
-    }                                                                           \
+      return;                                                                          \
+    }                                                                                  \
   } while (0)
 
 // ---- gemm --------------------------------------------------------------------------------------
@@ -229,8 +231,8 @@ void BM_Gemm(benchmark::State& state) {
   const int ni = static_cast<int>(n);
   auto direct = [&] {
     cublasStatus_t s =
-        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF, ni,
-                            a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF,
+                            ni, a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT)
              : cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
                            static_cast<const float*>(b), ni, static_cast<const float*>(a), ni,
@@ -394,7 +396,8 @@ class DirectPotrf {
 
  private:
   void cuda(cudaError_t e, const char* what) {
-    if (e != cudaSuccess && error_.empty()) error_ = std::string(what) + ": " + cudaGetErrorString(e);
+    if (e != cudaSuccess && error_.empty())
+      error_ = std::string(what) + ": " + cudaGetErrorString(e);
   }
   size_t n_;
   double *a_ = nullptr, *work_ = nullptr;
@@ -586,8 +589,8 @@ void gemm_runtime(benchmark::State& state) {
   const int ni = static_cast<int>(n);
   auto direct = [&] {
     cublasStatus_t s =
-        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF, ni,
-                            a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
+        bf16 ? cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, b, CUDA_R_16BF,
+                            ni, a, CUDA_R_16BF, ni, &beta, c, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT)
              : cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha,
                            static_cast<const float*>(b), ni, static_cast<const float*>(a), ni,
@@ -660,8 +663,9 @@ void BM_GemmRuntime(benchmark::State& state) {
 
 std::vector<int64_t> sizes(const char* env, std::vector<int64_t> fallback);
 
-// One runtime per machine shape, over the plugins of the build tree (or $HCR_CUDA_BENCH_PLUGIN_DIR):
-// "gpu" the CUDA backend alone, "cpu" the CPU backend alone, "both" the two under dmda.
+// One runtime per machine shape, over the plugins of the build tree (or
+// $HCR_CUDA_BENCH_PLUGIN_DIR): "gpu" the CUDA backend alone, "cpu" the CPU backend alone, "both"
+// the two under dmda.
 hcr::Config tiled_config(bool gpu, bool cpu, const std::string& model_dir) {
   hcr::Config c;
   c.use_environment = false;
@@ -761,8 +765,8 @@ void BM_TiledGpuCpu(benchmark::State& state) {
     std::string placed;
     for (size_t d = 0; d < st.devices.size() && d < devices.size(); ++d)
       placed += " " + devices[d].name + ":" + std::to_string(st.devices[d].tasks);
-    state.SetLabel("f32 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
-                   ", " + std::string(shapes[2].rt->policy()) + " tasks" + placed);
+    state.SetLabel("f32 n=" + std::to_string(n) + " tile " + std::to_string(tile) + ", " +
+                   std::string(shapes[2].rt->policy()) + " tasks" + placed);
   }
   for (Shape& s : shapes) {  // buffers before their runtime
     s.a.reset();
@@ -773,7 +777,7 @@ void BM_TiledGpuCpu(benchmark::State& state) {
   std::filesystem::remove_all(model_dir);
 }
 
-// ---- tiled Cholesky from host memory -------------------------------------------------------------
+// ---- tiled Cholesky from host memory ------------------------------------------------------------
 
 // BM_CholeskyHost/<n>: the Cholesky factor of an n x n f64 SPD matrix that starts and ends in host
 // memory, like for like. Direct: cudaMemcpy from pinned memory to the GPU, one
@@ -864,17 +868,18 @@ void BM_CholeskyHost(benchmark::State& state) {
   if (!failure.empty()) {
     state.SkipWithError(("Cholesky: " + failure).c_str());
   } else if (t_direct > 0 && t_hcr > 0) {
-    const double flops = static_cast<double>(n) * n * n / 3 * static_cast<double>(state.iterations());
+    const double flops =
+        static_cast<double>(n) * n * n / 3 * static_cast<double>(state.iterations());
     state.counters["cusolver_GFLOPs"] = flops / t_direct * 1e-9;
     state.counters["hcr_GFLOPs"] = flops / t_hcr * 1e-9;
     state.counters["hcr_over_cusolver"] = t_direct / t_hcr;
-    state.SetLabel("f64 n=" + std::to_string(n) + " tile " + std::to_string(tile) +
-                   " from host, " + placed);
+    state.SetLabel("f64 n=" + std::to_string(n) + " tile " + std::to_string(tile) + " from host, " +
+                   placed);
   }
   cudaFreeHost(host);
 }
 
-// ---- host <-> device bandwidth -------------------------------------------------------------------
+// ---- host <-> device bandwidth ------------------------------------------------------------------
 
 void BM_Copy(benchmark::State& state) {
   if (!have_gpu(state)) return;

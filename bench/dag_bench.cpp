@@ -4,7 +4,8 @@
 // offline HEFT and PEFT that pay for copies and link contention, the best single device, and a
 // lower bound, all computed with the sim's own figures (bench/dag/).
 //
-//   build/bin/dag_bench [--quick] [--iterations N] [--train N] [--case PATTERN]... [--policy NAME]...
+//   build/bin/dag_bench [--quick] [--iterations N] [--train N] [--case PATTERN]... [--policy
+//   NAME]...
 //                       [--target-ms MS] [--seed S] [--classes K] [--priorities] [--streamed]
 //                       [--csv FILE] [--gantt DIR] [--no-check | --check-only] [--list]
 //
@@ -14,9 +15,9 @@
 // from the first submission to wait_all(): results stay where they were computed (lazy
 // write-back), offline as online. The graph is submitted whole, between Runtime::pause() and
 // resume(), as the offline schedules know it whole; --streamed lets each task go as it is
-// submitted (the first tasks then take the idle devices before the rest is known). Ratios are makespan / best offline reference, where the
-// reference is the least of HEFT, PEFT and the best single device (1.00: as good as the best of
-// them; below 1: better).
+// submitted (the first tasks then take the idle devices before the rest is known). Ratios are
+// makespan / best offline reference, where the reference is the least of HEFT, PEFT and the best
+// single device (1.00: as good as the best of them; below 1: better).
 #include "dag/dag.hpp"
 
 #include <hcr/hcr.hpp>
@@ -101,7 +102,8 @@ std::vector<GraphSpec> graph_specs() {
                          return random_dag(100, 1.0, 3, ccr, beta, classes, seed);
                        }});
     }
-  specs.push_back({"ge", [](uint64_t seed, int) { return gaussian_elimination(14, 1, 0.5, seed); }});
+  specs.push_back(
+      {"ge", [](uint64_t seed, int) { return gaussian_elimination(14, 1, 0.5, seed); }});
   specs.push_back({"fft", [](uint64_t seed, int) { return fft(16, 1, 0.5, seed); }});
   specs.push_back({"lu", [](uint64_t seed, int) { return lu(6, 1, 0.5, seed); }});
   specs.push_back({"chol", [](uint64_t seed, int) { return cholesky(7, 1, 0.5, seed); }});
@@ -111,9 +113,9 @@ std::vector<GraphSpec> graph_specs() {
 
 // The quick set: each graph family and each machine at least once.
 const std::set<std::string> kQuickCases = {
-    "issue/rand-c1-b0.5", "issue/rand-c5-b1.5", "issue/lu",          "issue/chol",
-    "issue/stencil",      "affinity/rand-c1-b1.5", "affinity/ge",    "slowlink/rand-c5-b0.5",
-    "slowlink/fft"};
+    "issue/rand-c1-b0.5", "issue/rand-c5-b1.5",    "issue/lu",
+    "issue/chol",         "issue/stencil",         "affinity/rand-c1-b1.5",
+    "affinity/ge",        "slowlink/rand-c5-b0.5", "slowlink/fft"};
 
 uint64_t mix(uint64_t x) {  // splitmix64
   x += 0x9e3779b97f4a7c15ull;
@@ -245,8 +247,7 @@ bool has_files(const fs::path& dir) {
 // Removes the model directories at exit, whatever happens.
 struct TempDir {
   fs::path path;
-  TempDir()
-      : path(fs::temp_directory_path() / ("hcr-dag-bench-" + std::to_string(::getpid()))) {
+  TempDir() : path(fs::temp_directory_path() / ("hcr-dag-bench-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
   }
   ~TempDir() {
@@ -263,7 +264,7 @@ struct Offline {
   std::vector<Schedule> single;  // per device
   int best_single = 0;
   Bound bound;
-  double reference = 0;          // modelled seconds
+  double reference = 0;  // modelled seconds
   std::string reference_name;
 };
 
@@ -271,7 +272,8 @@ Offline offline(const Machine& m, const Graph& g) {
   Offline o{make_problem(m, g), {}, {}, {}, 0, {}, 0, {}};
   o.heft = heft(o.problem);
   o.peft = peft(o.problem);
-  for (size_t d = 0; d < m.devices.size(); ++d) o.single.push_back(single_device(o.problem, int(d)));
+  for (size_t d = 0; d < m.devices.size(); ++d)
+    o.single.push_back(single_device(o.problem, int(d)));
   for (size_t d = 1; d < o.single.size(); ++d)
     if (o.single[d].makespan < o.single[size_t(o.best_single)].makespan) o.best_single = int(d);
   o.bound = lower_bound(o.problem);
@@ -279,12 +281,16 @@ Offline offline(const Machine& m, const Graph& g) {
   for (const Schedule& s : o.single) all.push_back(&s);
   for (const Schedule* s : all)
     if (std::string why = check(o.problem, *s); !why.empty())
-      throw std::logic_error(m.name + "/" + g.name + ": the offline schedule is not one the "
-                             "machine could run: " + why);
-  o.reference = std::min({o.heft.makespan, o.peft.makespan, o.single[size_t(o.best_single)].makespan});
-  o.reference_name = o.reference == o.heft.makespan   ? "HEFT"
-                     : o.reference == o.peft.makespan ? "PEFT"
-                                                      : "single " + m.devices[size_t(o.best_single)].name;
+      throw std::logic_error(m.name + "/" + g.name +
+                             ": the offline schedule is not one the "
+                             "machine could run: " +
+                             why);
+  o.reference =
+      std::min({o.heft.makespan, o.peft.makespan, o.single[size_t(o.best_single)].makespan});
+  o.reference_name = o.reference == o.heft.makespan ? "HEFT"
+                     : o.reference == o.peft.makespan
+                         ? "PEFT"
+                         : "single " + m.devices[size_t(o.best_single)].name;
   if (o.bound.value() > o.reference * (1 + 1e-9))
     throw std::logic_error(m.name + "/" + g.name + ": the lower bound is above a schedule");
   return o;
@@ -403,7 +409,8 @@ std::vector<RanOp> ran_ops(Session& s, const Machine& m, const Problem& p, const
       op.from = node.at(e.from);
       op.to = node.at(e.to);
       auto [lo, hi] = by_size.equal_range(e.bytes);
-      if (lo == hi) throw std::logic_error("a copy of " + std::to_string(e.bytes) + " bytes: no such buffer");
+      if (lo == hi)
+        throw std::logic_error("a copy of " + std::to_string(e.bytes) + " bytes: no such buffer");
       op.buffer = lo->second;
       for (auto it = lo; it != hi; ++it)
         if (!copied.count({it->second, op.to})) {
@@ -427,7 +434,8 @@ std::vector<RanOp> ran_ops(Session& s, const Machine& m, const Problem& p, const
 void check_model(const Machine& m, const Graph& g, const Settings& set) {
   const Offline o = offline(m, g);
   std::printf("check %s/%s (a kernel per task): tasks pinned where an offline schedule put "
-              "them, median of %d\n", m.name.c_str(), g.name.c_str(), set.iterations);
+              "them, median of %d\n",
+              m.name.c_str(), g.name.c_str(), set.iterations);
   std::printf("  %-8s %10s %10s %10s %16s %15s\n", "schedule", "offline s", "replay s",
               "measured s", "measured/replay", "replay/offline");
   std::vector<const Schedule*> schedules;
@@ -452,10 +460,9 @@ void check_model(const Machine& m, const Graph& g, const Settings& set) {
       for (size_t k = 0; k < ops.size(); ++k) {
         if (events[k].measured < 0) continue;
         const RanOp& op = ops[k];
-        const double model =
-            ts * (op.copy ? copy_seconds(o.problem, op.from, op.to,
-                                         double(g.buffer_bytes[size_t(op.buffer)]))
-                          : o.problem.exec[size_t(op.task)][size_t(op.device)]);
+        const double model = ts * (op.copy ? copy_seconds(o.problem, op.from, op.to,
+                                                          double(g.buffer_bytes[size_t(op.buffer)]))
+                                           : o.problem.exec[size_t(op.task)][size_t(op.device)]);
         deviation = std::max(deviation, std::abs(events[k].measured - model) / model);
         ++figures;
       }
@@ -468,7 +475,8 @@ void check_model(const Machine& m, const Graph& g, const Settings& set) {
                 single && mr / rr > 1.05 ? "  <- overhead above 5%: a larger --target-ms" : "");
   }
   std::printf("  figures: %zu task and copy durations reported by the devices, at most %.2g%% from "
-              "the model's%s\n", figures, deviation * 100,
+              "the model's%s\n",
+              figures, deviation * 100,
               deviation > 1e-6 ? "  <- THE OFFLINE MODEL DOES NOT MATCH THE SIM" : "");
   if (deviation > 1e-6)
     throw std::runtime_error("the offline model does not match the simulated devices");
@@ -477,13 +485,16 @@ void check_model(const Machine& m, const Graph& g, const Settings& set) {
 // ---- command line ---------------------------------------------------------------------------
 
 void usage(FILE* f) {
-  std::fprintf(f,
+  std::fprintf(
+      f,
       "usage: dag_bench [options]\n"
-      "  --quick            9 cases (each graph family and machine once), 1 iteration, 1 training run\n"
+      "  --quick            9 cases (each graph family and machine once), 1 iteration, 1 training "
+      "run\n"
       "  --iterations N     first and warm runs per case and policy (median; default 3)\n"
       "  --train N          runs between the first and the warm ones, in one runtime (default 3)\n"
       "  --case PATTERN     only cases MACHINE/GRAPH containing PATTERN (repeatable, or a,b)\n"
-      "  --policy NAME      only this policy (repeatable, or a,b); 'default': the Config's default\n"
+      "  --policy NAME      only this policy (repeatable, or a,b); 'default': the Config's "
+      "default\n"
       "  --target-ms MS     wall time of the best offline reference per case (default 100)\n"
       "  --seed S           graph seeds derive from it (default 1)\n"
       "  --classes K        kernels of a random DAG (default 8; 0: one per task)\n"
@@ -534,16 +545,23 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n < low || n > 1000000) {
-        std::fprintf(stderr, "dag_bench: %s %s: want an integer >= %d\n", a.c_str(), v.c_str(), low);
+        std::fprintf(stderr, "dag_bench: %s %s: want an integer >= %d\n", a.c_str(), v.c_str(),
+                     low);
         std::exit(2);
       }
       return int(n);
     };
     if (a == "--quick") quick = true;
-    else if (a == "--iterations") { set.iterations = integer(1); iterations_given = true; }
-    else if (a == "--train") { set.train = integer(0); train_given = true; }
-    else if (a == "--case") for (auto& p : split(value())) case_patterns.push_back(p);
-    else if (a == "--policy") for (auto& p : split(value())) only_policies.push_back(p);
+    else if (a == "--iterations") {
+      set.iterations = integer(1);
+      iterations_given = true;
+    } else if (a == "--train") {
+      set.train = integer(0);
+      train_given = true;
+    } else if (a == "--case")
+      for (auto& p : split(value())) case_patterns.push_back(p);
+    else if (a == "--policy")
+      for (auto& p : split(value())) only_policies.push_back(p);
     else if (a == "--target-ms") set.target = integer(1) / 1000.0;
     else if (a == "--seed") seed = uint64_t(integer(0));
     else if (a == "--classes") classes = integer(0);
@@ -554,8 +572,10 @@ int main(int argc, char** argv) {
     else if (a == "--no-check") do_check = false;
     else if (a == "--check-only") check_only = true;
     else if (a == "--list") list = true;
-    else if (a == "--help" || a == "-h") { usage(stdout); return 0; }
-    else {
+    else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      return 0;
+    } else {
       std::fprintf(stderr, "dag_bench: unknown option '%s'\n", a.c_str());
       usage(stderr);
       return 2;
@@ -576,7 +596,8 @@ int main(int argc, char** argv) {
       if (std::find(policies.begin(), policies.end(), p) == policies.end()) {
         std::string known;
         for (const std::string& k : policies) known += (known.empty() ? "" : ", ") + k;
-        std::fprintf(stderr, "dag_bench: --policy %s: unknown (known: %s)\n", p.c_str(), known.c_str());
+        std::fprintf(stderr, "dag_bench: --policy %s: unknown (known: %s)\n", p.c_str(),
+                     known.c_str());
         return 2;
       }
     policies = only_policies;
@@ -598,7 +619,8 @@ int main(int argc, char** argv) {
     }
   if (list || cases.empty()) {
     std::printf("cases:");
-    for (const Case& c : cases) std::printf(" %s/%s", c.machine->name.c_str(), c.graph.name.c_str());
+    for (const Case& c : cases)
+      std::printf(" %s/%s", c.machine->name.c_str(), c.graph.name.c_str());
     std::printf("\npolicies:");
     for (const std::string& p : policies) std::printf(" %s", p.c_str());
     std::printf("\n");
@@ -657,7 +679,8 @@ int main(int argc, char** argv) {
       for (const Edge& e : o.problem.edges)
         if (e.bytes > 0) comm += o.problem.link.latency + e.bytes * o.problem.link.per_byte;
       for (double x : o.problem.mean_exec) exec += x;
-      const double ccr_here = data_edges ? comm / double(data_edges) / (exec / double(g.tasks.size())) : 0;
+      const double ccr_here =
+          data_edges ? comm / double(data_edges) / (exec / double(g.tasks.size())) : 0;
       std::printf("%s/%s: %s\n", m.name.c_str(), g.name.c_str(), g.about.c_str());
       std::printf("  %zu tasks, %zu kernel(s), %zu edges (%zu carry data), %.1f MB of buffers, CCR "
                   "%.2f realised on '%s' (%.2f on '%s'); seed %016llx; time_scale %.4g\n",
@@ -680,11 +703,22 @@ int main(int argc, char** argv) {
         const Measured r = measure(m, g, ts, policy == "default" ? "" : policy,
                                    tmp.path / (m.name + "-" + g.name + "-" + policy), set,
                                    set.priorities ? &prio : nullptr, gantt);
-        Row row{m.name, g.name, policy, r.resolved, g.tasks.size(), ts,
-                o.bound.value() * ts, o.heft.makespan * ts, o.peft.makespan * ts,
-                o.single[size_t(o.best_single)].makespan * ts, o.reference * ts,
-                m.devices[size_t(o.best_single)].name, o.reference_name,
-                median(r.first), median(r.warm), r.learned};
+        Row row{m.name,
+                g.name,
+                policy,
+                r.resolved,
+                g.tasks.size(),
+                ts,
+                o.bound.value() * ts,
+                o.heft.makespan * ts,
+                o.peft.makespan * ts,
+                o.single[size_t(o.best_single)].makespan * ts,
+                o.reference * ts,
+                m.devices[size_t(o.best_single)].name,
+                o.reference_name,
+                median(r.first),
+                median(r.warm),
+                r.learned};
         const std::string label = policy == "default" ? "default (" + r.resolved + ")" : policy;
         std::printf("  %-20s %9.4f %6.2f %7.2f   %9.4f %6.2f %7.2f%s\n", label.c_str(), row.first,
                     row.first / row.reference, row.first / row.single, row.warm,
@@ -723,10 +757,11 @@ int main(int argc, char** argv) {
         }
       if (first.empty()) continue;
       const std::string label = policy == "default" ? "default (" + resolved + ")" : policy;
-      std::printf("  %-20s %5zu | %6.2f %7.2f %7.2f | %6.2f %7.2f %7.2f | %6.2f %7.2f %8zu\n",
-                  label.c_str(), first.size(), median(first), geomean(first), worst(first),
-                  median(warm), geomean(warm), worst(warm), median(single), worst(single),
-                  size_t(std::count_if(single.begin(), single.end(), [](double x) { return x > 1.1; })));
+      std::printf(
+          "  %-20s %5zu | %6.2f %7.2f %7.2f | %6.2f %7.2f %7.2f | %6.2f %7.2f %8zu\n",
+          label.c_str(), first.size(), median(first), geomean(first), worst(first), median(warm),
+          geomean(warm), worst(warm), median(single), worst(single),
+          size_t(std::count_if(single.begin(), single.end(), [](double x) { return x > 1.1; })));
     }
   };
   table("overall: makespan / best offline reference (min of HEFT, PEFT, best single device)",
@@ -749,11 +784,16 @@ int main(int argc, char** argv) {
       }
     if (!warm.empty()) {
       auto mark = [](bool ok) { return ok ? "met" : "NOT met"; };
-      std::printf("\nissue 20 targets, default policy (%s), %zu cases:\n", resolved.c_str(), warm.size());
-      std::printf("  warm, median / reference   %5.2f  (<= 1.10: %s)\n", median(warm), mark(median(warm) <= 1.10));
-      std::printf("  warm, worst / reference    %5.2f  (<= 1.50: %s)\n", worst(warm), mark(worst(warm) <= 1.5));
-      std::printf("  warm, worst / best single  %5.2f  (<= 1.10: %s)\n", worst(single), mark(worst(single) <= 1.1));
-      std::printf("  first run, median / ref    %5.2f  (<= 1.50: %s)\n", median(first), mark(median(first) <= 1.5));
+      std::printf("\nissue 20 targets, default policy (%s), %zu cases:\n", resolved.c_str(),
+                  warm.size());
+      std::printf("  warm, median / reference   %5.2f  (<= 1.10: %s)\n", median(warm),
+                  mark(median(warm) <= 1.10));
+      std::printf("  warm, worst / reference    %5.2f  (<= 1.50: %s)\n", worst(warm),
+                  mark(worst(warm) <= 1.5));
+      std::printf("  warm, worst / best single  %5.2f  (<= 1.10: %s)\n", worst(single),
+                  mark(worst(single) <= 1.1));
+      std::printf("  first run, median / ref    %5.2f  (<= 1.50: %s)\n", median(first),
+                  mark(median(first) <= 1.5));
     }
   }
 
@@ -781,18 +821,20 @@ int main(int argc, char** argv) {
   if (!csv_file.empty()) {
     FILE* f = std::fopen(csv_file.c_str(), "w");
     if (f == nullptr) {
-      std::fprintf(stderr, "dag_bench: cannot write %s: %s\n", csv_file.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "dag_bench: cannot write %s: %s\n", csv_file.c_str(),
+                   std::strerror(errno));
       return 1;
     }
     std::fprintf(f, "machine,graph,tasks,policy,resolved,time_scale,bound_s,heft_s,peft_s,single_s,"
                     "single_device,reference_s,reference,first_s,warm_s,first_over_ref,"
                     "warm_over_ref,warm_over_single,learned\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%s,%s,%zu,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s,%.6g,%.6g,%.4f,%.4f,%.4f,%d\n",
-                   r.machine.c_str(), r.graph.c_str(), r.tasks, r.policy.c_str(), r.resolved.c_str(),
-                   r.time_scale, r.bound, r.heft, r.peft, r.single, r.single_device.c_str(),
-                   r.reference, r.reference_name.c_str(), r.first, r.warm, r.first / r.reference,
-                   r.warm / r.reference, r.warm / r.single, r.learned ? 1 : 0);
+      std::fprintf(
+          f, "%s,%s,%zu,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%.6g,%s,%.6g,%.6g,%.4f,%.4f,%.4f,%d\n",
+          r.machine.c_str(), r.graph.c_str(), r.tasks, r.policy.c_str(), r.resolved.c_str(),
+          r.time_scale, r.bound, r.heft, r.peft, r.single, r.single_device.c_str(), r.reference,
+          r.reference_name.c_str(), r.first, r.warm, r.first / r.reference, r.warm / r.reference,
+          r.warm / r.single, r.learned ? 1 : 0);
     std::fclose(f);
   }
   std::printf("\n%.0f s in all\n",

@@ -63,11 +63,12 @@ Result run(hcr::Runtime& rt, size_t n, size_t t) {
     for (size_t j = 0; j < g; ++j)
       for (size_t k = 0; k < g; ++k) {
         hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, k == 0 ? 0.0 : 1.0};
-        ran[{i, j, k}] = rt.submit(hcr::Task(gemm)
-                                       .read(ta(i, k))
-                                       .read(tb(k, j))
-                                       .arg(tc(i, j), k == 0 ? hcr::Access::write : hcr::Access::read_write)
-                                       .param(p));
+        ran[{i, j, k}] =
+            rt.submit(hcr::Task(gemm)
+                          .read(ta(i, k))
+                          .read(tb(k, j))
+                          .arg(tc(i, j), k == 0 ? hcr::Access::write : hcr::Access::read_write)
+                          .param(p));
       }
   A.unpartition();
   B.unpartition();
@@ -76,7 +77,9 @@ Result run(hcr::Runtime& rt, size_t n, size_t t) {
 
   const uint64_t tile = t * t * sizeof(float);
   const auto devices = rt.devices();
-  auto node_of = [&](const hcr::Event& e) { return devices[static_cast<size_t>(e.device())].memory_node; };
+  auto node_of = [&](const hcr::Event& e) {
+    return devices[static_cast<size_t>(e.device())].memory_node;
+  };
   std::set<std::tuple<char, size_t, size_t, uint32_t>> inputs;
   Result r;
   for (size_t i = 0; i < g; ++i)

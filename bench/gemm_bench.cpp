@@ -46,8 +46,8 @@ Matrices& matrices() {
 }
 
 void gflops(benchmark::State& state, double flops_per_iter) {
-  state.counters["GFLOPs"] = benchmark::Counter(flops_per_iter * 1e-9 * state.iterations(),
-                                                benchmark::Counter::kIsRate);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops_per_iter * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 hcr::Runtime& cpu_runtime() {

@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
     unsigned int mw = 0;
     if (nvml.power(nvml.dev, &mw) == 0) {
       const double w = mw * 1e-3;
-      if (last_w >= 0) sampled += 0.5 * (w + last_w) * std::chrono::duration<double>(t - last_t).count();
+      if (last_w >= 0)
+        sampled += 0.5 * (w + last_w) * std::chrono::duration<double>(t - last_t).count();
       else sampled += w * std::chrono::duration<double>(t - last_t).count();
       last_w = w;
       last_t = t;
@@ -186,7 +187,8 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(gemms), 2.0 * n * n * n * gemms / window * 1e-12);
   std::printf("hcr (%s): %.1f J   counter: %.1f J   sampled power integrated: %.1f J "
               "(%zu samples, mean %.1f W)\n",
-              source.c_str(), hcr_j, counter_j, sampled, samples, samples ? watts_sum / samples : 0);
+              source.c_str(), hcr_j, counter_j, sampled, samples,
+              samples ? watts_sum / samples : 0);
   std::printf("hcr/sampled = %.4f   hcr/counter = %.4f   (within 5%%: %s)\n", hcr_j / sampled,
               hcr_j / counter_j, std::abs(hcr_j / sampled - 1) <= 0.05 ? "yes" : "NO");
   return 0;

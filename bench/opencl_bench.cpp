@@ -37,8 +37,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void check(cl_int err, const char* what) {
-  if (err != CL_SUCCESS) throw std::runtime_error(std::string(what) + " failed: " +
-                                                  std::to_string(err));
+  if (err != CL_SUCCESS)
+    throw std::runtime_error(std::string(what) + " failed: " + std::to_string(err));
 }
 
 /// A runtime with only the OpenCL backend, every device type (PoCL is a CPU device).

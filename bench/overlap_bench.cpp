@@ -90,9 +90,9 @@ int main(int argc, char** argv) {
     copies.push_back(a.copy_seconds / tasks);
     kernels.push_back(a.kernel_seconds / tasks);
   }
-  std::printf("%d tasks, each a %.1f MiB input copy (%.2f ms) and a kernel (%.2f ms); median of %d\n",
-              tasks, kInputFloats * 4.0 / (1 << 20), median(copies) * 1e3, median(kernels) * 1e3,
-              runs);
+  std::printf(
+      "%d tasks, each a %.1f MiB input copy (%.2f ms) and a kernel (%.2f ms); median of %d\n",
+      tasks, kInputFloats * 4.0 / (1 << 20), median(copies) * 1e3, median(kernels) * 1e3, runs);
   std::printf("%-44s %10.1f ms\n", "back to back (prefetch off, lookahead 0)", median(off) * 1e3);
   std::printf("%-44s %10.1f ms\n", "overlapped (prefetch on, lookahead = slots)", median(on) * 1e3);
   std::printf("%-44s %10.2f\n", "ratio overlapped / back to back", median(on) / median(off));

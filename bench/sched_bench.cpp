@@ -18,11 +18,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -112,8 +112,8 @@ Workload bag() {
     w.buffers.push_back({256, 256});
     w.buffers.push_back({256, 256});
     const char* k = kernels[gen() % 3];
-    w.tasks.push_back({k, {{in, hcr::Access::read}, {in + 1, hcr::Access::write}},
-                       w.kernel_flops[k]});
+    w.tasks.push_back(
+        {k, {{in, hcr::Access::read}, {in + 1, hcr::Access::write}}, w.kernel_flops[k]});
   }
   return w;
 }
@@ -123,7 +123,9 @@ Workload cholesky() {
   const int g = 8;
   const double t = 512;
   Workload w{"cholesky", {}, {}, {}};
-  w.kernel_flops = {{"potrf", t * t * t / 3}, {"trsm", t * t * t}, {"syrk", t * t * t},
+  w.kernel_flops = {{"potrf", t * t * t / 3},
+                    {"trsm", t * t * t},
+                    {"syrk", t * t * t},
                     {"gemm_tile", 2 * t * t * t}};
   for (int i = 0; i < g * g; ++i) w.buffers.push_back({512, 512});
   auto T = [&](int i, int j) { return i * g + j; };
@@ -132,19 +134,24 @@ Workload cholesky() {
   // the end of the factorisation, so that the critical path (potrf, the panel's trsm, the next
   // diagonal update) goes first: potrf 2g - 2k, trsm 2g - 2k - i, syrk and gemm 2g - 2k - i - j.
   for (int k = 0; k < g; ++k) {
-    w.tasks.push_back({"potrf", {{T(k, k), Access::read_write}}, w.kernel_flops["potrf"],
-                       2 * g - 2 * k});
+    w.tasks.push_back(
+        {"potrf", {{T(k, k), Access::read_write}}, w.kernel_flops["potrf"], 2 * g - 2 * k});
     for (int i = k + 1; i < g; ++i)
-      w.tasks.push_back({"trsm", {{T(k, k), Access::read}, {T(i, k), Access::read_write}},
-                         w.kernel_flops["trsm"], 2 * g - 2 * k - i});
+      w.tasks.push_back({"trsm",
+                         {{T(k, k), Access::read}, {T(i, k), Access::read_write}},
+                         w.kernel_flops["trsm"],
+                         2 * g - 2 * k - i});
     for (int i = k + 1; i < g; ++i) {
-      w.tasks.push_back({"syrk", {{T(i, k), Access::read}, {T(i, i), Access::read_write}},
-                         w.kernel_flops["syrk"], 2 * g - 2 * k - 2 * i});
+      w.tasks.push_back({"syrk",
+                         {{T(i, k), Access::read}, {T(i, i), Access::read_write}},
+                         w.kernel_flops["syrk"],
+                         2 * g - 2 * k - 2 * i});
       for (int j = k + 1; j < i; ++j)
-        w.tasks.push_back({"gemm_tile",
-                           {{T(i, k), Access::read}, {T(j, k), Access::read},
-                            {T(i, j), Access::read_write}},
-                           w.kernel_flops["gemm_tile"], 2 * g - 2 * k - i - j});
+        w.tasks.push_back(
+            {"gemm_tile",
+             {{T(i, k), Access::read}, {T(j, k), Access::read}, {T(i, j), Access::read_write}},
+             w.kernel_flops["gemm_tile"],
+             2 * g - 2 * k - i - j});
     }
   }
   return w;
@@ -224,7 +231,8 @@ double heft(const Machine& m, const Workload& w, bool online = false) {
     std::map<int, std::vector<int>> readers;
     for (size_t i = 0; i < n; ++i)
       for (auto& [b, mode] : w.tasks[i].args) {
-        if (hcr::reads(mode) && last_writer.count(b)) succ[size_t(last_writer[b])].push_back(int(i));
+        if (hcr::reads(mode) && last_writer.count(b))
+          succ[size_t(last_writer[b])].push_back(int(i));
         if (hcr::writes(mode)) {
           if (last_writer.count(b)) succ[size_t(last_writer[b])].push_back(int(i));
           for (int r : readers[b]) succ[size_t(r)].push_back(int(i));
@@ -292,7 +300,9 @@ double heft(const Machine& m, const Workload& w, bool online = false) {
   for (size_t i = 0; i < n; ++i) order[i] = int(i);
   // Highest rank first; ties keep submission order, which is a topological order. (Online:
   // submission order among tasks ready at the same time.)
-  if (!online) std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[size_t(a)] > rank[size_t(b)]; });
+  if (!online)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return rank[size_t(a)] > rank[size_t(b)]; });
   // Respect dependencies: a task is scheduled only once its predecessors are.
   std::vector<int> preds(n, 0);
   for (size_t i = 0; i < n; ++i)
@@ -302,7 +312,7 @@ double heft(const Machine& m, const Workload& w, bool online = false) {
   std::vector<std::map<int, double>> valid(w.buffers.size());
   for (auto& v : valid) v[0] = 0;
   std::vector<double> inbound(size_t(nodes), 0);  // each device's inbound link: one copy at a time
-  std::vector<double> ready_at(n, 0);  // max finish of predecessors
+  std::vector<double> ready_at(n, 0);             // max finish of predecessors
   std::vector<bool> done(n, false);
   double makespan = 0;
   for (size_t scheduled = 0; scheduled < n; ++scheduled) {
@@ -333,7 +343,8 @@ double heft(const Machine& m, const Workload& w, bool online = false) {
         double best_arrival = INFINITY;
         for (auto& [src, since] : v) {
           // One plugin: device to device is one copy, on the destination's engine.
-          double start = std::max({since, in[size_t(p.node)], online ? ready_at[size_t(pick)] : 0.0});
+          double start =
+              std::max({since, in[size_t(p.node)], online ? ready_at[size_t(pick)] : 0.0});
           double arrival = start + copy_time(src, p.node, bytes);
           best_arrival = std::min(best_arrival, arrival);
         }
@@ -394,12 +405,15 @@ int main(int argc, char** argv) {
   hcr::log::set_level(hcr::LogLevel::error);
   std::vector<std::string> policies = {"eager", "random", "ws", "dmda", "dmdas", "peft"};
   if (!only_policy.empty()) policies = {only_policy};
-  const std::vector<std::pair<Machine, Workload>> cases = {
-      {hetero(), gemm_mixed()}, {hetero(), bag()},      {hetero(), cholesky()},
-      {affinity(), bag()},      {affinity(), cholesky()}};
+  const std::vector<std::pair<Machine, Workload>> cases = {{hetero(), gemm_mixed()},
+                                                           {hetero(), bag()},
+                                                           {hetero(), cholesky()},
+                                                           {affinity(), bag()},
+                                                           {affinity(), cholesky()}};
 
-  std::printf("makespans in seconds (median of iterations %d..%d, after warm-up), ratio to HEFT\n\n",
-              std::min(3, iterations), iterations);
+  std::printf(
+      "makespans in seconds (median of iterations %d..%d, after warm-up), ratio to HEFT\n\n",
+      std::min(3, iterations), iterations);
   std::printf("%-10s %-11s %8s %6s", "machine", "workload", "HEFT", "EFT");
   for (auto& p : policies) std::printf(" %15s", p.c_str());
   std::printf(" %15s %15s\n", "dmda 1st*", "dmdas 1st*");
@@ -449,8 +463,9 @@ int main(int argc, char** argv) {
   }
   std::printf("\n* first iteration of a new runtime that loaded the model an earlier run saved "
               "(median of 3 runs)\n");
-  std::printf("  EFT: the earliest-finish rule offline (exact costs, no runtime overhead, each task placed "
-              "when it becomes ready, FIFO devices: no priorities)\n");
+  std::printf(
+      "  EFT: the earliest-finish rule offline (exact costs, no runtime overhead, each task placed "
+      "when it becomes ready, FIFO devices: no priorities)\n");
 
   if (!only_case.empty() && only_case != "decisions") return 0;
   // Decision cost: 64 devices of 4 architectures, a warm model, tasks submitted as fast as the
@@ -460,9 +475,11 @@ int main(int argc, char** argv) {
   // eager on the same machine.
   Machine wide{"wide64", 1, {}};
   for (int i = 0; i < 64; ++i)
-    wide.devices.push_back({"d" + std::to_string(i), 100.0 * (1 + i % 4), false, 10e9, 1e-5, 1, {}});
+    wide.devices.push_back(
+        {"d" + std::to_string(i), 100.0 * (1 + i % 4), false, 10e9, 1e-5, 1, {}});
   Workload tiny{"tiny", {{16, 16}}, {}, {{"k1", 1e3}}};
-  std::printf("\nplacement with 64 simulated devices (own memory), per task, median of 5 x 20000:\n");
+  std::printf(
+      "\nplacement with 64 simulated devices (own memory), per task, median of 5 x 20000:\n");
   std::printf("  %-6s %12s %12s\n", "policy", "decision", "submission");
   std::vector<std::string> decision_policies = {"eager", "dmda", "dmdas", "peft"};
   if (!only_policy.empty()) decision_policies = {only_policy};
@@ -470,8 +487,8 @@ int main(int argc, char** argv) {
     hcr::Config c = sim_config(wide, tiny, policy, "off");
     c.counters = true;
     for (int i = 0; i < 64; ++i)  // four architectures of sixteen identical devices each
-      c.backends[0].options.push_back({"device." + std::to_string(i) + ".arch",
-                                       "arch" + std::to_string(i % 4)});
+      c.backends[0].options.push_back(
+          {"device." + std::to_string(i) + ".arch", "arch" + std::to_string(i % 4)});
     hcr::Runtime rt(c);
     hcr::Kernel k = rt.kernel("k1").cpu([](hcr::TaskContext&) {});
     auto in = rt.vector<float>(16);
@@ -488,9 +505,11 @@ int main(int argc, char** argv) {
       const hcr::RuntimeStats after = rt.stats();
       per_task.push_back(s / n * 1e6);
       per_decision.push_back((after.decision_seconds - before.decision_seconds) /
-                             double(std::max<uint64_t>(1, after.decisions - before.decisions)) * 1e6);
+                             double(std::max<uint64_t>(1, after.decisions - before.decisions)) *
+                             1e6);
     }
-    std::printf("  %-6s %9.2f us %9.2f us\n", policy.c_str(), median(per_decision), median(per_task));
+    std::printf("  %-6s %9.2f us %9.2f us\n", policy.c_str(), median(per_decision),
+                median(per_task));
   }
   return 0;
 }

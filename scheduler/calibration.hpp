@@ -21,7 +21,9 @@ class Calibration {
  public:
   enum Mode : uint8_t { kAuto, kForce, kOff };  // [scheduler] calibrate, parsed once
   Calibration(const Config& c, const KernelTable& kernels)
-      : mode_(c.calibrate == "off" ? kOff : c.calibrate == "force" ? kForce : kAuto),
+      : mode_(c.calibrate == "off"     ? kOff
+              : c.calibrate == "force" ? kForce
+                                       : kAuto),
         min_samples_(static_cast<uint32_t>(std::max(1, c.calibrate_samples))),
         kernels_(kernels) {}
 

@@ -362,8 +362,7 @@ void CostModel::record_quantity(Pair& p, uint64_t footprint, double size, double
   if (arch_cells > kMaxCellsPerArch) trim(p.arch);
 }
 
-Prediction CostModel::predict_quantity(Pair& p, uint64_t footprint, double size,
-                                       Quantity q) const {
+Prediction CostModel::predict_quantity(Pair& p, uint64_t footprint, double size, Quantity q) const {
   const bool time = q == Quantity::time;
   Prediction r;
   std::lock_guard<detail::SpinLock> lock(p.lock);

@@ -86,7 +86,7 @@ class History {
   std::array<double, kWindow> ring_{};
   size_t n_ = 0, head_ = 0;
   uint32_t count_ = 0;
-  int streak_ = 0;  // + above, - below the estimate
+  int streak_ = 0;               // + above, - below the estimate
   std::vector<double> pending_;  // the streak's samples
   double median_ = 0, spread_ = 0;
 };
@@ -110,8 +110,8 @@ class CostModel {
   CostModel& operator=(const CostModel&) = delete;
 
   /// Records a measured duration.
-  void record(const std::string& kernel, const std::string& arch, uint64_t footprint,
-              double size, double seconds);
+  void record(const std::string& kernel, const std::string& arch, uint64_t footprint, double size,
+              double seconds);
   /// What the model knows for that cell: its history, else the size regression.
   Prediction predict(const std::string& kernel, const std::string& arch, uint64_t footprint,
                      double size) const;
@@ -136,8 +136,8 @@ class CostModel {
     double size = 0;
     double estimate = 0, spread = 0;
     uint32_t samples = 0;
-    PowerLaw fit;  ///< of the row's (kernel, arch)
-    double joules = 0;           ///< energy per launch above idle (robust estimate)
+    PowerLaw fit;       ///< of the row's (kernel, arch)
+    double joules = 0;  ///< energy per launch above idle (robust estimate)
     uint32_t joules_samples = 0;
   };
   std::vector<Row> rows() const;
@@ -194,8 +194,8 @@ class CostModel {
   /// `on_disk` that is not a model of `arch` of this version is replaced, and `why` (if given)
   /// says what was wrong with it, naming `origin`.
   static std::string merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
-                                 std::optional<std::string_view> on_disk,
-                                 const std::string& origin, std::string* why = nullptr);
+                                 std::optional<std::string_view> on_disk, const std::string& origin,
+                                 std::string* why = nullptr);
   /// The fresh samples of `cells` (from snapshot()) are in `arch`'s file now: the next save adds
   /// only the samples recorded since.
   void mark_saved(const std::string& arch, const std::vector<SavedCell>& cells);

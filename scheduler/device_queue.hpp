@@ -29,9 +29,8 @@ class DeviceQueue {
     // Either the queue is sorted, or it holds a sorted run of tasks of priority > 0 followed by
     // tasks of priority <= 0 < t's: in both, the tasks t goes behind form a prefix.
     if (sorted && !q_.empty() && q_.back().priority() < t.priority()) {
-      auto at = std::upper_bound(q_.begin(), q_.end(), t, [](TaskRef a, TaskRef b) {
-        return a.priority() > b.priority();
-      });
+      auto at = std::upper_bound(q_.begin(), q_.end(), t,
+                                 [](TaskRef a, TaskRef b) { return a.priority() > b.priority(); });
       q_.insert(at, t);
     } else {
       q_.push_back(t);

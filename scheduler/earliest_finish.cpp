@@ -188,9 +188,8 @@ TaskRef EarliestFinish::take_parked(DeviceId d) {
       idle_choices[n_idle++] = c.device;
     // Nothing predicts it anywhere and no exploration of d is allowed: run it here rather than
     // wait for a measurement nothing is making.
-    return c.device == d ||
-           (c.device == kAnyDevice &&
-            (calibration_.mode() == Calibration::kOff || runs_unpredicted(pairs)));
+    return c.device == d || (c.device == kAnyDevice &&
+                             (calibration_.mode() == Calibration::kOff || runs_unpredicted(pairs)));
   });
   for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
   if (t) {
@@ -236,8 +235,7 @@ TaskRef EarliestFinish::steal(DeviceId d) {
     const double now = ctx_->now();
     double copies = copy_time(t, d, now);
     double finish_here = (here.known() ? here.seconds : INFINITY) + copies;
-    if (here.known() && finish_here < finish_there)
-      weigh_steal(t, d, v, finish_here, finish_there);
+    if (here.known() && finish_here < finish_there) weigh_steal(t, d, v, finish_here, finish_there);
     if (here.known() && finish_here < finish_there &&
         objective_.worth_moving(t, pairs, d, v, here, there, finish_here, finish_there)) {
       dequeued(t, v);
@@ -285,8 +283,8 @@ std::vector<TaskRef> EarliestFinish::drain(DeviceId d) {
   return queued;
 }
 
-void EarliestFinish::energy(uint32_t kernel, std::string_view name, uint64_t footprint,
-                            double size, DeviceId d, double joules) {
+void EarliestFinish::energy(uint32_t kernel, std::string_view name, uint64_t footprint, double size,
+                            DeviceId d, double joules) {
   if (d >= ctx_->device_count() || !(joules >= 0)) return;
   CostModel::Pair& p = *kernels_.of(kernel, name)[d];
   // The device's draw above idle, joules per busy second, for kernels not measured yet there.

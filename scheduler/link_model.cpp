@@ -108,8 +108,7 @@ void LinkModel::declare(const std::vector<NamedLink>& links,
   for (auto& l : links)
     for (uint32_t f = 0; f < names.size(); ++f)
       for (uint32_t g = 0; g < names.size(); ++g)
-        if (f != g && names[f] == l.from && names[g] == l.to)
-          declare(f, g, l.latency, l.bandwidth);
+        if (f != g && names[f] == l.from && names[g] == l.to) declare(f, g, l.latency, l.bandwidth);
 }
 
 std::vector<LinkModel::NamedLink> LinkModel::merge(std::vector<NamedLink> on_disk,
@@ -131,10 +130,8 @@ std::vector<LinkModel::NamedLink> LinkModel::merge(std::vector<NamedLink> on_dis
 std::string LinkModel::format(const std::vector<NamedLink>& links) {
   toml::array rows;
   for (auto& l : links)
-    rows.push_back(toml::table{{"from", l.from},
-                               {"to", l.to},
-                               {"latency", l.latency},
-                               {"bandwidth", l.bandwidth}});
+    rows.push_back(toml::table{
+        {"from", l.from}, {"to", l.to}, {"latency", l.latency}, {"bandwidth", l.bandwidth}});
   std::ostringstream out;
   out << "# hcr learned copy costs between memory nodes (seconds, bytes/s).\n"
       << toml::table{{"format", kFormat}, {"version", kFormatVersion}, {"link", std::move(rows)}}

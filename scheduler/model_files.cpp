@@ -19,8 +19,7 @@ std::string model_directory(const Config& config) {
       dir = std::string(xdg) + "/hcr/models";
     else if (const char* home = std::getenv("HOME"); home && *home)
       dir = std::string(home) + "/.cache/hcr/models";
-    else
-      return {};
+    else return {};
   }
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);

@@ -43,8 +43,10 @@ void warn_once(const std::string& message) {
 }
 
 std::string unusable(const fs::path& dir, const std::exception& e) {
-  return "model directory '" + dir.string() + "' not used (learned costs are neither loaded nor "
-         "saved): " + e.what();
+  return "model directory '" + dir.string() +
+         "' not used (learned costs are neither loaded nor "
+         "saved): " +
+         e.what();
 }
 
 // Every model file of `dir` into `model`; each architecture's file of record read last, so that
@@ -99,10 +101,9 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
     } catch (const files::FileError& e) {  // not ours to merge with (a link, another's file)
       warnings.push_back(std::string("replacing cost model file ") + e.what());
     }
-    const bool fresh = std::any_of(cells.begin(), cells.end(),
-                                   [](const CostModel::SavedCell& c) {
-                                     return c.fresh_count > 0 || c.joules_fresh_count > 0;
-                                   });
+    const bool fresh = std::any_of(cells.begin(), cells.end(), [](const CostModel::SavedCell& c) {
+      return c.fresh_count > 0 || c.joules_fresh_count > 0;
+    });
     // The file holds all this model learned of it, and maybe more; unless it was loaded cut short
     // or over the caps, and must be written within them.
     if (text && !fresh && !model.needs_rewrite(arch)) continue;

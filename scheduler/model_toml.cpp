@@ -103,7 +103,7 @@ ParsedModel parse_model(std::string_view whole, const std::string& origin) {
                              std::string(CostModel::kFormat) + "\")");
   if (!version || *version != CostModel::kFormatVersion)
     throw std::runtime_error(origin + ": model format version " +
-                             (version                 ? std::to_string(*version)
+                             (version                    ? std::to_string(*version)
                               : root.contains("version") ? std::string("not an integer")
                                                          : std::string("missing")) +
                              ", this hcr reads version " +
@@ -123,8 +123,8 @@ ParsedModel parse_model(std::string_view whole, const std::string& origin) {
     auto* samples = (*t)["samples"].as_array();
     if (!kernel || !fp || !size || !count || samples == nullptr)
       throw std::runtime_error(where() + ": a cell needs kernel, footprint, size, count, samples");
-    ParsedCell p{*kernel, 0, *size,
-                 static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
+    ParsedCell p{
+        *kernel, 0, *size, static_cast<uint32_t>(std::clamp<int64_t>(*count, 0, 1 << 30)), {}};
     // Hexadecimal digits with an optional 0x, nothing else (stoull would take a sign and spaces).
     std::string_view digits = *fp;
     if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'))
@@ -156,9 +156,8 @@ ParsedModel parse_model(std::string_view whole, const std::string& origin) {
     if (t->contains("updated")) {  // microseconds since 1970 of its last sample
       auto updated = (*t)["updated"].value_exact<int64_t>();
       if (!updated || *updated < 0)
-        throw std::runtime_error(where() +
-                                 ": updated must be a non-negative integer "
-                                 "(microseconds since 1970)");
+        throw std::runtime_error(where() + ": updated must be a non-negative integer "
+                                           "(microseconds since 1970)");
       p.updated = *updated;
     }
     // A cell without samples says nothing.
@@ -274,8 +273,8 @@ std::string CostModel::merged_text(const std::string& arch, const std::vector<Sa
     try {
       ParsedModel file = parse_model(*on_disk, origin);
       if (file.arch != arch)
-        throw std::runtime_error(origin + ": holds architecture '" + file.arch + "', not '" +
-                                 arch + "'");
+        throw std::runtime_error(origin + ": holds architecture '" + file.arch + "', not '" + arch +
+                                 "'");
       for (auto& c : file.cells) {
         FileCell& f = merged[{c.kernel, c.footprint}];
         f.size = c.size;

@@ -18,16 +18,17 @@ class Random final : public Policy {
     ctx_ = &ctx;
     queues_.clear();
     queues_.reserve(kMaxDevices);  // indexed without a lock while devices join: never moves
-    for (size_t i = 0; i < ctx.devices().size(); ++i) queues_.push_back(std::make_unique<DeviceQueue>());
+    for (size_t i = 0; i < ctx.devices().size(); ++i)
+      queues_.push_back(std::make_unique<DeviceQueue>());
   }
   void device_added(DeviceId /*d*/) override { queues_.push_back(std::make_unique<DeviceQueue>()); }
   DeviceId push(TaskRef t) override {
     DeviceId picked = kAnyDevice;
     uint32_t seen = 0;
     std::lock_guard<std::mutex> lock(mutex_);
-    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d)  // reservoir sampling: one pass, uniform
-      if (t.can_run(d) && std::uniform_int_distribution<uint32_t>(0, seen++)(gen_) == 0)
-        picked = d;
+    // Reservoir sampling: one pass, uniform
+    for (DeviceId d = 0, n = ctx_->device_count(); d < n; ++d)
+      if (t.can_run(d) && std::uniform_int_distribution<uint32_t>(0, seen++)(gen_) == 0) picked = d;
     if (picked != kAnyDevice) queues_[picked]->push(t);
     return picked;
   }

@@ -16,7 +16,8 @@ class WorkStealing final : public Policy {
     ctx_ = &ctx;
     queues_.clear();
     queues_.reserve(kMaxDevices);  // indexed without a lock while devices join: never moves
-    for (size_t i = 0; i < ctx.devices().size(); ++i) queues_.push_back(std::make_unique<DeviceQueue>());
+    for (size_t i = 0; i < ctx.devices().size(); ++i)
+      queues_.push_back(std::make_unique<DeviceQueue>());
   }
   void device_added(DeviceId /*d*/) override { queues_.push_back(std::make_unique<DeviceQueue>()); }
   DeviceId push(TaskRef t) override {

@@ -32,7 +32,8 @@ namespace {
 // The child tells the parent where it is, a line each: "FILE\tSTEP" while the loader is inside a
 // library's code, "\tbetween" when it is back in its own, "\tlisted" once the listing is printed
 // and "\tfinished" just before the child returns (anything else ending it is a crash).
-constexpr const char* kProbedEnv = "HCR_DEVICES_PROBED";  // "FILE\tWHAT\n"...: found by earlier probes
+// "FILE\tWHAT\n"...: found by earlier probes
+constexpr const char* kProbedEnv = "HCR_DEVICES_PROBED";
 constexpr int kChildFd = 3;
 
 struct Step {
@@ -57,7 +58,8 @@ std::optional<Step> step_of(std::string_view m) {
     if (ends(": counting devices"))
       return Step{std::string(rest.substr(0, rest.size() - 18)), "in device_count"};
     const size_t at = rest.rfind(": describing device ");
-    if (at != std::string_view::npos) return Step{std::string(rest.substr(0, at)), "in device_info"};
+    if (at != std::string_view::npos)
+      return Step{std::string(rest.substr(0, at)), "in device_info"};
   }
   if (starts("plugin ") && (m.find(": loaded, ") != std::string_view::npos ||
                             m.find(" skipped: ") != std::string_view::npos))
@@ -111,7 +113,8 @@ int list(const Config& config, int fd) {
     std::printf("  %-8s %-16s %s", loaded ? "loaded" : "skipped", what.c_str(),
                 p.path.empty() ? "" : p.path.c_str());
     if (!loaded) std::printf("\n           why: %s\n", why.c_str());
-    else if (p.devices == 0 && !why.empty()) std::printf("  (0 devices)\n           why: %s\n", why.c_str());
+    else if (p.devices == 0 && !why.empty())
+      std::printf("  (0 devices)\n           why: %s\n", why.c_str());
     else std::printf("  (%zu device%s)\n", p.devices, p.devices == 1 ? "" : "s");
   }
 
@@ -122,8 +125,8 @@ int list(const Config& config, int fd) {
     std::printf("  #%-2u %-11s %-32s memory %-10s compute units %-4u slots %-3u node %u  "
                 "arch \"%s\"  [%s]\n",
                 d.id, std::string(kind_name(d.kind)).c_str(), d.name.c_str(),
-                human_bytes(d.memory_bytes).c_str(), d.compute_units, d.concurrency,
-                d.memory_node, d.arch.c_str(), d.backend.c_str());
+                human_bytes(d.memory_bytes).c_str(), d.compute_units, d.concurrency, d.memory_node,
+                d.arch.c_str(), d.backend.c_str());
   std::printf("\nscheduler policy: %s\n", std::string(rt.policy()).c_str());
   std::fflush(stdout);
   tell(fd, "\tlisted");
@@ -139,7 +142,7 @@ int list(const Config& config, int fd) {
 // info and debug, so the runtime logs at debug and this sink filters.
 int child(Config config, int fd) {
   ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // not for programs a plugin may start
-  LogLevel user = log::level();  // HCR_LOG, or warn
+  LogLevel user = log::level();      // HCR_LOG, or warn
   if (config.log_level) user = *config.log_level;
   if (const char* v = std::getenv("HCR_LOG"); v && *v && config.use_environment)
     if (auto l = log::parse_level(v)) user = *l;
@@ -192,7 +195,8 @@ Outcome probe(const std::vector<std::string>& args, const std::vector<std::strin
   for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   pid_t pid = -1;
-  const int err = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  const int err =
+      ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (err != 0) {
@@ -209,7 +213,8 @@ Outcome probe(const std::vector<std::string>& args, const std::vector<std::strin
   auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
   int status = 0;
   for (bool open = true; open;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       hung = true;
       ::kill(pid, SIGKILL);
@@ -242,16 +247,16 @@ Outcome probe(const std::vector<std::string>& args, const std::vector<std::strin
     out.rc = WEXITSTATUS(status);
     return out;
   }
-  const std::string how =
-      hung ? "hung (no answer within " + std::to_string(timeout_s) + " s)"
-      : WIFSIGNALED(status) ? "crashed (" + signal_name(WTERMSIG(status)) + ")"
-                            : "crashed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
+  const std::string how = hung ? "hung (no answer within " + std::to_string(timeout_s) + " s)"
+                          : WIFSIGNALED(status)
+                              ? "crashed (" + signal_name(WTERMSIG(status)) + ")"
+                              : "crashed (exit status " + std::to_string(WEXITSTATUS(status)) + ")";
   if (!at.file.empty()) {
     out.culprit = std::make_pair(at.file, how + " " + at.what);
   } else {
-    out.failure = "the listing process " + how +
-                  (listed ? " after listing, while the plugins shut down"
-                          : " outside any plugin library");
+    out.failure =
+        "the listing process " + how +
+        (listed ? " after listing, while the plugins shut down" : " outside any plugin library");
   }
   return out;
 }
@@ -280,8 +285,9 @@ int probed_list(const Config& config, const std::optional<std::string>& config_f
     if (!probed.empty()) env.push_back(std::string(kProbedEnv) + "=" + probed);
     Outcome o = probe(args, env, timeout_s);
     if (!o.ran) {
-      std::fprintf(stderr, "hcr devices: cannot start a probing process (%s); listing here, "
-                           "unprotected from a plugin that crashes\n",
+      std::fprintf(stderr,
+                   "hcr devices: cannot start a probing process (%s); listing here, "
+                   "unprotected from a plugin that crashes\n",
                    o.failure.c_str());
       return list(config, -1);
     }

@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace hcr::cli {
@@ -95,7 +95,8 @@ Timing measure(Runtime& rt, const RunOptions& o, uint64_t tasks, Prepare prepare
   const DataCounters& dc = after.data;
   if (dc.nodes.size() > 1) {
     std::printf("\ndata: %llu replica hits, %llu misses, %llu evictions (%llu written back)\n",
-                static_cast<unsigned long long>(dc.hits), static_cast<unsigned long long>(dc.misses),
+                static_cast<unsigned long long>(dc.hits),
+                static_cast<unsigned long long>(dc.misses),
                 static_cast<unsigned long long>(dc.evictions),
                 static_cast<unsigned long long>(dc.writebacks));
     for (const LinkCounters& l : dc.links)
@@ -138,9 +139,11 @@ int run_gemm(Runtime& rt, const RunOptions& o) {
   std::printf("job: %sgemm n=%zu tile=%zu: %zu tasks per product, %llu product(s)\n",
               blas_prefix(sizeof(T)), n, tile, grid * grid * grid,
               static_cast<unsigned long long>(o.repeat));
-  Timing t = measure(rt, o, grid * grid * grid, [] {}, [&] {
-    linalg::gemm<T>(rt, linalg::Op::no_trans, linalg::Op::no_trans, 1, a, b, 0, c, tile).get();
-  });
+  Timing t = measure(
+      rt, o, grid * grid * grid, [] {},
+      [&] {
+        linalg::gemm<T>(rt, linalg::Op::no_trans, linalg::Op::no_trans, 1, a, b, 0, c, tile).get();
+      });
   print_rate(o, t, 2.0 * static_cast<double>(n) * n * n);
   write_trace(rt, o);
   if (!o.check) return 0;

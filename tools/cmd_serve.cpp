@@ -64,9 +64,9 @@ int handed_over_socket() {
   ::unsetenv("LISTEN_FDS");
   ::unsetenv("LISTEN_FDNAMES");
   if (count != "1")
-    throw Error(ErrorCode::invalid_argument,
-                "systemd handed over " + count + " sockets (LISTEN_FDS): hcr serve takes exactly "
-                "one (one ListenStream= in the socket unit)");
+    throw Error(ErrorCode::invalid_argument, "systemd handed over " + count +
+                                                 " sockets (LISTEN_FDS): hcr serve takes exactly "
+                                                 "one (one ListenStream= in the socket unit)");
   return 3;  // SD_LISTEN_FDS_START
 }
 
@@ -121,8 +121,7 @@ int cmd_serve(int argc, char** argv) {
   }
   std::fprintf(stderr, "hcr serve: arbiter on '%s'%s (%zu user(s), %zu group(s) allowed)\n",
                server->path().c_str(), o.listen_fd >= 0 ? ", handed over by systemd" : "",
-               o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(),
-               o.groups.size());
+               o.users.empty() && o.groups.empty() ? size_t{1} : o.users.size(), o.groups.size());
   std::thread t([&] { server->run(); });
   int sig = 0;
   sigwait(&set, &sig);
@@ -130,13 +129,13 @@ int cmd_serve(int argc, char** argv) {
   t.join();
   const arbiter::ServerCounters c = server->counters();
   server.reset();  // removes the socket file (not one systemd handed over)
-  std::fprintf(stderr, "hcr serve: stopped by signal %d; %llu tenant(s) joined, %llu refused, "
-               "%llu dropped (a bad message, a join or a release not in time), %llu turned away "
-               "(too many connections)\n",
-               sig, static_cast<unsigned long long>(c.joined),
-               static_cast<unsigned long long>(c.refused),
-               static_cast<unsigned long long>(c.dropped),
-               static_cast<unsigned long long>(c.turned_away));
+  std::fprintf(
+      stderr,
+      "hcr serve: stopped by signal %d; %llu tenant(s) joined, %llu refused, "
+      "%llu dropped (a bad message, a join or a release not in time), %llu turned away "
+      "(too many connections)\n",
+      sig, static_cast<unsigned long long>(c.joined), static_cast<unsigned long long>(c.refused),
+      static_cast<unsigned long long>(c.dropped), static_cast<unsigned long long>(c.turned_away));
   return 0;
 }
 

@@ -167,10 +167,10 @@ void merge_traces(const hcr::Runtime& rt, const std::string& path, double zero, 
               MPI_COMM_WORLD);
   if (rank != 0) return;
   using nlohmann::json;
-  json merged = {{"traceEvents", json::array()},
-                 {"displayTimeUnit", "ms"},
-                 {"otherData",
-                  {{"producer", "hcr-mpi"}, {"ranks", size}, {"devices", json::array()}}}};
+  json merged = {
+      {"traceEvents", json::array()},
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"producer", "hcr-mpi"}, {"ranks", size}, {"devices", json::array()}}}};
   for (int r = 0; r < size; ++r) {
     if (sizes[static_cast<size_t>(r)] == 0) continue;
     json t = json::parse(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
@@ -229,11 +229,10 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
     place(tc);
   }
   const size_t grid = (n + tile - 1) / tile;
-  const uint64_t tasks =
-      o.op == "gemm" ? grid * grid * grid
-                     : grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
-  if (rank == 0)
-  {
+  const uint64_t tasks = o.op == "gemm"
+                             ? grid * grid * grid
+                             : grid + grid * (grid - 1) + grid * (grid - 1) * (grid - 2) / 6;
+  if (rank == 0) {
     std::string mapping = std::to_string(o.p) + "x" + std::to_string(o.q) + " block-cyclic";
     if (!weights.empty()) {
       mapping = "by measured throughput, tile gemms/s:";
@@ -258,10 +257,8 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
   auto load = [&](const hcr::Tiles<T>& t, const std::vector<T>& from) {
     for (size_t i = 0; i < t.rows(); ++i)
       for (size_t j = 0; j < t.cols(); ++j)
-        cl.submit(hcr::mpi::Task(loader)
-                      .write(t(i, j))
-                      .param(&from[i * tile * n + j * tile])
-                      .param(n));
+        cl.submit(
+            hcr::mpi::Task(loader).write(t(i, j)).param(&from[i * tile * n + j * tile]).param(n));
   };
   // The traces' common zero: the instant every rank leaves this barrier.
   MPI_Barrier(MPI_COMM_WORLD);
@@ -276,8 +273,7 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
     const double t0 = now();
     if (o.op == "gemm")
       hcr::mpi::gemm<T>(cl, hcr::mpi::Op::no_trans, hcr::mpi::Op::no_trans, 1.0, ta, tb, 0.0, tc);
-    else
-      hcr::mpi::potrf<T>(cl, hcr::mpi::Uplo::lower, ta);
+    else hcr::mpi::potrf<T>(cl, hcr::mpi::Uplo::lower, ta);
     cl.wait_all();
     MPI_Barrier(MPI_COMM_WORLD);
     const double s = now() - t0;
@@ -305,7 +301,8 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
              static_cast<int>(row.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank == 0) {
     std::printf("\nper rank (all repetitions): tasks run, device busy seconds, MiB sent to rank "
-                "0..%d\n", size - 1);
+                "0..%d\n",
+                size - 1);
     double all_bytes = 0;
     for (int r = 0; r < size; ++r) {
       const double* x = &rows[static_cast<size_t>(r) * row.size()];
@@ -377,7 +374,8 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
       const double err = freivalds(a0.data(), b0.data(), got.data(), n, n, n, n, n, n);
       ok = err <= 1.0;
       std::printf("\ncheck: Freivalds against A(Bx), 2 random vectors: error %.3g of the rounding "
-                  "bound -> %s\n", err, ok ? "OK" : "WRONG");
+                  "bound -> %s\n",
+                  err, ok ? "OK" : "WRONG");
     }
   } else {
     const std::vector<T> got = gather(a, owners_a, tile, rank);
@@ -386,7 +384,8 @@ int job(const Options& o, hcr::Runtime& rt, hcr::mpi::Cluster& cl,
       const double bound = 30.0 * static_cast<double>(n) * std::numeric_limits<T>::epsilon();
       ok = residual <= bound;
       std::printf("\ncheck: ||A - L L^T||_F / ||A||_F = %.3g (from 4 random probes): %.3g of the "
-                  "bound 30 n eps -> %s\n", residual, residual / bound, ok ? "OK" : "WRONG");
+                  "bound 30 n eps -> %s\n",
+                  residual, residual / bound, ok ? "OK" : "WRONG");
     }
   }
   MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);

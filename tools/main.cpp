@@ -30,8 +30,7 @@ std::optional<std::string> Args::value(const std::string& key) {
   for (auto& it : items_)
     if (it.key == key) {
       it.used = true;
-      if (!it.has_value)
-        throw Error(ErrorCode::invalid_argument, "--" + key + " needs a value");
+      if (!it.has_value) throw Error(ErrorCode::invalid_argument, "--" + key + " needs a value");
       return it.value;
     }
   return std::nullopt;
@@ -41,8 +40,7 @@ bool Args::flag(const std::string& key) {
   for (auto& it : items_)
     if (it.key == key) {
       it.used = true;
-      if (it.has_value)
-        throw Error(ErrorCode::invalid_argument, "--" + key + " takes no value");
+      if (it.has_value) throw Error(ErrorCode::invalid_argument, "--" + key + " takes no value");
       return true;
     }
   return false;
@@ -133,7 +131,8 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, out);
     // The policies registered in this build, so the list never goes stale.
     std::string names;
-    for (const std::string& n : hcr::sched::policy_names()) names += (names.empty() ? "" : ", ") + n;
+    for (const std::string& n : hcr::sched::policy_names())
+      names += (names.empty() ? "" : ", ") + n;
     std::fprintf(out,
                  "\npolicies ([scheduler] policy, HCR_SCHED): %s\n"
                  "             auto (the default): peft where the devices are of more than one\n"

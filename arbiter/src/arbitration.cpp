@@ -86,8 +86,8 @@ void Arbitration::leave(TenantId id) {
   if (it == tenants_.end()) return;
   for (const uint32_t slot : it->second.slots) {
     NodeDevice& n = pool_[slot];
-    n.local.erase(std::find_if(n.local.begin(), n.local.end(),
-                               [&](const auto& l) { return l.first == id; }));
+    n.local.erase(
+        std::find_if(n.local.begin(), n.local.end(), [&](const auto& l) { return l.first == id; }));
     if (n.holder == id) {
       n.holder = 0;
       n.releasing = false;
@@ -183,7 +183,10 @@ void Arbitration::rebalance() {
       const size_t i = who[k];
       for (uint32_t s : mine[i])
         if (open[s])
-          choices[k].by_rank[pool_[s].holder == ids[i] ? 2 : pool_[s].owner == ids[i] ? 1 : 0]
+          choices[k]
+              .by_rank[pool_[s].holder == ids[i]  ? 2
+                       : pool_[s].owner == ids[i] ? 1
+                                                  : 0]
               .push_back(s);
       queue.push({dominant(use[i], total) / ts[i]->weight, k});
     }
@@ -293,7 +296,7 @@ std::vector<TenantId> Arbitration::overdue(double seconds) const {
   std::vector<TenantId> out;
   for (auto& [key, slot] : slots_)
     if (const NodeDevice& n = pool_[slot]; n.releasing && now_ - n.revoked_at > seconds &&
-        std::find(out.begin(), out.end(), n.holder) == out.end())
+                                           std::find(out.begin(), out.end(), n.holder) == out.end())
       out.push_back(n.holder);
   return out;
 }

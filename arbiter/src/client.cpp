@@ -21,7 +21,8 @@ namespace hcr::arbiter {
 
 using Clock = std::chrono::steady_clock;
 
-Client::Client(TenantHost& host, ClientOptions options) : host_(host), options_(std::move(options)) {}
+Client::Client(TenantHost& host, ClientOptions options)
+    : host_(host), options_(std::move(options)) {}
 
 Client::~Client() { stop(); }
 
@@ -61,7 +62,7 @@ bool Client::start() {
   std::memcpy(a.sun_path, options_.socket.c_str(), options_.socket.size() + 1);
   // Whoever listens on the path learns this process's id on connect and its devices after: a
   // socket file of another user is not even connected to (its process is checked below too).
-  struct stat st{};
+  struct stat st {};
   if (::lstat(options_.socket.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       host_.log(true, where + " is not a socket: refused" + as_without);
@@ -119,16 +120,18 @@ bool Client::start() {
   send(join + format(msg::Joined{}));
   bool ok = true;
   while (ok && stats().grants == 0 && Clock::now() < deadline)
-    ok = read_lines(true, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    ok = read_lines(true,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   if (!ok || stats().grants == 0) {
     std::string why;
     {
       std::lock_guard<std::mutex> g(stats_mutex_);
       why = error_;
     }
-    host_.log(true, where + (why.empty() ? " gave no grant within " +
-                                               std::to_string(options_.join_timeout.count()) + " ms"
-                                         : " refused: " + why) +
+    host_.log(true, where +
+                        (why.empty() ? " gave no grant within " +
+                                           std::to_string(options_.join_timeout.count()) + " ms"
+                                     : " refused: " + why) +
                         as_without);
     for (uint32_t d = 0; d < count_; ++d)
       if (!allowed_[d]) host_.allow(d, true);
@@ -200,7 +203,8 @@ bool Client::read_lines(bool wait, std::chrono::milliseconds timeout) {
   return true;
 }
 
-void Client::apply(uint64_t seq, const std::vector<uint32_t>& held, const std::vector<uint32_t>& own) {
+void Client::apply(uint64_t seq, const std::vector<uint32_t>& held,
+                   const std::vector<uint32_t>& own) {
   std::vector<bool> want(count_, false);
   for (uint32_t d : held) want[d] = true;
   own_.assign(count_, false);
@@ -317,8 +321,8 @@ void Client::starved(bool has_work, Clock::time_point now) {
             own == 0 ? where + " has work and no device: its own share is empty (more tenants "
                                "than devices) and the other tenants hold every device it has; "
                                "its tasks wait until one goes idle and lends it one"
-                     : where + " has had work and no device for " +
-                           std::to_string(waited.count()) + " ms: the " + std::to_string(own) +
+                     : where + " has had work and no device for " + std::to_string(waited.count()) +
+                           " ms: the " + std::to_string(own) +
                            " device(s) of its own share are still held by other tenants (not "
                            "released yet); its tasks wait for them");
   starved_warned_ = true;
@@ -342,9 +346,11 @@ void Client::fall_back(const std::string& why) {
       allowed_[d] = false;
     }
   pending_.clear();
-  if (!why.empty()) host_.log(true, why + "; running on its own share of " +
-                                        std::to_string(any_own ? std::count(own_.begin(), own_.end(), true) : count_) +
-                                        " device(s)");
+  if (!why.empty())
+    host_.log(true,
+              why + "; running on its own share of " +
+                  std::to_string(any_own ? std::count(own_.begin(), own_.end(), true) : count_) +
+                  " device(s)");
   std::lock_guard<std::mutex> g(stats_mutex_);
   stats_.connected = false;
   stats_.held = stats_.borrowed = 0;

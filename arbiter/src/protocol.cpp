@@ -100,13 +100,16 @@ std::optional<Message> parse(std::string_view line, std::string& why) {
     auto k = parse_kind(w[1]);
     if (!k) return bad("kind '" + std::string(w[1]) + "' is not cpu, gpu, accelerator or sim");
     d.report.kind = *k;
-    if (!number(w[2], d.report.memory)) return bad("memory '" + std::string(w[2]) + "' is not a number");
-    if (!number(w[3], d.report.cores)) return bad("cores '" + std::string(w[3]) + "' is not a number");
+    if (!number(w[2], d.report.memory))
+      return bad("memory '" + std::string(w[2]) + "' is not a number");
+    if (!number(w[3], d.report.cores))
+      return bad("cores '" + std::string(w[3]) + "' is not a number");
     if (w[4].size() > kMaxKey) return bad("a key longer than " + std::to_string(kMaxKey));
     d.report.key = std::string(w[4]);
     return d;
   }
-  if (cmd == "JOINED") return count(1) ? std::optional<Message>(msg::Joined{}) : bad("takes nothing");
+  if (cmd == "JOINED")
+    return count(1) ? std::optional<Message>(msg::Joined{}) : bad("takes nothing");
   if (cmd == "BUSY") return count(1) ? std::optional<Message>(msg::Busy{}) : bad("takes nothing");
   if (cmd == "IDLE") return count(1) ? std::optional<Message>(msg::Idle{}) : bad("takes nothing");
   if (cmd == "RELEASED") {
@@ -154,7 +157,8 @@ std::string format(const Message& m) {
       return "WELCOME " + std::to_string(w.version) + " " + std::to_string(w.tenant) + "\n";
     }
     std::string operator()(const msg::GrantMsg& g) const {
-      return "GRANT " + std::to_string(g.seq) + " " + list_text(g.held) + " " + list_text(g.own) + "\n";
+      return "GRANT " + std::to_string(g.seq) + " " + list_text(g.held) + " " + list_text(g.own) +
+             "\n";
     }
     std::string operator()(const msg::Error& e) const {
       std::string t = e.text.substr(0, kMaxLine - 8);

@@ -105,27 +105,26 @@ bool set_access_acl(const std::string& path, std::vector<uid_t> users, std::vect
   };
   constexpr uint32_t kNoId = UINT32_MAX;
   le(2, 4);
-  entry(0x01, 6, kNoId);  // ACL_USER_OBJ
-  for (uid_t u : users) entry(0x02, 6, u);  // ACL_USER
-  entry(0x04, 0, kNoId);  // ACL_GROUP_OBJ
+  entry(0x01, 6, kNoId);                     // ACL_USER_OBJ
+  for (uid_t u : users) entry(0x02, 6, u);   // ACL_USER
+  entry(0x04, 0, kNoId);                     // ACL_GROUP_OBJ
   for (gid_t g : groups) entry(0x08, 6, g);  // ACL_GROUP
-  entry(0x10, 6, kNoId);  // ACL_MASK
-  entry(0x20, 0, kNoId);  // ACL_OTHER
+  entry(0x10, 6, kNoId);                     // ACL_MASK
+  entry(0x20, 0, kNoId);                     // ACL_OTHER
   return ::lsetxattr(path.c_str(), "system.posix_acl_access", x.data(), x.size(), 0) == 0;
 }
 
 }  // namespace
 
 Server::Server(ServerOptions options) : options_(std::move(options)) {
-  if (!options_.log) options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
+  if (!options_.log)
+    options_.log = [](const std::string& s) { std::cerr << "hcr serve: " << s << "\n"; };
   if (options_.users.empty() && options_.groups.empty()) options_.users.push_back(::geteuid());
   if (options_.max_connections == 0) options_.max_connections = 1;
   listen_fd_ = options_.listen_fd;
   try {
-    if (listen_fd_ >= 0)
-      adopt_socket();
-    else
-      bind_socket();
+    if (listen_fd_ >= 0) adopt_socket();
+    else bind_socket();
   } catch (...) {
     for (int fd : {listen_fd_, wake_[0], wake_[1], dir_fd_})
       if (fd >= 0) ::close(fd);
@@ -135,8 +134,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   rlimit nofile{};
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
       options_.max_connections + 16 > nofile.rlim_cur)
-    say("the open-file limit (" + std::to_string(nofile.rlim_cur) +
-        ") is below max_connections (" + std::to_string(options_.max_connections) +
+    say("the open-file limit (" + std::to_string(nofile.rlim_cur) + ") is below max_connections (" +
+        std::to_string(options_.max_connections) +
         ") + 16: peers beyond what it allows are turned away (raise it: ulimit -n, LimitNOFILE=)");
 }
 
@@ -158,8 +157,8 @@ void Server::check_directory(const std::string& socket) {
     dir_fd_ = ::fcntl(dir->fd(), F_DUPFD_CLOEXEC, 0);
     if (dir_fd_ < 0) refuse(std::string("dup: ") + std::strerror(errno));
   } catch (const files::FileError& e) {
-    refuse("arbiter socket '" + options_.socket + "' refused: its directory is not trusted: " +
-           e.what());
+    refuse("arbiter socket '" + options_.socket +
+           "' refused: its directory is not trusted: " + e.what());
   }
 }
 
@@ -167,7 +166,7 @@ void Server::check_directory(const std::string& socket) {
 void Server::bind_socket() {
   check_directory(options_.socket);
   const sockaddr_un a = address(options_.socket);
-  struct stat st{};
+  struct stat st {};
   if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!S_ISSOCK(st.st_mode))
       refuse("'" + options_.socket + "' exists and is not a socket: refused");
@@ -225,7 +224,7 @@ void Server::adopt_socket() {
   ::getsockopt(listen_fd_, SOL_SOCKET, SO_ACCEPTCONN, &listening, &n);
   if (domain != AF_UNIX || type != SOCK_STREAM || listening == 0)
     refuse(fd + " is not a listening Unix stream socket (ListenStream= with a path in the "
-           "socket unit)");
+                "socket unit)");
   sockaddr_un a{};
   n = sizeof a;
   if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &n) != 0)
@@ -241,13 +240,12 @@ void Server::adopt_socket() {
   if (fs::path(bound).lexically_normal().string() != want)
     refuse(fd + " is bound to '" + bound + "', not to '" + want + "' (--socket)");
   check_directory(bound);
-  struct stat st{};
+  struct stat st {};
   if (::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(st.st_mode))
     refuse(fd + ": '" + options_.socket + "' is not a socket file");
   if (st.st_uid != ::geteuid())
-    refuse(fd + ": its file '" + options_.socket + "' belongs to " +
-           detail::user_text(st.st_uid) + ", not this user (" + detail::user_text(::geteuid()) +
-           "): refused");
+    refuse(fd + ": its file '" + options_.socket + "' belongs to " + detail::user_text(st.st_uid) +
+           ", not this user (" + detail::user_text(::geteuid()) + "): refused");
   const int flags = ::fcntl(listen_fd_, F_GETFL);
   if (flags < 0 || ::fcntl(listen_fd_, F_SETFL, flags | O_NONBLOCK) != 0 ||
       ::fcntl(listen_fd_, F_SETFD, FD_CLOEXEC) != 0)
@@ -287,13 +285,12 @@ void Server::open_access() {
   // The allowed reach the socket only through directories they may search.
   namespace fs = std::filesystem;
   for (fs::path d = fs::path(options_.socket).parent_path();; d = d.parent_path()) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(d.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0 &&
-        !((st.st_mode & S_IXGRP) != 0 &&
-          std::find(options_.groups.begin(), options_.groups.end(), st.st_gid) !=
-              options_.groups.end()))
-      say("'" + d.string() + "' (mode " + octal(st.st_mode) + ", " +
-          detail::user_text(st.st_uid) + ", " + detail::group_text(st.st_gid) +
+        !((st.st_mode & S_IXGRP) != 0 && std::find(options_.groups.begin(), options_.groups.end(),
+                                                   st.st_gid) != options_.groups.end()))
+      say("'" + d.string() + "' (mode " + octal(st.st_mode) + ", " + detail::user_text(st.st_uid) +
+          ", " + detail::group_text(st.st_gid) +
           ") is not searchable by others: allowed users and groups may not reach the socket");
     if (d == d.root_path() || d.empty()) break;
   }
@@ -306,9 +303,9 @@ Server::~Server() {
   if (listen_fd_ >= 0) {
     ::close(listen_fd_);
     // Only the file it bound: another server may have replaced a socket of its own there since.
-    struct stat st{};
-    if (!handed_over_ &&
-        ::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == inode_)
+    struct stat st {};
+    if (!handed_over_ && ::fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        st.st_ino == inode_)
       ::unlinkat(dir_fd_, name_.c_str(), 0);
   }
   for (int fd : {wake_[0], wake_[1], spare_fd_, dir_fd_})
@@ -409,8 +406,8 @@ void Server::run() {
       for (TenantId t : arb_.overdue(options_.release_timeout))
         for (auto& c : conns_)
           if (c->tenant == t && !c->dead)
-            drop(*c, "a revoked device not released within " +
-                         seconds_text(options_.release_timeout));
+            drop(*c,
+                 "a revoked device not released within " + seconds_text(options_.release_timeout));
     send_changes();
     std::lock_guard<std::mutex> g(counters_mutex_);
     counters_.tenants = conns_.size();
@@ -541,8 +538,7 @@ void Server::handle(Conn& c, std::string_view line) {
     }
     say(c.name() + " joined: weight " + std::to_string(c.weight) + ", " +
         std::to_string(c.devices.size()) + " device(s)");
-    if (!send_all(c.fd, format(msg::Welcome{kProtocolVersion, c.tenant})))
-      c.dead = true;
+    if (!send_all(c.fd, format(msg::Welcome{kProtocolVersion, c.tenant}))) c.dead = true;
     return;
   }
   if (std::holds_alternative<msg::Busy>(*m)) return arb_.demand(c.tenant, true);

@@ -92,9 +92,8 @@ class CpuBackend final : public sdk::Backend {
       if (rapl_->empty()) rapl_.reset();
     }
     if (threads < 0 || threads > 4096)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "option 'threads' = " + std::to_string(threads) +
-                      ": must be 0 (all cores) or 1 to 4096");
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "option 'threads' = " + std::to_string(threads) +
+                                                  ": must be 0 (all cores) or 1 to 4096");
     threads_ = threads == 0 ? static_cast<int>(tbb::info::default_concurrency())
                             : static_cast<int>(threads);
     // TBB's pool holds one thread fewer than allowed (the caller is expected to join in); our
@@ -145,9 +144,8 @@ class CpuBackend final : public sdk::Backend {
           throw Error(HCR_ERROR_INVALID_ARGUMENT, "host function '" + name + "' is NULL");
         return wrap(new CpuKernel{std::nullopt, desc.fn, desc.user_data});
       default:
-        throw Error(HCR_ERROR_UNSUPPORTED,
-                    "runs host functions and its built-ins, not " +
-                        std::string(desc.api ? desc.api : "?") + " code");
+        throw Error(HCR_ERROR_UNSUPPORTED, "runs host functions and its built-ins, not " +
+                                               std::string(desc.api ? desc.api : "?") + " code");
     }
   }
 

@@ -61,8 +61,8 @@ struct CudaKernel {
   KernelKind kind = KernelKind::blas;
   size_t device = 0;
   std::string name;
-  Builtin builtin;                    // blas
-  hcr_kernel_fn fn = nullptr;         // native
+  Builtin builtin;             // blas
+  hcr_kernel_fn fn = nullptr;  // native
   void* user_data = nullptr;
   std::shared_ptr<const Module> module;  // source
 };
@@ -70,7 +70,8 @@ struct CudaKernel {
 std::string default_cache_dir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && x[0] == '/')
     return std::string(x) + "/hcr/cuda";
-  if (const char* h = std::getenv("HOME"); h && h[0] == '/') return std::string(h) + "/.cache/hcr/cuda";
+  if (const char* h = std::getenv("HOME"); h && h[0] == '/')
+    return std::string(h) + "/.cache/hcr/cuda";
   return {};
 }
 
@@ -157,9 +158,11 @@ class CudaBackend final : public sdk::Backend {
     ctx.options.check_all_used();
     if (nvml == "off") nvml.clear();
     if (!nvml.empty() && nvml.find('/') != std::string::npos && nvml[0] != '/')
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "option 'nvml' = '" + nvml + "': must be \"off\", a library name the loader "
-                  "searches (" + NvmlMeter::kDefaultLibrary + ") or an absolute path");
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "option 'nvml' = '" + nvml +
+                                                  "': must be \"off\", a library name the loader "
+                                                  "searches (" +
+                                                  NvmlMeter::kDefaultLibrary +
+                                                  ") or an absolute path");
     if (streams < 1 || streams > 64)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   "option 'streams' = " + std::to_string(streams) + ": must be 1 to 64");
@@ -173,9 +176,9 @@ class CudaBackend final : public sdk::Backend {
     if (cache_dir.rfind("~/", 0) == 0)
       if (const char* h = std::getenv("HOME"); h && *h) cache_dir = h + cache_dir.substr(1);
     if (!cache_dir.empty() && cache_dir[0] != '/')
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "option 'cache_dir' = '" + cache_dir + "': must be an absolute path (or empty: "
-                                                         "no kernel cache on disk)");
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "option 'cache_dir' = '" + cache_dir +
+                                                  "': must be an absolute path (or empty: "
+                                                  "no kernel cache on disk)");
     cache_ = std::make_unique<NvrtcCache>(cache_dir, host());
 
     int count = 0;
@@ -348,10 +351,10 @@ class CudaBackend final : public sdk::Backend {
     if (a.src_memory == nullptr && a.dst_memory == nullptr)
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy between two host pointers: not a device copy");
     if (a.rows > 1 && (a.src_pitch < a.width || a.dst_pitch < a.width))
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  "copy: pitch (source " + std::to_string(a.src_pitch) + ", destination " +
-                      std::to_string(a.dst_pitch) + ") smaller than the row width " +
-                      std::to_string(a.width));
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy: pitch (source " + std::to_string(a.src_pitch) +
+                                                  ", destination " + std::to_string(a.dst_pitch) +
+                                                  ") smaller than the row width " +
+                                                  std::to_string(a.width));
     const uint64_t src_pitch = a.rows > 1 ? a.src_pitch : a.width;
     const uint64_t dst_pitch = a.rows > 1 ? a.dst_pitch : a.width;
     DeviceMemory* sm = memory(a.src_memory, "source");
@@ -448,7 +451,8 @@ class CudaBackend final : public sdk::Backend {
         if (!b) throw Error(HCR_ERROR_NOT_FOUND, "no built-in kernel '" + name + "'");
         // Declined (never placed here) when a library it needs is missing: the rest stay offered.
         if (!cublas().ok)
-          throw Error(HCR_ERROR_UNSUPPORTED, "built-in " + name + " needs cuBLAS: " + cublas().error);
+          throw Error(HCR_ERROR_UNSUPPORTED,
+                      "built-in " + name + " needs cuBLAS: " + cublas().error);
         if (needs_cusolver(b->op) && !cusolver().ok)
           throw Error(HCR_ERROR_UNSUPPORTED,
                       "built-in " + name + " needs cuSOLVER: " + cusolver().error);
@@ -535,19 +539,15 @@ class CudaBackend final : public sdk::Backend {
         // The function sees device pointers in `host`; `memory` and `offset` stay as given.
         std::vector<hcr_arg_t> args(a.args, a.args + a.num_args);
         for (size_t i = 0; i < args.size(); ++i) args[i].host = ptrs[i];
-        g.run_on(g.compute_lane(), a.done, a.done_user_data, measure,
-                 [&](Lane& l) -> hcr_error_t* {
-                   hcr_exec_context_t ctx = sdk::exec_context(
-                       a, l.index(), static_cast<void*>(l.stream()),
-                       const_cast<int*>(g.ordinal_ptr()));
-                   ctx.args = args.data();
-                   return sdk::run_host_function(k->fn, k->user_data, ctx);
-                 });
+        g.run_on(g.compute_lane(), a.done, a.done_user_data, measure, [&](Lane& l) -> hcr_error_t* {
+          hcr_exec_context_t ctx = sdk::exec_context(a, l.index(), static_cast<void*>(l.stream()),
+                                                     const_cast<int*>(g.ordinal_ptr()));
+          ctx.args = args.data();
+          return sdk::run_host_function(k->fn, k->user_data, ctx);
+        });
         return;
       }
-      case KernelKind::source:
-        launch_source(g, *k, a, ptrs, measure);
-        return;
+      case KernelKind::source: launch_source(g, *k, a, ptrs, measure); return;
     }
   }
 
@@ -576,8 +576,9 @@ class CudaBackend final : public sdk::Backend {
  private:
   Gpu& gpu(size_t device) {
     if (device >= gpus_.size())
-      throw Error(HCR_ERROR_NOT_FOUND, "no device " + std::to_string(device) + " (the cuda plugin has " +
-                                           std::to_string(gpus_.size()) + ")");
+      throw Error(HCR_ERROR_NOT_FOUND, "no device " + std::to_string(device) +
+                                           " (the cuda plugin has " + std::to_string(gpus_.size()) +
+                                           ")");
     return *gpus_[device];
   }
 
@@ -618,12 +619,12 @@ class CudaBackend final : public sdk::Backend {
   std::vector<void*> device_pointers(const hcr_launch_args_t& a) {
     std::vector<void*> out(a.num_args, nullptr);
     if (a.num_args > 0 && a.args == nullptr)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch: " + std::to_string(a.num_args) +
-                                                  " arguments but no argument array");
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  "launch: " + std::to_string(a.num_args) + " arguments but no argument array");
     for (size_t i = 0; i < a.num_args; ++i) {
       const hcr_arg_t& x = a.args[i];
-      const std::string which = "argument " + std::to_string(i) + " (" + shape(x) + " " +
-                                sdk::dtype_name(x.dtype) + ")";
+      const std::string which =
+          "argument " + std::to_string(i) + " (" + shape(x) + " " + sdk::dtype_name(x.dtype) + ")";
       const uint64_t elems = x.rows == 0 || x.cols == 0 ? 0 : (x.rows - 1) * x.ld + x.cols;
       if (x.rows > 1 && x.ld < x.cols)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
@@ -687,8 +688,8 @@ class CudaBackend final : public sdk::Backend {
         }
       }
     }
-    host().debug("devices " + std::to_string(a.index()) + " and " +
-                 std::to_string(b.index()) + ": " + (how.empty() ? "peer access enabled" : how));
+    host().debug("devices " + std::to_string(a.index()) + " and " + std::to_string(b.index()) +
+                 ": " + (how.empty() ? "peer access enabled" : how));
   }
 
   std::shared_ptr<const Module> load_source(Gpu& g, const std::string& name,
@@ -707,9 +708,10 @@ class CudaBackend final : public sdk::Backend {
         e != cudaSuccess) {
       m->library = nullptr;
       (void)cudaGetLastError();
-      throw Error(error_code(e) == HCR_ERROR_DEVICE_LOST ? HCR_ERROR_DEVICE_LOST : HCR_ERROR_BACKEND,
-                  "cannot load kernel '" + name + "' compiled for " + program->target + " (" +
-                      program->origin + "): " + error_text(e));
+      throw Error(
+          error_code(e) == HCR_ERROR_DEVICE_LOST ? HCR_ERROR_DEVICE_LOST : HCR_ERROR_BACKEND,
+          "cannot load kernel '" + name + "' compiled for " + program->target + " (" +
+              program->origin + "): " + error_text(e));
     }
     if (cudaError_t e = cudaLibraryGetKernel(&m->kernel, m->library, program->lowered.c_str());
         e != cudaSuccess) {
@@ -753,7 +755,8 @@ class CudaBackend final : public sdk::Backend {
     std::vector<std::pair<size_t, size_t>> params;  // offset, span
     if (a.num_params > 0) {
       if (a.param_offsets == nullptr || a.params == nullptr)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch: parameters without their bytes or offsets");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    "launch: parameters without their bytes or offsets");
       for (size_t i = 0; i < a.num_params; ++i) {
         const size_t off = a.param_offsets[i];
         const size_t end = i + 1 < a.num_params ? a.param_offsets[i + 1] : a.params_size;
@@ -843,8 +846,9 @@ class CudaBackend final : public sdk::Backend {
           w = &a.args[i];
       if (w == nullptr)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    "kernel '" + k.name + "': no grid given and no buffer written to size one by "
-                                          "(Task::grid)");
+                    "kernel '" + k.name +
+                        "': no grid given and no buffer written to size one by "
+                        "(Task::grid)");
       n[0] = w->rows * w->cols;
       n[1] = n[2] = 1;
     }
@@ -882,8 +886,8 @@ class CudaBackend final : public sdk::Backend {
   }
 
   uint32_t streams_ = 2;
-  uint32_t copy_threads_ = 0;  // 0: automatic
-  std::unique_ptr<NvrtcCache> cache_;          // destroyed after the devices
+  uint32_t copy_threads_ = 0;          // 0: automatic
+  std::unique_ptr<NvrtcCache> cache_;  // destroyed after the devices
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::unique_ptr<NvmlMeter> meter_;  // null: no meter (option nvml off, or no device)
   std::mutex alloc_mutex_;

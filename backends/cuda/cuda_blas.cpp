@@ -7,19 +7,19 @@
 //                                     triangle of C is the upper one of C^T);
 //   trsm   B = op(A)^-1 B (left)  ->  B^T = B^T op(A^T)^-1 (right): flip side and uplo, keep trans
 //                                     and diag, swap m and n;
-// The factorizations are the exceptions: the tile is transposed into scratch memory (cublas<t>geam),
-// factored there in its own triangle, and transposed back — two n x n copies, small beside the n^3
-// of the factorization. getrf_nopiv must: factoring A^T gives A = U^T L^T, whose unit diagonal sits
-// on the wrong factor. potrf could factor A^T in the other triangle, but cuSOLVER is much slower at
-// that form (see enqueue_potrf).
+// The factorizations are the exceptions: the tile is transposed into scratch memory
+// (cublas<t>geam), factored there in its own triangle, and transposed back — two n x n copies,
+// small beside the n^3 of the factorization. getrf_nopiv must: factoring A^T gives A = U^T L^T,
+// whose unit diagonal sits on the wrong factor. potrf could factor A^T in the other triangle, but
+// cuSOLVER is much slower at that form (see enqueue_potrf).
 #include "cuda_blas.hpp"
 
 #include "cuda_libs.hpp"
 
 #include <algorithm>
 #include <climits>
-#include <utility>
 #include <cstring>
+#include <utility>
 
 namespace hcr::cuda {
 namespace {
@@ -72,8 +72,7 @@ void enqueue_gemm(cublasHandle_t h, const BlasCall& g) {
                                    &beta, C, t, g.ld[2], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       break;
     }
-    default:
-      throw Error(HCR_ERROR_INTERNAL, "gemm of an unsupported type");
+    default: throw Error(HCR_ERROR_INTERNAL, "gemm of an unsupported type");
   }
 }
 
@@ -162,18 +161,15 @@ void enqueue_potrf(Lane& l, const BlasCall& f, int* info) {
   int lwork = 0;  // asked for the dense tile it will factor (the query reads no element)
   if constexpr (sizeof(T) == 4)
     HCR_CUSOLVER_CHECK(lib.spotrf_buffer_size(h, uplo, n, A, n, &lwork));
-  else
-    HCR_CUSOLVER_CHECK(lib.dpotrf_buffer_size(h, uplo, n, A, n, &lwork));
+  else HCR_CUSOLVER_CHECK(lib.dpotrf_buffer_size(h, uplo, n, A, n, &lwork));
   auto [W, work] = transposed_scratch<T>(l, n, lwork);
   int* dev_info = l.device_info();
   transpose(bh, n, A, f.ld[0], W, n);
   if constexpr (sizeof(T) == 4)
     HCR_CUSOLVER_CHECK(lib.spotrf(h, uplo, n, W, n, work, lwork, dev_info));
-  else
-    HCR_CUSOLVER_CHECK(lib.dpotrf(h, uplo, n, W, n, work, lwork, dev_info));
+  else HCR_CUSOLVER_CHECK(lib.dpotrf(h, uplo, n, W, n, work, lwork, dev_info));
   transpose(bh, n, W, n, A, f.ld[0]);
-  HCR_CUDA_CHECK(
-      cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
+  HCR_CUDA_CHECK(cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
 }
 
 template <class T>
@@ -184,21 +180,17 @@ void enqueue_getrf_nopiv(Lane& l, const BlasCall& f, int* info) {
   const int n = f.n;
   T* A = static_cast<T*>(f.ptr[0]);  // column-major: A^T, leading dimension ld
   int lwork = 0;  // asked for the dense tile it will factor (the query reads no element)
-  if constexpr (sizeof(T) == 4)
-    HCR_CUSOLVER_CHECK(lib.sgetrf_buffer_size(h, n, n, A, n, &lwork));
-  else
-    HCR_CUSOLVER_CHECK(lib.dgetrf_buffer_size(h, n, n, A, n, &lwork));
+  if constexpr (sizeof(T) == 4) HCR_CUSOLVER_CHECK(lib.sgetrf_buffer_size(h, n, n, A, n, &lwork));
+  else HCR_CUSOLVER_CHECK(lib.dgetrf_buffer_size(h, n, n, A, n, &lwork));
   auto [W, work] = transposed_scratch<T>(l, n, lwork);
   int* dev_info = l.device_info();
   transpose(bh, n, A, f.ld[0], W, n);  // W = (A^T)^T, the tile in column-major
   // devIpiv = NULL: no pivoting (cuSOLVER's documented form), A = L U.
   if constexpr (sizeof(T) == 4)
     HCR_CUSOLVER_CHECK(lib.sgetrf(h, n, n, W, n, work, nullptr, dev_info));
-  else
-    HCR_CUSOLVER_CHECK(lib.dgetrf(h, n, n, W, n, work, nullptr, dev_info));
+  else HCR_CUSOLVER_CHECK(lib.dgetrf(h, n, n, W, n, work, nullptr, dev_info));
   transpose(bh, n, W, n, A, f.ld[0]);
-  HCR_CUDA_CHECK(
-      cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
+  HCR_CUDA_CHECK(cudaMemcpyAsync(info, dev_info, sizeof(int), cudaMemcpyDeviceToHost, l.stream()));
 }
 
 }  // namespace
@@ -222,9 +214,7 @@ std::optional<Builtin> builtin(const std::string& name) {
   return sdk::find_blas_builtin(name, /*half_gemm=*/true);
 }
 
-bool needs_cusolver(BlasOp op) noexcept {
-  return op == BlasOp::potrf || op == BlasOp::getrf_nopiv;
-}
+bool needs_cusolver(BlasOp op) noexcept { return op == BlasOp::potrf || op == BlasOp::getrf_nopiv; }
 
 BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* const* ptrs) {
   BlasCall c;
@@ -245,13 +235,15 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
                                                   role[i] + ") is " + sdk::dtype_name(x.dtype) +
                                                   ", expected " + sdk::dtype_name(kernel.dtype));
     if (x.rows > 1 && x.ld < x.cols)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                  kname + " argument " + std::to_string(i) + " (" + role[i] + ", " + shape(x) +
-                      ") has ld " + std::to_string(x.ld) + " < its " + std::to_string(x.cols) +
-                      " columns");
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " argument " + std::to_string(i) + " (" +
+                                                  role[i] + ", " + shape(x) + ") has ld " +
+                                                  std::to_string(x.ld) + " < its " +
+                                                  std::to_string(x.cols) + " columns");
     // cuBLAS wants ld >= max(1, leading extent) even for a single row or an empty matrix.
     c.ld[i] = to_int(kname, std::max<uint64_t>({x.ld, x.cols, 1}),
-                     i == 0 ? "lda" : i == 1 ? "ldb" : "ldc");
+                     i == 0   ? "lda"
+                     : i == 1 ? "ldb"
+                              : "ldc");
     c.ptr[i] = ptrs[i];
   }
 
@@ -267,8 +259,7 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
         std::string trans;
         if (p.trans_a || p.trans_b)
           trans = std::string(" with ") + (p.trans_a ? "A" : "") +
-                  (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") +
-                  " transposed";
+                  (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") + " transposed";
         throw Error(HCR_ERROR_INVALID_ARGUMENT, "gemm shapes do not match: A is " + shape(A) +
                                                     ", B is " + shape(B) + ", C is " + shape(C) +
                                                     trans);
@@ -282,10 +273,10 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
       const hcr_arg_t &A = a.args[0], &C = a.args[1];
       const uint64_t an = p.trans_a ? A.cols : A.rows, ak = p.trans_a ? A.rows : A.cols;
       if (C.rows != C.cols || an != C.rows)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    kname + " shapes do not match: A is " + shape(A) + ", C is " + shape(C) +
-                        " (C must be n x n and A n x k" + (p.trans_a ? ", transposed: k x n" : "") +
-                        ")");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + " shapes do not match: A is " + shape(A) +
+                                                    ", C is " + shape(C) +
+                                                    " (C must be n x n and A n x k" +
+                                                    (p.trans_a ? ", transposed: k x n" : "") + ")");
       c.n = to_int(kname, an, "n");
       c.k = to_int(kname, ak, "k");
       break;
@@ -306,8 +297,7 @@ BlasCall make_call(const Builtin& kernel, const hcr_launch_args_t& a, void* cons
     case BlasOp::getrf_nopiv: {
       const hcr_arg_t& A = a.args[0];
       if (A.rows != A.cols)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    kname + ": A is " + shape(A) + ", not square");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, kname + ": A is " + shape(A) + ", not square");
       c.n = to_int(kname, A.rows, "n");
       break;
     }
@@ -350,9 +340,11 @@ hcr_error_t* factor_error(const BlasCall& c, int info) {
                                                    std::to_string(info) + ")");
   if (c.kernel.op == BlasOp::potrf)
     return sdk::make_error(HCR_ERROR_INVALID_ARGUMENT,
-                           what + ": the matrix is not positive definite: its leading minor of "
-                                  "order " + std::to_string(info) + " is not (LAPACK info " +
-                                  std::to_string(info) + ")");
+                           what +
+                               ": the matrix is not positive definite: its leading minor of "
+                               "order " +
+                               std::to_string(info) + " is not (LAPACK info " +
+                               std::to_string(info) + ")");
   return sdk::make_error(HCR_ERROR_INVALID_ARGUMENT,
                          what + ": zero pivot in row " + std::to_string(info) +
                              " (counting from 1; LU without pivoting needs every leading minor "

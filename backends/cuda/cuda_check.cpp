@@ -20,10 +20,8 @@ bool is_sticky(cudaError_t e) noexcept {
     case cudaErrorNvlinkUncorrectable:
     case cudaErrorContextIsDestroyed:
     case cudaErrorDevicesUnavailable:
-    case cudaErrorCudartUnloading:
-      return true;
-    default:
-      return false;
+    case cudaErrorCudartUnloading: return true;
+    default: return false;
   }
 }
 
@@ -42,7 +40,8 @@ std::string error_text(cudaError_t e) {
 std::string error_text(cublasStatus_t s) {
   const CublasLib& lib = cublas();
   const char* text = lib.ok ? lib.status_string(s) : nullptr;
-  return "cuBLAS status " + std::to_string(static_cast<int>(s)) + (text ? std::string(": ") + text : "");
+  return "cuBLAS status " + std::to_string(static_cast<int>(s)) +
+         (text ? std::string(": ") + text : "");
 }
 
 std::string error_text(nvrtcResult r) {
@@ -77,18 +76,18 @@ void throw_cuda(cudaError_t e, const char* call) {
 }
 
 void throw_cublas(cublasStatus_t s, const char* call) {
-  hcr_error_code_t code = s == CUBLAS_STATUS_ALLOC_FAILED      ? HCR_ERROR_OUT_OF_MEMORY
-                          : s == CUBLAS_STATUS_NOT_SUPPORTED   ? HCR_ERROR_UNSUPPORTED
-                          : s == CUBLAS_STATUS_INVALID_VALUE   ? HCR_ERROR_INVALID_ARGUMENT
-                                                               : HCR_ERROR_BACKEND;
+  hcr_error_code_t code = s == CUBLAS_STATUS_ALLOC_FAILED    ? HCR_ERROR_OUT_OF_MEMORY
+                          : s == CUBLAS_STATUS_NOT_SUPPORTED ? HCR_ERROR_UNSUPPORTED
+                          : s == CUBLAS_STATUS_INVALID_VALUE ? HCR_ERROR_INVALID_ARGUMENT
+                                                             : HCR_ERROR_BACKEND;
   throw sdk::Error(code, std::string(call) + " failed: " + error_text(s));
 }
 
 void throw_cusolver(cusolverStatus_t s, const char* call) {
-  hcr_error_code_t code = s == CUSOLVER_STATUS_ALLOC_FAILED     ? HCR_ERROR_OUT_OF_MEMORY
-                          : s == CUSOLVER_STATUS_NOT_SUPPORTED  ? HCR_ERROR_UNSUPPORTED
-                          : s == CUSOLVER_STATUS_INVALID_VALUE  ? HCR_ERROR_INVALID_ARGUMENT
-                                                                : HCR_ERROR_BACKEND;
+  hcr_error_code_t code = s == CUSOLVER_STATUS_ALLOC_FAILED    ? HCR_ERROR_OUT_OF_MEMORY
+                          : s == CUSOLVER_STATUS_NOT_SUPPORTED ? HCR_ERROR_UNSUPPORTED
+                          : s == CUSOLVER_STATUS_INVALID_VALUE ? HCR_ERROR_INVALID_ARGUMENT
+                                                               : HCR_ERROR_BACKEND;
   throw sdk::Error(code, std::string(call) + " failed: " + error_text(s));
 }
 

@@ -18,7 +18,8 @@ namespace hcr::cuda {
 /// ("sticky" errors: an illegal address, a device-side assert, an ECC failure...).
 bool is_sticky(cudaError_t e) noexcept;
 
-/// The ABI code for a CUDA runtime error: OUT_OF_MEMORY, DEVICE_LOST for sticky errors, else BACKEND.
+/// The ABI code for a CUDA runtime error: OUT_OF_MEMORY, DEVICE_LOST for sticky errors, else
+/// BACKEND.
 hcr_error_code_t error_code(cudaError_t e) noexcept;
 
 /// "cudaErrorMemoryAllocation: out of memory".
@@ -38,28 +39,28 @@ std::string error_text(cusolverStatus_t s);
 }  // namespace hcr::cuda
 
 // The call text goes into the message: it names the operation that failed without extra context.
-#define HCR_CUDA_CHECK(expr)                                                   \
-  do {                                                                         \
-    cudaError_t hcr_cuda_status_ = (expr);                                     \
+#define HCR_CUDA_CHECK(expr)                                                               \
+  do {                                                                                     \
+    cudaError_t hcr_cuda_status_ = (expr);                                                 \
     if (hcr_cuda_status_ != cudaSuccess) ::hcr::cuda::throw_cuda(hcr_cuda_status_, #expr); \
   } while (0)
 
-#define HCR_CUBLAS_CHECK(expr)                                                 \
-  do {                                                                         \
-    cublasStatus_t hcr_cublas_status_ = (expr);                                \
-    if (hcr_cublas_status_ != CUBLAS_STATUS_SUCCESS)                           \
-      ::hcr::cuda::throw_cublas(hcr_cublas_status_, #expr);                    \
+#define HCR_CUBLAS_CHECK(expr)                              \
+  do {                                                      \
+    cublasStatus_t hcr_cublas_status_ = (expr);             \
+    if (hcr_cublas_status_ != CUBLAS_STATUS_SUCCESS)        \
+      ::hcr::cuda::throw_cublas(hcr_cublas_status_, #expr); \
   } while (0)
 
-#define HCR_CUSOLVER_CHECK(expr)                                               \
-  do {                                                                         \
-    cusolverStatus_t hcr_cusolver_status_ = (expr);                            \
-    if (hcr_cusolver_status_ != CUSOLVER_STATUS_SUCCESS)                       \
-      ::hcr::cuda::throw_cusolver(hcr_cusolver_status_, #expr);                \
+#define HCR_CUSOLVER_CHECK(expr)                                \
+  do {                                                          \
+    cusolverStatus_t hcr_cusolver_status_ = (expr);             \
+    if (hcr_cusolver_status_ != CUSOLVER_STATUS_SUCCESS)        \
+      ::hcr::cuda::throw_cusolver(hcr_cusolver_status_, #expr); \
   } while (0)
 
-#define HCR_NVRTC_CHECK(expr)                                                  \
-  do {                                                                         \
-    nvrtcResult hcr_nvrtc_status_ = (expr);                                    \
+#define HCR_NVRTC_CHECK(expr)                                                                   \
+  do {                                                                                          \
+    nvrtcResult hcr_nvrtc_status_ = (expr);                                                     \
     if (hcr_nvrtc_status_ != NVRTC_SUCCESS) ::hcr::cuda::throw_nvrtc(hcr_nvrtc_status_, #expr); \
   } while (0)

@@ -46,7 +46,7 @@ int fp32_cores_per_sm(int major, int minor) {
   return 128;
 }
 
-constexpr size_t kStagingChunk = size_t{8} << 20;  // per buffer; two per direction per device
+constexpr size_t kStagingChunk = size_t{8} << 20;   // per buffer; two per direction per device
 constexpr size_t kMinCopyPart = size_t{256} << 10;  // smaller host copies are not worth splitting
 
 // Threads sharing one stager's host copies by default (the stager's own included): about a
@@ -290,7 +290,8 @@ void Stager::host_copy(const StagedCopy& c, const Piece& p, char* buf, bool into
   // Between the user's rows (pitch host_pitch, from column p.col) and the packed buffer (pitch
   // p.width). Split by rows, or by bytes when the piece is a single row.
   const uint64_t bytes = p.rows * p.width;
-  const size_t parts = std::min<size_t>(helpers_.size() + 1, std::max<uint64_t>(1, bytes / kMinCopyPart));
+  const size_t parts =
+      std::min<size_t>(helpers_.size() + 1, std::max<uint64_t>(1, bytes / kMinCopyPart));
   auto rows = [&, into_buffer](uint64_t r0, uint64_t r1, uint64_t b0, uint64_t b1) {
     for (uint64_t r = r0; r < r1; ++r) {
       char* packed = buf + r * p.width + b0;
@@ -302,9 +303,11 @@ void Stager::host_copy(const StagedCopy& c, const Piece& p, char* buf, bool into
   if (parts <= 1) {
     rows(0, p.rows, 0, p.width);
   } else if (p.rows >= parts) {
-    parallel(parts, [&](size_t i) { rows(p.rows * i / parts, p.rows * (i + 1) / parts, 0, p.width); });
+    parallel(parts,
+             [&](size_t i) { rows(p.rows * i / parts, p.rows * (i + 1) / parts, 0, p.width); });
   } else {
-    parallel(parts, [&](size_t i) { rows(0, p.rows, p.width * i / parts, p.width * (i + 1) / parts); });
+    parallel(parts,
+             [&](size_t i) { rows(0, p.rows, p.width * i / parts, p.width * (i + 1) / parts); });
   }
 }
 
@@ -313,7 +316,8 @@ std::vector<Stager::Piece> Stager::pieces(const StagedCopy& c) const {
   if (c.width == 0 || c.rows == 0) return out;
   if (c.width <= chunk_) {
     const uint64_t per = chunk_ / c.width;  // whole rows per chunk
-    for (uint64_t r = 0; r < c.rows; r += per) out.push_back({r, 0, std::min(per, c.rows - r), c.width});
+    for (uint64_t r = 0; r < c.rows; r += per)
+      out.push_back({r, 0, std::min(per, c.rows - r), c.width});
   } else {  // rows wider than a chunk: each row in chunk-sized pieces
     for (uint64_t r = 0; r < c.rows; ++r)
       for (uint64_t col = 0; col < c.width; col += chunk_)
@@ -337,9 +341,10 @@ cudaError_t copy_rect(void* dst, uint64_t dpitch, const void* src, uint64_t spit
 cudaError_t Stager::enqueue_dma(const StagedCopy& c, const Piece& p, int b) {
   std::lock_guard<std::mutex> lock(lane_.enqueue_mutex());
   char* dev = c.device + p.row * c.device_pitch + p.col;
-  cudaError_t e = to_device_
-                      ? copy_rect(dev, c.device_pitch, buf_[b], p.width, p.width, p.rows, lane_.stream())
-                      : copy_rect(buf_[b], p.width, dev, c.device_pitch, p.width, p.rows, lane_.stream());
+  cudaError_t e =
+      to_device_
+          ? copy_rect(dev, c.device_pitch, buf_[b], p.width, p.width, p.rows, lane_.stream())
+          : copy_rect(buf_[b], p.width, dev, c.device_pitch, p.width, p.rows, lane_.stream());
   if (e != cudaSuccess) return e;
   e = cudaEventRecord(ev_[b], lane_.stream());
   if (e == cudaSuccess) busy_[b] = true;
@@ -432,7 +437,8 @@ Gpu::Gpu(GpuInfo info, size_t index, uint32_t compute_streams, uint32_t copy_thr
     : info_(std::move(info)),
       index_(index),
       compute_streams_(compute_streams),
-      copy_threads_(copy_threads == 0 ? static_cast<uint32_t>(default_copy_threads()) : copy_threads),
+      copy_threads_(copy_threads == 0 ? static_cast<uint32_t>(default_copy_threads())
+                                      : copy_threads),
       host_(host) {}
 
 Gpu::~Gpu() {
@@ -466,8 +472,8 @@ Gpu::~Gpu() {
 
 void Gpu::check_not_lost() const {
   if (lost_.load(std::memory_order_acquire))
-    throw sdk::Error(HCR_ERROR_DEVICE_LOST, "device " + std::to_string(index_) + " (" +
-                                                info_.name + ") failed earlier: " + lost_reason_);
+    throw sdk::Error(HCR_ERROR_DEVICE_LOST, "device " + std::to_string(index_) + " (" + info_.name +
+                                                ") failed earlier: " + lost_reason_);
 }
 
 void Gpu::mark_lost(const std::string& why) noexcept {
@@ -501,7 +507,8 @@ void Gpu::start() {
   auto d2h = std::make_unique<Lane>(*this, compute_streams_ + 1);
   auto d2d = std::make_unique<Lane>(*this, compute_streams_ + 2);
   int pools = 0;
-  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, info_.ordinal) != cudaSuccess) {
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, info_.ordinal) !=
+      cudaSuccess) {
     (void)cudaGetLastError();
     pools = 0;
   }
@@ -515,8 +522,8 @@ void Gpu::start() {
   d2d_ = std::move(d2d);
   started_.store(true, std::memory_order_release);
   host_.debug("device " + std::to_string(index_) + " (" + info_.name + ", CUDA device " +
-              std::to_string(info_.ordinal) + ") started with " +
-              std::to_string(compute_streams_) + " compute stream(s)");
+              std::to_string(info_.ordinal) + ") started with " + std::to_string(compute_streams_) +
+              " compute stream(s)");
 }
 
 Lane& Gpu::compute_lane() noexcept {

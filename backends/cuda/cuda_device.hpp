@@ -43,15 +43,15 @@ class DeviceGuard {
 
 /// What the device reports; fixed at plugin creation.
 struct GpuInfo {
-  int ordinal = 0;          ///< CUDA device index
-  std::string name;         ///< "NVIDIA H200"
-  std::string arch;         ///< "sm_90 NVIDIA H200"
+  int ordinal = 0;   ///< CUDA device index
+  std::string name;  ///< "NVIDIA H200"
+  std::string arch;  ///< "sm_90 NVIDIA H200"
   int cc_major = 0, cc_minor = 0;
   uint64_t memory_bytes = 0;
   uint32_t multiprocessors = 0;
   uint32_t max_threads_per_block = 1024;
   uint32_t max_grid[3] = {0x7fffffff, 65535, 65535};
-  double peak_gflops = 0;   ///< FP32 FMA peak, from SMs x cores per SM x clock
+  double peak_gflops = 0;  ///< FP32 FMA peak, from SMs x cores per SM x clock
 };
 
 /// Reads device `ordinal`'s properties (no context is created).
@@ -136,9 +136,9 @@ class Lane {
 
 /// A copy between pageable host memory and device memory, through pinned staging buffers.
 struct StagedCopy {
-  char* host = nullptr;       ///< pageable side (source for H2D, destination for D2H)
+  char* host = nullptr;  ///< pageable side (source for H2D, destination for D2H)
   uint64_t host_pitch = 0;
-  char* device = nullptr;     ///< device side (any address the GPU can DMA to or from)
+  char* device = nullptr;  ///< device side (any address the GPU can DMA to or from)
   uint64_t device_pitch = 0;
   uint64_t width = 0, rows = 0;
   hcr_done_fn done = nullptr;

@@ -71,10 +71,9 @@ struct CusolverLib {
                                          int*) = nullptr;
   cusolverStatus_t (*spotrf)(cusolverDnHandle_t, cublasFillMode_t, int, float*, int, float*, int,
                              int*) = nullptr;
-  cusolverStatus_t (*dpotrf)(cusolverDnHandle_t, cublasFillMode_t, int, double*, int, double*,
-                             int, int*) = nullptr;
-  cusolverStatus_t (*sgetrf_buffer_size)(cusolverDnHandle_t, int, int, float*, int,
-                                         int*) = nullptr;
+  cusolverStatus_t (*dpotrf)(cusolverDnHandle_t, cublasFillMode_t, int, double*, int, double*, int,
+                             int*) = nullptr;
+  cusolverStatus_t (*sgetrf_buffer_size)(cusolverDnHandle_t, int, int, float*, int, int*) = nullptr;
   cusolverStatus_t (*dgetrf_buffer_size)(cusolverDnHandle_t, int, int, double*, int,
                                          int*) = nullptr;
   cusolverStatus_t (*sgetrf)(cusolverDnHandle_t, int, int, float*, int, float*, int*,

@@ -1,5 +1,5 @@
-// Reads the GPUs' energy through NVML opened with dlopen: the counter less its value at the start, or
-// power samples integrated where a GPU has no counter.
+// Reads the GPUs' energy through NVML opened with dlopen: the counter less its value at the start,
+// or power samples integrated where a GPU has no counter.
 #include "nvml_meter.hpp"
 
 #include <cuda_runtime_api.h>
@@ -36,8 +36,8 @@ NvmlMeter::NvmlMeter(const std::string& library, const std::vector<int>& ordinal
   lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib_ == nullptr) {
     const char* e = dlerror();
-    host.info("no energy meter: cannot open " + library + " (" +
-              (e ? e : "unknown dlopen error") + ")");
+    host.info("no energy meter: cannot open " + library + " (" + (e ? e : "unknown dlopen error") +
+              ")");
     return;
   }
   std::string missing;
@@ -61,19 +61,19 @@ NvmlMeter::NvmlMeter(const std::string& library, const std::vector<int>& ordinal
 
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < ordinals.size(); ++i) {
-    const std::string which = "device " + std::to_string(i) + " (CUDA " +
-                              std::to_string(ordinals[i]) + ")";
+    const std::string which =
+        "device " + std::to_string(i) + " (CUDA " + std::to_string(ordinals[i]) + ")";
     char bus[32] = {};
     if (cudaError_t e = cudaDeviceGetPCIBusId(bus, sizeof bus, ordinals[i]); e != cudaSuccess) {
       (void)cudaGetLastError();
-      host.debug(which + ": no energy meter: no PCI bus id (" +
-                 std::string(cudaGetErrorString(e)) + ")");
+      host.debug(which + ": no energy meter: no PCI bus id (" + std::string(cudaGetErrorString(e)) +
+                 ")");
       continue;
     }
     nvml::Device h = nullptr;
     if (nvml::Return r = by_bus_id_(bus, &h); r != nvml::kSuccess || h == nullptr) {
-      host.debug(which + ": no energy meter: NVML has no device at " + bus + " (" +
-                 error_text(r) + ")");
+      host.debug(which + ": no energy meter: NVML has no device at " + bus + " (" + error_text(r) +
+                 ")");
       continue;
     }
     // Two CUDA devices on one board (MIG instances) read the same whole-board figures: metering
@@ -95,8 +95,8 @@ NvmlMeter::NvmlMeter(const std::string& library, const std::vector<int>& ordinal
     } else if (nvml::Return r = power_usage_(h, &mw); r == nvml::kSuccess) {
       g.watts = mw * 1e-3;  // the first sample of the integral
     } else {
-      host.debug(which + ": no energy meter: NVML reads neither energy nor power at " + bus +
-                 " (" + error_text(r) + ")");
+      host.debug(which + ": no energy meter: NVML reads neither energy nor power at " + bus + " (" +
+                 error_text(r) + ")");
       continue;
     }
     g.handle = h;

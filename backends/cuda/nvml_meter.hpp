@@ -1,10 +1,11 @@
 // The GPUs' energy meter: NVML (libnvidia-ml.so.1, part of the driver), opened with dlopen when the
-// plugin starts with devices, like the libraries of cuda_libs.hpp, so that a machine without it only
-// loses the energy figures. Each CUDA device is matched to its NVML device by PCI bus id, never by
-// index: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER renumber CUDA's devices, NVML's never are.
+// plugin starts with devices, like the libraries of cuda_libs.hpp, so that a machine without it
+// only loses the energy figures. Each CUDA device is matched to its NVML device by PCI bus id,
+// never by index: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER renumber CUDA's devices, NVML's never
+// are.
 //
-// A reading is measured: NVML's total-energy counter (millijoules since the driver loaded, Volta and
-// later) less its value when the meter started; where a device has no such counter, its power
+// A reading is measured: NVML's total-energy counter (millijoules since the driver loaded, Volta
+// and later) less its value when the meter started; where a device has no such counter, its power
 // samples (milliwatts) integrated over the time between readings. What it measures is the whole
 // board, whoever runs on it (a MIG instance reads its whole GPU: NVML has no per-instance figure).
 #pragma once
@@ -56,9 +57,9 @@ class NvmlMeter {
   size_t devices_with_counter() const noexcept { return with_counter_; }
 
   struct Reading {
-    double joules = 0;       ///< since the meter started; never decreases
-    double watts = -1;       ///< the draw now (< 0 unknown)
-    double resolution = 0;   ///< seconds between updates of `joules`
+    double joules = 0;      ///< since the meter started; never decreases
+    double watts = -1;      ///< the draw now (< 0 unknown)
+    double resolution = 0;  ///< seconds between updates of `joules`
   };
   /// Reads device `device`'s meter now. False when that device has none. Thread safe.
   bool read(size_t device, Reading& out);
@@ -71,7 +72,7 @@ class NvmlMeter {
     uint64_t counted_mj = 0;        ///< the counter's increments since the start, summed exactly
     double joules = 0;              ///< since the start
     double watts = -1;              ///< the last power sample (W)
-    std::chrono::steady_clock::time_point last_time;  ///< of the previous reading
+    std::chrono::steady_clock::time_point last_time;    ///< of the previous reading
     std::chrono::steady_clock::time_point change_time;  ///< when the counter last moved
   };
   std::string error_text(nvml::Return r) const;

@@ -212,8 +212,8 @@ std::shared_ptr<const CompiledProgram> NvrtcCache::read_file(const files::Truste
   std::string stored_key;
   auto p = std::make_shared<CompiledProgram>();
   if (!get_blob(*data, pos, stored_key) || stored_key != key || !get_blob(*data, pos, p->target) ||
-      !get_blob(*data, pos, p->lowered) || !get_blob(*data, pos, p->image) ||
-      pos != data->size() || p->image.empty())
+      !get_blob(*data, pos, p->lowered) || !get_blob(*data, pos, p->image) || pos != data->size() ||
+      p->image.empty())
     return nullptr;
   p->origin = dir.file(name).string();
   return p;
@@ -251,9 +251,7 @@ std::shared_ptr<const CompiledProgram> NvrtcCache::get(const std::string& kernel
 
   // Everything that changes the output, each part length-prefixed so no two keys run together.
   std::string key;
-  auto part = [&](const std::string& s) {
-    key += std::to_string(s.size()) + ":" + s + "\n";
-  };
+  auto part = [&](const std::string& s) { key += std::to_string(s.size()) + ":" + s + "\n"; };
   part("nvrtc " + std::to_string(lib.major) + "." + std::to_string(lib.minor));
   part(target);
   for (auto& o : options) part(o);
@@ -282,8 +280,8 @@ std::shared_ptr<const CompiledProgram> NvrtcCache::get(const std::string& kernel
     auto t0 = std::chrono::steady_clock::now();
     auto compiled = std::make_shared<CompiledProgram>(
         compile(lib, kernel_name, source, options, entry, target));
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                    .count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!compiled->origin.empty())
       host_.debug("NVRTC messages for kernel '" + kernel_name + "':\n" + compiled->origin);
     compiled->origin = "compiled";

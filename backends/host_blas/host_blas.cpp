@@ -1,7 +1,8 @@
 // The host's built-in kernels: checks of each launch against plugin.h's contract, then CBLAS (row
 // major, as plugin.h lays matrices out) and OpenBLAS's LAPACK potrf, all from the OpenBLAS this
-// library is linked with (a private copy, held at one thread: the workers are the parallelism). getrf without pivoting, which no LAPACK offers, is a
-// blocked right-looking loop over the same BLAS.
+// library is linked with (a private copy, held at one thread: the workers are the parallelism).
+// getrf without pivoting, which no LAPACK offers, is a blocked right-looking loop over the same
+// BLAS.
 #include "host_blas.hpp"
 
 #include <hcr/sdk/backend.hpp>
@@ -59,8 +60,8 @@ struct Blas<float> {
                    blasint n, double alpha, const float* a, blasint lda, float* b, blasint ldb) {
     cblas_strsm(CblasRowMajor, s, u, t, d, m, n, static_cast<float>(alpha), a, lda, b, ldb);
   }
-  static void ger(blasint m, blasint n, double alpha, const float* x, blasint incx,
-                  const float* y, blasint incy, float* a, blasint lda) {
+  static void ger(blasint m, blasint n, double alpha, const float* x, blasint incx, const float* y,
+                  blasint incy, float* a, blasint lda) {
     cblas_sger(CblasRowMajor, m, n, static_cast<float>(alpha), x, incx, y, incy, a, lda);
   }
   static void potrf(char uplo, blasint n, float* a, blasint lda, blasint* info) {
@@ -117,8 +118,8 @@ void getrf_nopiv(const Call& c, blasint n, T* a, blasint ld) {
                        " (counting from 1): the matrix has no LU factorization without pivoting");
       for (blasint r = col + 1; r < n; ++r) *at(r, col) /= pivot;
       if (col + 1 < n && col + 1 < j + jb)
-        Blas<T>::ger(n - col - 1, j + jb - col - 1, -1.0, at(col + 1, col), ld, at(col, col + 1),
-                     1, at(col + 1, col + 1), ld);
+        Blas<T>::ger(n - col - 1, j + jb - col - 1, -1.0, at(col + 1, col), ld, at(col, col + 1), 1,
+                     at(col + 1, col + 1), ld);
     }
     if (j + jb < n) {
       Blas<T>::trsm(CblasLeft, CblasLower, CblasNoTrans, CblasUnit, jb, n - j - jb, 1.0, at(j, j),
@@ -212,8 +213,7 @@ bool run_blocks(const Call& c, const Mat<T>* m, const Split& split) {
       return true;
     }
     case Op::potrf:
-    case Op::getrf_nopiv:
-      return false;
+    case Op::getrf_nopiv: return false;
   }
   return false;
 }
@@ -249,8 +249,8 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
     case Op::trsm:
       if (M == 0 || N == 0) return;
       Blas<T>::trsm(c.params.right ? CblasRight : CblasLeft, uplo_of(c.params.upper),
-                    trans_of(c.params.trans_a), c.params.unit ? CblasUnit : CblasNonUnit, M,
-                    N, c.params.alpha, m[0].data, m[0].ld, m[1].data, m[1].ld);
+                    trans_of(c.params.trans_a), c.params.unit ? CblasUnit : CblasNonUnit, M, N,
+                    c.params.alpha, m[0].data, m[0].ld, m[1].data, m[1].ld);
       return;
     case Op::potrf: {
       if (N == 0) return;
@@ -264,21 +264,17 @@ void run_typed(const Call& c, const hcr_arg_t* args, const Split* split = nullpt
         invalid(c, "the leading minor of order " + std::to_string(info) + " (of " +
                        std::to_string(N) + ") is not positive definite: no Cholesky factor");
       if (info < 0)
-        throw Error(HCR_ERROR_INTERNAL, name(c.kernel) + ": LAPACK refused argument " +
-                                            std::to_string(-info));
+        throw Error(HCR_ERROR_INTERNAL,
+                    name(c.kernel) + ": LAPACK refused argument " + std::to_string(-info));
       return;
     }
-    case Op::getrf_nopiv:
-      getrf_nopiv<T>(c, N, m[0].data, m[0].ld);
-      return;
+    case Op::getrf_nopiv: getrf_nopiv<T>(c, N, m[0].data, m[0].ld); return;
   }
 }
 
 }  // namespace
 
-std::optional<Builtin> find(std::string_view name) noexcept {
-  return sdk::find_blas_builtin(name);
-}
+std::optional<Builtin> find(std::string_view name) noexcept { return sdk::find_blas_builtin(name); }
 
 std::string name(Builtin kernel) { return sdk::blas_builtin_name(kernel); }
 
@@ -328,9 +324,8 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       c.n = tb ? x[1].rows : x[1].cols;
       if (kb != c.k || x[2].rows != c.m || x[2].cols != c.n)
         invalid(c, "shapes do not match: A is " + shape(x[0]) + ", B is " + shape(x[1]) +
-                       ", C is " + shape(x[2]) + " (trans_a " + std::to_string(ta) +
-                       ", trans_b " + std::to_string(tb) +
-                       ": need op(A) m x k, op(B) k x n, C m x n)");
+                       ", C is " + shape(x[2]) + " (trans_a " + std::to_string(ta) + ", trans_b " +
+                       std::to_string(tb) + ": need op(A) m x k, op(B) k x n, C m x n)");
       break;
     }
     case Op::syrk: {
@@ -354,9 +349,7 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
       break;
     }
     case Op::potrf:
-    case Op::getrf_nopiv:
-      c.n = square(0);
-      break;
+    case Op::getrf_nopiv: c.n = square(0); break;
   }
   return c;
 }

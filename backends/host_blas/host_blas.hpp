@@ -50,10 +50,10 @@ Call check(Builtin kernel, const hcr_arg_t* args, size_t num_args, const void* p
 
 /// Runs a checked call on the calling thread, on host pointers (args[i].host, already resolved by
 /// the backend), with `threads` BLAS threads: 1 is all this build offers (hcr's private OpenBLAS
-/// is held at one thread; more throws HCR_ERROR_UNSUPPORTED). Threads may call it at once. Throws sdk::Error: an argument
-/// not in host memory or too large for BLAS's 32-bit indices, and, as plugin.h says,
-/// HCR_ERROR_INVALID_ARGUMENT for a matrix potrf finds not positive definite (naming the order of
-/// the minor) or a zero pivot in getrf_nopiv (naming its row).
+/// is held at one thread; more throws HCR_ERROR_UNSUPPORTED). Threads may call it at once. Throws
+/// sdk::Error: an argument not in host memory or too large for BLAS's 32-bit indices, and, as
+/// plugin.h says, HCR_ERROR_INVALID_ARGUMENT for a matrix potrf finds not positive definite (naming
+/// the order of the minor) or a zero pivot in getrf_nopiv (naming its row).
 void run(const Call& call, const hcr_arg_t* args, int threads);
 
 /// How a call may be cut into independent blocks and who runs them: `for_each(n, body)` calls
@@ -63,8 +63,8 @@ void run(const Call& call, const hcr_arg_t* args, int threads);
 /// idle rather than fixed).
 struct Split {
   std::function<void(size_t, const std::function<void(size_t)>&)> for_each;
-  uint64_t grain = 128;     ///< rows (or columns) per block, at least
-  double min_flops = 3e7;   ///< calls below this run whole: a block would not pay for its hand-off
+  uint64_t grain = 128;    ///< rows (or columns) per block, at least
+  double min_flops = 3e7;  ///< calls below this run whole: a block would not pay for its hand-off
 };
 
 /// As run(call, args, 1), cut into blocks where the operation allows it: gemm by rows of C (or

@@ -41,18 +41,17 @@ auto cl_create(const char* what, F&& f) {
 }  // namespace hcr::opencl
 
 /// Checks an OpenCL call that returns cl_int; throws hcr::sdk::Error naming the call and the error.
-#define HCR_CL_CHECK(expr)                                                          \
-  do {                                                                              \
-    const cl_int hcr_cl_status_ = (expr);                                           \
-    if (hcr_cl_status_ != CL_SUCCESS)                                               \
+#define HCR_CL_CHECK(expr)                                                              \
+  do {                                                                                  \
+    const cl_int hcr_cl_status_ = (expr);                                               \
+    if (hcr_cl_status_ != CL_SUCCESS)                                                   \
       ::hcr::opencl::throw_cl(hcr_cl_status_, ::hcr::opencl::call_name(#expr).c_str()); \
   } while (0)
 
 /// Checks a CLBlast call; throws hcr::sdk::Error naming the call and the status.
-#define HCR_CLBLAST_CHECK(expr)                                                         \
-  do {                                                                                  \
-    const ::clblast::StatusCode hcr_clblast_status_ = (expr);                           \
-    if (hcr_clblast_status_ != ::clblast::StatusCode::kSuccess)                         \
-      ::hcr::opencl::throw_clblast(hcr_clblast_status_,                                 \
-                                   ::hcr::opencl::call_name(#expr).c_str());            \
+#define HCR_CLBLAST_CHECK(expr)                                                                   \
+  do {                                                                                            \
+    const ::clblast::StatusCode hcr_clblast_status_ = (expr);                                     \
+    if (hcr_clblast_status_ != ::clblast::StatusCode::kSuccess)                                   \
+      ::hcr::opencl::throw_clblast(hcr_clblast_status_, ::hcr::opencl::call_name(#expr).c_str()); \
   } while (0)

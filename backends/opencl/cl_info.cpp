@@ -81,8 +81,8 @@ std::vector<unsigned char> program_binary(cl_program program) {
   HCR_CL_CHECK(
       clGetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof devices, &devices, nullptr));
   if (devices != 1)
-    throw sdk::Error(HCR_ERROR_INTERNAL, "program built for " + std::to_string(devices) +
-                                             " devices, expected one");
+    throw sdk::Error(HCR_ERROR_INTERNAL,
+                     "program built for " + std::to_string(devices) + " devices, expected one");
   size_t size = 0;
   HCR_CL_CHECK(clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, nullptr));
   std::vector<unsigned char> bin(size);

@@ -51,9 +51,8 @@ void Completer::watch(std::unique_ptr<Op> op) {
     cl_event e = raw->event.get();
     cl_int wait = clWaitForEvents(1, &e);
     cl_int status = CL_COMPLETE;
-    if (wait != CL_SUCCESS ||
-        clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) !=
-            CL_SUCCESS)
+    if (wait != CL_SUCCESS || clGetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                                             &status, nullptr) != CL_SUCCESS)
       status = wait != CL_SUCCESS ? wait : CL_INVALID_EVENT;
     raw->status = status;
     push(raw);
@@ -105,9 +104,9 @@ double profiled_seconds(cl_event first, cl_event last) {
 void Completer::complete(std::unique_ptr<Op> op) {
   hcr_error_t* error = nullptr;
   if (op->status < 0) {
-    error = sdk::make_error(hcr_code_of(op->status),
-                            op->what + " failed: " + cl_error_name(op->status) + " (" +
-                                std::to_string(op->status) + ")");
+    error = sdk::make_error(hcr_code_of(op->status), op->what +
+                                                         " failed: " + cl_error_name(op->status) +
+                                                         " (" + std::to_string(op->status) + ")");
   } else if (op->next) {
     auto next = std::move(op->next);
     op->next = nullptr;

@@ -29,13 +29,13 @@ class Completer;
 
 /// One operation in flight: the event that ends it and whom to tell.
 struct Op {
-  Event event;                  // the command whose completion ends the operation (or stage)
-  Event start;                  // first command of a multi-command operation (timing); optional
-  bool measure = false;         // report device_seconds from event profiling
+  Event event;           // the command whose completion ends the operation (or stage)
+  Event start;           // first command of a multi-command operation (timing); optional
+  bool measure = false;  // report device_seconds from event profiling
   hcr_done_fn done = nullptr;
   void* done_user_data = nullptr;
-  std::string what;             // "gemm_f32 (64x64x64) on 'dev'", for error messages
-  std::vector<Mem> holds;       // objects that must live until the operation ends (sub-buffers)
+  std::string what;        // "gemm_f32 (64x64x64) on 'dev'", for error messages
+  std::vector<Mem> holds;  // objects that must live until the operation ends (sub-buffers)
   std::vector<unsigned char> staging;  // host bounce buffer of a copy between contexts
   /// A further stage, enqueued by the completer when this one ends; returns its event. Throws
   /// sdk::Error when it cannot be started (the operation then fails with that error).

@@ -87,14 +87,12 @@ class OpenClBackend final : public sdk::Backend {
         if (b.kernel != name || !contains_icase(d.name, b.device)) continue;
         const std::string what = "kernel '" + name + "' from " + b.key + ".path";
         Program p = programs_.from_binary(d, b.path, b.build_options, what);
-        host().debug("opencl: " + what + " ('" + b.path.string() + "') loaded on '" + d.name +
-                     "'");
+        host().debug("opencl: " + what + " ('" + b.path.string() + "') loaded on '" + d.name + "'");
         return program_kernel(d, device, name, std::move(p), b.entry.empty() ? name : b.entry);
       }
     const std::string api = desc.api ? desc.api : "";
     switch (desc.kind) {
-      case HCR_IMPL_BUILTIN:
-        return kernels_.track(make_blas_kernel(d, device, name, host()));
+      case HCR_IMPL_BUILTIN: return kernels_.track(make_blas_kernel(d, device, name, host()));
       case HCR_IMPL_SOURCE: {
         if (api != "opencl")
           throw Error(HCR_ERROR_UNSUPPORTED,
@@ -103,8 +101,8 @@ class OpenClBackend final : public sdk::Backend {
           throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel '" + name + "': source is NULL");
         const std::string source(desc.source, desc.source_size);
         const std::string opts = with_arg_info(desc.build_options ? desc.build_options : "");
-        Program p = programs_.from_source(d, devices_.platform(d), source, opts,
-                                          "kernel '" + name + "'");
+        Program p =
+            programs_.from_source(d, devices_.platform(d), source, opts, "kernel '" + name + "'");
         return program_kernel(d, device, name, std::move(p), desc.entry ? desc.entry : name);
       }
       case HCR_IMPL_BINARY: {

@@ -70,12 +70,12 @@ std::unique_ptr<Kernel> make_blas(Device& d, size_t device, BlasOp op, const std
     clblast::StatusCode status = clblast::StatusCode::kSuccess;
     switch (op) {
       case BlasOp::gemm:
-        status = clblast::Gemm<T>(row, no, no, 0, 1, 1, T(1), s, 0, 1, s, 0, 1, T(0), s, 0, 1,
-                                  &q, nullptr);
+        status = clblast::Gemm<T>(row, no, no, 0, 1, 1, T(1), s, 0, 1, s, 0, 1, T(0), s, 0, 1, &q,
+                                  nullptr);
         break;
       case BlasOp::syrk:
-        status = clblast::Syrk<T>(row, clblast::Triangle::kLower, no, 0, 1, T(1), s, 0, 1, T(0),
-                                  s, 0, 1, &q, nullptr);
+        status = clblast::Syrk<T>(row, clblast::Triangle::kLower, no, 0, 1, T(1), s, 0, 1, T(0), s,
+                                  0, 1, &q, nullptr);
         break;
       case BlasOp::trsm:
         status = clblast::Trsm<T>(row, clblast::Side::kLeft, clblast::Triangle::kLower, no,
@@ -83,14 +83,14 @@ std::unique_ptr<Kernel> make_blas(Device& d, size_t device, BlasOp op, const std
                                   nullptr);
         break;
       case BlasOp::potrf:
-      case BlasOp::getrf_nopiv:
-        break;  // never made: declined in kernel_get
+      case BlasOp::getrf_nopiv: break;  // never made: declined in kernel_get
     }
     if (status != clblast::StatusCode::kInvalidDimension &&
         status != clblast::StatusCode::kSuccess) {
-      const std::string call = std::string("clblast::") + (op == BlasOp::gemm   ? "Gemm"
-                                                           : op == BlasOp::syrk ? "Syrk"
-                                                                                : "Trsm") +
+      const std::string call = std::string("clblast::") +
+                               (op == BlasOp::gemm   ? "Gemm"
+                                : op == BlasOp::syrk ? "Syrk"
+                                                     : "Trsm") +
                                " (building its kernels)";
       try {
         throw_clblast(status, call.c_str());
@@ -105,10 +105,10 @@ std::unique_ptr<Kernel> make_blas(Device& d, size_t device, BlasOp op, const std
     // Seconds here are CLBlast compiling (once per process) without a driver-side cache hit:
     // worth telling a user who wonders why the first call was slow.
     host.log(secs > 1 ? HCR_LOG_INFO : HCR_LOG_DEBUG,
-               "opencl: CLBlast built its " + name + " kernels for '" + d.name + "' in " +
-                   std::to_string(secs) +
-                   " s (once per process; the driver's program cache, PoCL's kcache for "
-                   "one, shortens it in later processes)");
+             "opencl: CLBlast built its " + name + " kernels for '" + d.name + "' in " +
+                 std::to_string(secs) +
+                 " s (once per process; the driver's program cache, PoCL's kcache for "
+                 "one, shortens it in later processes)");
   }
   auto k = std::make_unique<Kernel>();
   k->device = device;
@@ -139,8 +139,8 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
   const char* const* role = operands.names;
   const size_t want = operands.count;
   if (a.num_args != want)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " takes " + std::to_string(want) +
-                                                " buffers (" + operands.list + "), got " +
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " takes " + std::to_string(want) + " buffers (" +
+                                                operands.list + "), got " +
                                                 std::to_string(a.num_args));
   const hcr_dtype_t dtype = sizeof(T) == 4 ? HCR_DTYPE_F32 : HCR_DTYPE_F64;
   hcr_arg_t x[3];
@@ -148,8 +148,8 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
   size_t off[3] = {0, 0, 0}, ld[3] = {1, 1, 1};
   for (size_t i = 0; i < want; ++i) {
     x[i] = sdk::read_struct(&sdk::element(a.args, i));
-    const std::string which = name + " argument " + std::to_string(i) + " (" + role[i] + ", " +
-                              shape(x[i]) + ")";
+    const std::string which =
+        name + " argument " + std::to_string(i) + " (" + role[i] + ", " + shape(x[i]) + ")";
     if (x[i].dtype != dtype)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   which + " is not an " + (sizeof(T) == 4 ? "f32" : "f64") + " matrix");
@@ -169,8 +169,8 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
     // BLAS wants ld >= max(1, columns) even where one row makes ld meaningless.
     ld[i] = static_cast<size_t>(std::max<uint64_t>({x[i].ld, x[i].cols, 1}));
     off[i] = static_cast<size_t>(x[i].offset / sizeof(T));
-    sdk::check_span(mem[i]->bytes, x[i].offset, x[i].rows, ld[i] * sizeof(T),
-                    x[i].cols * sizeof(T), which);
+    sdk::check_span(mem[i]->bytes, x[i].offset, x[i].rows, ld[i] * sizeof(T), x[i].cols * sizeof(T),
+                    which);
   }
   const sdk::BlasParams p = blas_params(op, name, a);
 
@@ -188,12 +188,11 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
         std::string trans;
         if (p.trans_a || p.trans_b)
           trans = std::string(", ") + (p.trans_a ? "A" : "") +
-                  (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") +
-                  " transposed";
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    name + " shapes do not match: A is " + shape(A) + ", B is " + shape(B) +
-                        ", C is " + shape(C) + " (need op(A) m x k, op(B) k x n, C m x n" +
-                        trans + ")");
+                  (p.trans_a && p.trans_b ? " and " : "") + (p.trans_b ? "B" : "") + " transposed";
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " shapes do not match: A is " + shape(A) +
+                                                    ", B is " + shape(B) + ", C is " + shape(C) +
+                                                    " (need op(A) m x k, op(B) k x n, C m x n" +
+                                                    trans + ")");
       }
       break;
     }
@@ -202,10 +201,10 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
       n = p.trans_a ? A.cols : A.rows;
       k = p.trans_a ? A.rows : A.cols;
       if (C.rows != C.cols || C.rows != n)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    name + " shapes do not match: A is " + shape(A) + ", C is " + shape(C) +
-                        " (C must be n x n and A n x k" +
-                        (p.trans_a ? ", transposed: k x n" : "") + ")");
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, name + " shapes do not match: A is " + shape(A) +
+                                                    ", C is " + shape(C) +
+                                                    " (C must be n x n and A n x k" +
+                                                    (p.trans_a ? ", transposed: k x n" : "") + ")");
       break;
     }
     case BlasOp::trsm: {
@@ -221,14 +220,13 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
       break;
     }
     case BlasOp::potrf:
-    case BlasOp::getrf_nopiv:
-      break;  // never made: declined in kernel_get
+    case BlasOp::getrf_nopiv: break;  // never made: declined in kernel_get
   }
   // The matrix the kernel writes: C of gemm and syrk, B of trsm. Rows x cols of it.
   const size_t out = op == BlasOp::trsm ? 1 : want - 1;
   const uint64_t out_rows = op == BlasOp::syrk ? n : m, out_cols = n;
-  const bool nothing = out_rows == 0 || out_cols == 0 ||
-                       (op != BlasOp::trsm && k == 0 && p.beta == 1);
+  const bool nothing =
+      out_rows == 0 || out_cols == 0 || (op != BlasOp::trsm && k == 0 && p.beta == 1);
   if (nothing) {  // the output is empty or unchanged
     sdk::complete(a.done, a.done_user_data, nullptr, 0);
     return;
@@ -239,10 +237,10 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
   opn->done_user_data = a.done_user_data;
   opn->measure = (a.flags & HCR_LAUNCH_MEASURE) != 0;
   // "gemm_f32 (m x k x n)", "syrk_f32 (n x k)", "trsm_f32 (m x n)": the sizes that set its cost.
-  const std::string dims = op == BlasOp::gemm   ? std::to_string(m) + "x" + std::to_string(k) +
-                                                      "x" + std::to_string(n)
-                           : op == BlasOp::syrk ? std::to_string(n) + "x" + std::to_string(k)
-                                                : std::to_string(m) + "x" + std::to_string(n);
+  const std::string dims =
+      op == BlasOp::gemm   ? std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n)
+      : op == BlasOp::syrk ? std::to_string(n) + "x" + std::to_string(k)
+                           : std::to_string(m) + "x" + std::to_string(n);
   opn->what = name + " (" + dims + ") on '" + d.name + "'";
   Ticket ticket(*d.completer);
   cl_command_queue q = d.pick_compute(opn->load);
@@ -283,31 +281,29 @@ void launch_typed(Devices& devices, Allocations& memory, const hcr_launch_args_t
     cl_event e = nullptr;
     HCR_CLBLAST_CHECK(clblast::Trsm<T>(
         row, p.right ? clblast::Side::kRight : clblast::Side::kLeft, triangle(p.upper),
-        transpose(p.trans_a), p.unit ? clblast::Diagonal::kUnit : clblast::Diagonal::kNonUnit, M,
-        N, static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0], c_mem, c_off, c_ld, &q,
-        &e));
+        transpose(p.trans_a), p.unit ? clblast::Diagonal::kUnit : clblast::Diagonal::kNonUnit, M, N,
+        static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0], c_mem, c_off, c_ld, &q, &e));
     keep(e);
   } else if (k > 0) {
     cl_event e = nullptr;
     if (op == BlasOp::gemm)
-      HCR_CLBLAST_CHECK(clblast::Gemm<T>(
-          row, transpose(p.trans_a), transpose(p.trans_b), M, N, K, static_cast<T>(p.alpha),
-          mem[0]->mem.get(), off[0], ld[0], mem[1]->mem.get(), off[1], ld[1],
-          static_cast<T>(p.beta), c_mem, c_off, c_ld, &q, &e));
+      HCR_CLBLAST_CHECK(clblast::Gemm<T>(row, transpose(p.trans_a), transpose(p.trans_b), M, N, K,
+                                         static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0],
+                                         mem[1]->mem.get(), off[1], ld[1], static_cast<T>(p.beta),
+                                         c_mem, c_off, c_ld, &q, &e));
     else
       HCR_CLBLAST_CHECK(clblast::Syrk<T>(row, triangle(p.upper), transpose(p.trans_a), N, K,
-                                         static_cast<T>(p.alpha), mem[0]->mem.get(), off[0],
-                                         ld[0], static_cast<T>(p.beta), c_mem, c_off, c_ld, &q,
-                                         &e));
+                                         static_cast<T>(p.alpha), mem[0]->mem.get(), off[0], ld[0],
+                                         static_cast<T>(p.beta), c_mem, c_off, c_ld, &q, &e));
     keep(e);
   } else if (p.beta != 0) {
     // k == 0: C = beta * C (on syrk's triangle), row by row unless contiguous.
     for (uint64_t r = 0; r < (whole ? 1 : out_rows); ++r) {
       auto [c0, len] = row_span(r);
       cl_event e = nullptr;
-      HCR_CLBLAST_CHECK(clblast::Scal<T>(
-          whole ? static_cast<size_t>(out_rows * out_cols) : len, static_cast<T>(p.beta), c_mem,
-          c_off + static_cast<size_t>(r) * c_ld + c0, 1, &q, &e));
+      HCR_CLBLAST_CHECK(clblast::Scal<T>(whole ? static_cast<size_t>(out_rows * out_cols) : len,
+                                         static_cast<T>(p.beta), c_mem,
+                                         c_off + static_cast<size_t>(r) * c_ld + c0, 1, &q, &e));
       keep(e);
     }
   }

@@ -57,11 +57,15 @@ int run(int argc, char** argv) {
       return true;
     };
     if (a == "--list") list = true;
-    else if (a == "--platform") { if (!value(platform)) return usage(); }
-    else if (a == "--device") { if (!value(device)) return usage(); }
-    else if (a == "--options") { if (!value(options)) return usage(); }
-    else if (a == "-o") { if (!value(output)) return usage(); }
-    else if (!a.empty() && a[0] == '-') return usage();
+    else if (a == "--platform") {
+      if (!value(platform)) return usage();
+    } else if (a == "--device") {
+      if (!value(device)) return usage();
+    } else if (a == "--options") {
+      if (!value(options)) return usage();
+    } else if (a == "-o") {
+      if (!value(output)) return usage();
+    } else if (!a.empty() && a[0] == '-') return usage();
     else if (source.empty()) source = a;
     else return usage();
   }
@@ -91,8 +95,8 @@ int run(int argc, char** argv) {
     return 2;
   }
 
-  cl_context_properties props[] = {
-      CL_CONTEXT_PLATFORM, reinterpret_cast<cl_context_properties>(chosen->platform), 0};
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                   reinterpret_cast<cl_context_properties>(chosen->platform), 0};
   Context ctx(cl_create("clCreateContext", [&](cl_int* e) {
     return clCreateContext(props, 1, &chosen->device, nullptr, nullptr, e);
   }));
@@ -112,8 +116,8 @@ int run(int argc, char** argv) {
   try {
     // Through a unique temporary beside the target, renamed: a reader never sees half a binary,
     // and a link planted at the temporary's name is never followed.
-    hcr::files::write_file(output, std::string_view(reinterpret_cast<const char*>(bin.data()),
-                                                    bin.size()));
+    hcr::files::write_file(output,
+                           std::string_view(reinterpret_cast<const char*>(bin.data()), bin.size()));
   } catch (const hcr::files::FileError& e) {
     std::cerr << "hcr-opencl-compile: " << e.what() << "\n";
     return 3;

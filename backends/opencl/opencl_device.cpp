@@ -99,8 +99,8 @@ void Devices::add_platform(const PluginOptions& options, cl_platform_id pid,
   p->name = platform_string(pid, CL_PLATFORM_NAME);
   p->version = platform_string(pid, CL_PLATFORM_VERSION);
   if (!contains_icase(p->name, options.platform)) {
-    skipped.push_back("platform '" + p->name + "' does not match platform = '" +
-                      options.platform + "'");
+    skipped.push_back("platform '" + p->name + "' does not match platform = '" + options.platform +
+                      "'");
     return;
   }
   // Only the wanted types are asked for, and only a platform with a wanted device gets a
@@ -150,8 +150,8 @@ void Devices::add_platform(const PluginOptions& options, cl_platform_id pid,
     try {
       add_device(index, id, options.queues);
     } catch (const Error& e) {
-      host_.warn("opencl: skipping device '" + device_string(id, CL_DEVICE_NAME) + "': " +
-                 e.what());
+      host_.warn("opencl: skipping device '" + device_string(id, CL_DEVICE_NAME) +
+                 "': " + e.what());
     }
   }
 }
@@ -170,8 +170,7 @@ void Devices::add_device(size_t platform, cl_device_id id, uint32_t queues) {
                                           : HCR_DEVICE_ACCELERATOR;  // FPGAs, custom devices
   d->memory_bytes = device_value<cl_ulong>(id, CL_DEVICE_GLOBAL_MEM_SIZE);
   d->max_alloc = device_value<cl_ulong>(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
-  d->compute_units =
-      std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));
+  d->compute_units = std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_MAX_COMPUTE_UNITS));
   // CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits.
   d->base_align =
       std::max<cl_uint>(8, device_value<cl_uint>(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN)) / 8;
@@ -202,8 +201,8 @@ void Devices::add_device(size_t platform, cl_device_id id, uint32_t queues) {
   host_.info("opencl: device " + std::to_string(devices_.size()) + ": '" + d->name + "' (" +
              kind_name(d->kind) + ", " + std::to_string(d->memory_bytes >> 20) + " MiB, " +
              std::to_string(d->compute_units) + " compute units, " +
-             std::to_string(d->compute.size()) + " queues) on '" +
-             platforms_[platform]->name + "'");
+             std::to_string(d->compute.size()) + " queues) on '" + platforms_[platform]->name +
+             "'");
   devices_.push_back(std::move(d));
 }
 

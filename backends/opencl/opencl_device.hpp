@@ -44,7 +44,7 @@ struct Device {
   uint64_t memory_bytes = 0;
   uint64_t max_alloc = 0;
   uint32_t compute_units = 1;
-  uint64_t base_align = 1;  // bytes; sub-buffer origins must be multiples of it
+  uint64_t base_align = 1;      // bytes; sub-buffer origins must be multiples of it
   size_t max_parameter = 1024;  // CL_DEVICE_MAX_PARAMETER_SIZE: bytes of all kernel arguments
   size_t address_bytes = 8;     // CL_DEVICE_ADDRESS_BITS / 8: a size_t kernel argument
   double peak_gflops = 0;
@@ -59,7 +59,7 @@ struct Device {
   Queue copy_in, copy_out;
   std::unique_ptr<Completer> completer;
 
-  std::mutex build_mutex;               // one program build at a time on this device
+  std::mutex build_mutex;                   // one program build at a time on this device
   std::map<std::string, Program> programs;  // by cache key: kernels of one source share a build
   std::mutex blas_mutex;
   bool blas_ready[kBlasOps][2] = {};  // CLBlast's program for (op, f32/f64) built

@@ -43,9 +43,8 @@ void Kernels::clear() noexcept {
   live_.clear();
 }
 
-std::unique_ptr<Kernel> make_program_kernel(const Device& d, size_t device,
-                                            const std::string& name, Program program,
-                                            const std::string& entry) {
+std::unique_ptr<Kernel> make_program_kernel(const Device& d, size_t device, const std::string& name,
+                                            Program program, const std::string& entry) {
   auto k = std::make_unique<Kernel>();
   k->device = device;
   k->type = KernelType::program;
@@ -72,8 +71,8 @@ void launch_program(Devices& devices, Allocations& memory, const hcr_launch_args
   if (expected != k.num_args)
     throw Error(HCR_ERROR_INVALID_ARGUMENT,
                 "kernel '" + k.name + "' takes " + std::to_string(k.num_args) +
-                    " arguments; the task gives " + std::to_string(a.num_args) +
-                    " buffer(s) and " + std::to_string(a.num_params) + " parameter(s)");
+                    " arguments; the task gives " + std::to_string(a.num_args) + " buffer(s) and " +
+                    std::to_string(a.num_params) + " parameter(s)");
   // Buffers on pointers, parameters on values of their size (read when the kernel was made).
   check_launch(k.name, k.arg_specs, a);
 
@@ -137,11 +136,11 @@ void launch_program(Devices& devices, Allocations& memory, const hcr_launch_args
     if (x.offset % d.base_align != 0 || x.offset >= m->bytes)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
                   which + ": byte offset " + std::to_string(x.offset) +
-                      (x.offset >= m->bytes ? " is past the allocation of " +
-                                                  std::to_string(m->bytes) + " bytes"
-                                            : " is not a multiple of the device's base address "
-                                              "alignment (" +
-                                                  std::to_string(d.base_align) + " bytes)"));
+                      (x.offset >= m->bytes
+                           ? " is past the allocation of " + std::to_string(m->bytes) + " bytes"
+                           : " is not a multiple of the device's base address "
+                             "alignment (" +
+                                 std::to_string(d.base_align) + " bytes)"));
     cl_buffer_region region{static_cast<size_t>(x.offset),
                             static_cast<size_t>(m->bytes - x.offset)};
     Mem sub(cl_create("clCreateSubBuffer", [&](cl_int* e) {
@@ -161,11 +160,11 @@ void launch_program(Devices& devices, Allocations& memory, const hcr_launch_args
     for (cl_mem& m : mems) {
       cl_int err = clSetKernelArg(k.kernel.get(), index, sizeof(cl_mem), &m);
       if (err != CL_SUCCESS)
-        throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                    "kernel '" + k.name + "': buffer " + std::to_string(index) +
-                        " does not fit " + describe_arg(index, k.arg_specs[index]) +
-                        " (buffers come first, then the parameters): " +
-                        cl_error_text("clSetKernelArg", err));
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel '" + k.name + "': buffer " +
+                                                    std::to_string(index) + " does not fit " +
+                                                    describe_arg(index, k.arg_specs[index]) +
+                                                    " (buffers come first, then the parameters): " +
+                                                    cl_error_text("clSetKernelArg", err));
       ++index;
     }
     // Each parameter at its argument's size where known (its span may end in padding, which
@@ -188,10 +187,10 @@ void launch_program(Devices& devices, Allocations& memory, const hcr_launch_args
     if (err != CL_SUCCESS) {
       std::string geometry = dims_text(global, dims);
       if (has_local) geometry.append(" in work-groups of ").append(dims_text(local, dims));
-      throw Error(hcr_code_of(err) == HCR_ERROR_BACKEND ? HCR_ERROR_INVALID_ARGUMENT
-                                                        : hcr_code_of(err),
-                  "kernel '" + k.name + "' on '" + d.name + "' with " + geometry +
-                      " work items: " + cl_error_text("clEnqueueNDRangeKernel", err));
+      throw Error(
+          hcr_code_of(err) == HCR_ERROR_BACKEND ? HCR_ERROR_INVALID_ARGUMENT : hcr_code_of(err),
+          "kernel '" + k.name + "' on '" + d.name + "' with " + geometry +
+              " work items: " + cl_error_text("clEnqueueNDRangeKernel", err));
     }
   }
   op->event = Event(ev);

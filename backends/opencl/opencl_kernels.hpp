@@ -60,9 +60,8 @@ class Kernels {
 /// Kernel `name` of device `d` (index `device`): function `entry` of `program`, with what each of
 /// its arguments takes (read once, here). Throws INVALID_ARGUMENT listing the program's kernels
 /// when it has no `entry`.
-std::unique_ptr<Kernel> make_program_kernel(const Device& d, size_t device,
-                                            const std::string& name, Program program,
-                                            const std::string& entry);
+std::unique_ptr<Kernel> make_program_kernel(const Device& d, size_t device, const std::string& name,
+                                            Program program, const std::string& entry);
 
 /// Launches program kernel `k`: the task's buffers (a sub-buffer where an argument has an offset)
 /// then its parameters as the kernel's arguments, checked against them, over the task's grid or

@@ -32,8 +32,8 @@ void write_rect(cl_command_queue q, cl_mem mem, uint64_t offset, uint64_t pitch,
   size_t bo[3], ho[3] = {0, 0, 0};
   origin_of(offset, pitch, bo);
   const size_t region[3] = {static_cast<size_t>(width), static_cast<size_t>(rows), 1};
-  HCR_CL_CHECK(clEnqueueWriteBufferRect(q, mem, CL_FALSE, bo, ho, region, pitch, 0, host_pitch,
-                                        0, host, 0, nullptr, ev));
+  HCR_CL_CHECK(clEnqueueWriteBufferRect(q, mem, CL_FALSE, bo, ho, region, pitch, 0, host_pitch, 0,
+                                        host, 0, nullptr, ev));
 }
 
 void read_rect(cl_command_queue q, cl_mem mem, uint64_t offset, uint64_t pitch, void* host,
@@ -45,8 +45,8 @@ void read_rect(cl_command_queue q, cl_mem mem, uint64_t offset, uint64_t pitch, 
   size_t bo[3], ho[3] = {0, 0, 0};
   origin_of(offset, pitch, bo);
   const size_t region[3] = {static_cast<size_t>(width), static_cast<size_t>(rows), 1};
-  HCR_CL_CHECK(clEnqueueReadBufferRect(q, mem, CL_FALSE, bo, ho, region, pitch, 0, host_pitch,
-                                       0, host, 0, nullptr, ev));
+  HCR_CL_CHECK(clEnqueueReadBufferRect(q, mem, CL_FALSE, bo, ho, region, pitch, 0, host_pitch, 0,
+                                       host, 0, nullptr, ev));
 }
 
 void copy_rect(cl_command_queue q, cl_mem src, uint64_t src_offset, uint64_t src_pitch, cl_mem dst,
@@ -60,8 +60,8 @@ void copy_rect(cl_command_queue q, cl_mem src, uint64_t src_offset, uint64_t src
   origin_of(src_offset, src_pitch, so);
   origin_of(dst_offset, dst_pitch, dox);
   const size_t region[3] = {static_cast<size_t>(width), static_cast<size_t>(rows), 1};
-  HCR_CL_CHECK(clEnqueueCopyBufferRect(q, src, dst, so, dox, region, src_pitch, 0, dst_pitch, 0,
-                                       0, nullptr, ev));
+  HCR_CL_CHECK(clEnqueueCopyBufferRect(q, src, dst, so, dox, region, src_pitch, 0, dst_pitch, 0, 0,
+                                       nullptr, ev));
 }
 
 }  // namespace
@@ -82,8 +82,8 @@ hcr_memory_t* Allocations::allocate(const Device& d, size_t device, uint64_t byt
       return clCreateBuffer(d.context, CL_MEM_READ_WRITE, size, nullptr, e);
     }));
   } catch (const Error& e) {
-    throw Error(e.code(), "allocating " + std::to_string(bytes) + " bytes on '" + d.name +
-                              "': " + e.what());
+    throw Error(e.code(),
+                "allocating " + std::to_string(bytes) + " bytes on '" + d.name + "': " + e.what());
   }
   std::lock_guard<std::mutex> lock(mutex_);
   live_.insert(m.get());
@@ -149,8 +149,8 @@ void enqueue_copy(Devices& devices, Allocations& memory, const hcr_copy_args_t& 
     Mem target = dst->mem;  // a reference of our own for the second stage
     op->next = [to, target, args](Op& o) {
       cl_event e = nullptr;
-      write_rect(to->copy_in.get(), target.get(), args.dst_offset, args.dst_pitch,
-                 o.staging.data(), args.width, args.width, args.rows, &e);
+      write_rect(to->copy_in.get(), target.get(), args.dst_offset, args.dst_pitch, o.staging.data(),
+                 args.width, args.width, args.rows, &e);
       Event out(e);
       HCR_CL_CHECK(clFlush(to->copy_in.get()));
       return out;

@@ -89,8 +89,7 @@ std::vector<BinarySpec> parse_binaries(const sdk::Options& options) {
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "option '" + b.key + ".kernel' is missing or empty");
     if (b.path.empty())
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "option '" + b.key + ".path' is missing or empty");
-    if (!b.path.is_absolute())
-      bad(b.key + ".path", b.path.string(), "must be an absolute path");
+    if (!b.path.is_absolute()) bad(b.key + ".path", b.path.string(), "must be an absolute path");
     out.push_back(std::move(b));
   }
   return out;

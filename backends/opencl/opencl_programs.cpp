@@ -36,10 +36,10 @@ void build(Device& d, cl_program program, const std::string& options, const std:
   cl_int err = clBuildProgram(program, 1, &d.id, options.c_str(), nullptr, nullptr);
   if (err == CL_SUCCESS) return;
   std::string log = build_log(program, d.id);
-  throw Error(HCR_ERROR_BACKEND, "building " + what + " for OpenCL device '" + d.name +
-                                     "' failed: " + cl_error_text("clBuildProgram", err) +
-                                     (log.empty() ? std::string(" (no build log)")
-                                                  : "; build log:\n" + log));
+  throw Error(HCR_ERROR_BACKEND,
+              "building " + what + " for OpenCL device '" + d.name +
+                  "' failed: " + cl_error_text("clBuildProgram", err) +
+                  (log.empty() ? std::string(" (no build log)") : "; build log:\n" + log));
 }
 
 Program create_from_binary(Device& d, const std::vector<unsigned char>& bin) {
@@ -134,8 +134,7 @@ Program Programs::from_source(Device& d, const Platform& p, const std::string& s
   }));
   const auto t0 = std::chrono::steady_clock::now();
   build(d, program.get(), options, what);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++cache_misses_;
   std::string stored = "not cached (cache_dir = \"\")";
   if (cache_.enabled()) {
@@ -152,8 +151,8 @@ Program Programs::from_source(Device& d, const Platform& p, const std::string& s
       stored = "not cached";
     }
   }
-  host_.debug("opencl: program cache miss: built " + what + " on '" + d.name +
-              "' from source in " + std::to_string(secs) + " s; " + stored);
+  host_.debug("opencl: program cache miss: built " + what + " on '" + d.name + "' from source in " +
+              std::to_string(secs) + " s; " + stored);
   d.programs.emplace(key, program);
   return program;
 }
@@ -169,8 +168,8 @@ Program Programs::from_binary(Device& d, const std::filesystem::path& path,
     p = create_from_binary(d, bin);
   } catch (const Error& e) {
     throw Error(HCR_ERROR_BACKEND, what + ": '" + path.string() +
-                                       "' is not a program binary for OpenCL device '" +
-                                       d.name + "': " + e.what());
+                                       "' is not a program binary for OpenCL device '" + d.name +
+                                       "': " + e.what());
   }
   build(d, p.get(), options, what + " ('" + path.string() + "')");
   d.programs.emplace(key, p);

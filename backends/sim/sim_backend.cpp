@@ -47,10 +47,14 @@ struct SimKernel {
 
 size_t dtype_size(hcr_dtype_t t) {
   switch (t) {
-    case HCR_DTYPE_BYTES: case HCR_DTYPE_U8: return 1;
-    case HCR_DTYPE_F16: case HCR_DTYPE_BF16: return 2;
-    case HCR_DTYPE_F32: case HCR_DTYPE_I32: return 4;
-    case HCR_DTYPE_F64: case HCR_DTYPE_I64: return 8;
+    case HCR_DTYPE_BYTES:
+    case HCR_DTYPE_U8: return 1;
+    case HCR_DTYPE_F16:
+    case HCR_DTYPE_BF16: return 2;
+    case HCR_DTYPE_F32:
+    case HCR_DTYPE_I32: return 4;
+    case HCR_DTYPE_F64:
+    case HCR_DTYPE_I64: return 8;
   }
   return 0;
 }
@@ -131,7 +135,7 @@ class SimBackend final : public sdk::Backend {
                       " bytes: " + std::to_string(used_[device]) + " of " +
                       std::to_string(c.memory) + " bytes (option memory) are in use");
     auto* data = static_cast<std::byte*>(
-        ::operator new(std::max<uint64_t>(bytes, 1), std::align_val_t{64}, std::nothrow));
+        ::operator new (std::max<uint64_t>(bytes, 1), std::align_val_t{64}, std::nothrow));
     if (data == nullptr)
       throw Error(HCR_ERROR_OUT_OF_MEMORY, "device '" + c.name + "': the host has no " +
                                                std::to_string(bytes) + " bytes to back it");
@@ -329,8 +333,7 @@ class SimBackend final : public sdk::Backend {
 
   // A built-in kernel's launch checked against its contract (throws naming what does not fit);
   // nullopt for host functions.
-  static std::optional<host_blas::Call> builtin_call(const SimKernel& k,
-                                                     const hcr_launch_args_t& a,
+  static std::optional<host_blas::Call> builtin_call(const SimKernel& k, const hcr_launch_args_t& a,
                                                      const std::vector<hcr_arg_t>& args) {
     if (!k.builtin) return std::nullopt;
     return host_blas::check(*k.builtin, args.data(), args.size(), a.params, a.params_size);
@@ -373,8 +376,8 @@ class SimBackend final : public sdk::Backend {
       const bool empty = x.rows == 0 || x.cols == 0;
       if (c.host_memory) {
         if (x.memory != nullptr)
-          throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                      which + " is device memory, but device '" + c.name + "' works in host memory");
+          throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " is device memory, but device '" +
+                                                      c.name + "' works in host memory");
         if (x.host == nullptr && !empty)
           throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " has no host pointer");
       } else {
@@ -385,8 +388,8 @@ class SimBackend final : public sdk::Backend {
         SimMemory& m = live(x.memory, which);
         if (m.device != a.device)
           throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                      which + " lives on device " + std::to_string(m.device) +
-                          ", not on device " + std::to_string(a.device));
+                      which + " lives on device " + std::to_string(m.device) + ", not on device " +
+                          std::to_string(a.device));
         uint64_t width = 0, pitch = 0;
         if (!sdk::mul_add(x.cols, esize, 0, width) || !sdk::mul_add(x.ld, esize, 0, pitch))
           throw Error(HCR_ERROR_INVALID_ARGUMENT, which + " is implausibly large");
@@ -435,7 +438,7 @@ class SimBackend final : public sdk::Backend {
   }
 
   static void release(SimMemory* m) noexcept {
-    ::operator delete(m->data, std::align_val_t{64});
+    ::operator delete (m->data, std::align_val_t{64});
     delete m;
   }
 

@@ -71,7 +71,8 @@ uint32_t slots(std::string_view key, std::string_view value) {
 }
 
 // One [[backend.device]] table; `keys` are relative to "device.<index>.".
-DeviceConfig parse_device(size_t index, const std::vector<std::pair<std::string, std::string>>& keys) {
+DeviceConfig parse_device(size_t index,
+                          const std::vector<std::pair<std::string, std::string>>& keys) {
   DeviceConfig d;
   const std::string prefix = "device." + std::to_string(index) + ".";
   bool has_slowdown_at = false, has_slowdown_factor = false, has_arch = false, has_name = false;
@@ -150,8 +151,8 @@ DeviceConfig parse_device(size_t index, const std::vector<std::pair<std::string,
   if (d.busy_watts >= 0 && d.idle_watts < 0) d.idle_watts = 0;
   if (d.idle_watts >= 0 && d.busy_watts < 0) d.busy_watts = d.idle_watts;
   if (d.busy_watts < d.idle_watts)
-    invalid("option '" + prefix + "busy_watts' = " + std::to_string(d.busy_watts) +
-            ": below " + prefix + "idle_watts (" + std::to_string(d.idle_watts) + ")");
+    invalid("option '" + prefix + "busy_watts' = " + std::to_string(d.busy_watts) + ": below " +
+            prefix + "idle_watts (" + std::to_string(d.idle_watts) + ")");
   if (!d.power.empty() && d.idle_watts < 0)
     invalid("option '" + prefix + "power.<kernel>': a power factor needs " + prefix +
             "idle_watts or " + prefix + "busy_watts");
@@ -272,7 +273,8 @@ MachineConfig parse_machine(const sdk::Options& options) {
     uint64_t total = 0;
     for (auto& d : m.devices) total += d.concurrency;
     uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
-    m.workers = static_cast<uint32_t>(std::clamp<uint64_t>(total, 1, std::min<uint64_t>(cores, 256)));
+    m.workers =
+        static_cast<uint32_t>(std::clamp<uint64_t>(total, 1, std::min<uint64_t>(cores, 256)));
   }
   options.check_all_used();
   return m;

@@ -31,7 +31,7 @@ struct DeviceConfig {
   std::string arch;
   hcr_device_kind_t kind = HCR_DEVICE_GPU;
   double gflops = 100;
-  std::optional<std::vector<std::string>> kernels;  // absent: every kernel
+  std::optional<std::vector<std::string>> kernels;     // absent: every kernel
   std::map<std::string, double, std::less<>> factors;  // kernel -> speed factor
   uint64_t memory = 8ull << 30;
   uint32_t concurrency = 1;
@@ -75,7 +75,8 @@ struct MachineConfig {
   std::map<std::string, KernelCost, std::less<>> kernels;
   std::vector<DeviceConfig> devices;
 
-  /// The cost of a kernel other than the built-ins: its [backend.kernel.<name>] table or the default.
+  /// The cost of a kernel other than the built-ins: its [backend.kernel.<name>] table or the
+  /// default.
   KernelCost cost(const std::string& kernel) const;
 };
 

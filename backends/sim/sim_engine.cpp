@@ -81,8 +81,7 @@ Simulator::Simulator(const MachineConfig& machine, std::vector<uint64_t> device_
     devices_.push_back(std::move(d));
   }
   timer_ = std::thread([this] { timer_loop(); });
-  for (uint32_t i = 0; i < machine_.workers; ++i)
-    workers_.emplace_back([this] { worker_loop(); });
+  for (uint32_t i = 0; i < machine_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 Simulator::~Simulator() { shutdown(); }
@@ -308,7 +307,8 @@ void Simulator::note_real_time(Device& d, const Op& op, double real_seconds) {
   std::snprintf(scale, sizeof scale, "%g", clock_.scale());
   warn_("sim: device '" + d.config->name + "': the host took " + format_seconds(real_seconds) +
         " for the real work of " + op.what + ", modelled at " + format_seconds(modelled) +
-        " (time_scale " + scale + "), and ran past twice the model in 4 of the device's last 8 "
+        " (time_scale " + scale +
+        "), and ran past twice the model in 4 of the device's last 8 "
         "operations: the host's computation, not the model, sets this device's pace, so its "
         "timings and the scheduler's choices reflect this machine, not the simulated one. Set "
         "compute = false (timing only) or a larger time_scale");

@@ -60,9 +60,9 @@ enum class EngineKind { compute = 0, copy_in = 1, copy_out = 2 };
 struct Op {
   size_t device = 0;
   EngineKind engine = EngineKind::compute;
-  std::string what;             // "launch #3 of 'gemm_f32'": for error messages
-  double base = 0;              // modelled seconds, noise included, slowdown not yet
-  bool hang = false;            // never ends on its own (see DeviceConfig::hang_timeout)
+  std::string what;   // "launch #3 of 'gemm_f32'": for error messages
+  double base = 0;    // modelled seconds, noise included, slowdown not yet
+  bool hang = false;  // never ends on its own (see DeviceConfig::hang_timeout)
   hcr_error_code_t fault = static_cast<hcr_error_code_t>(0);  // injected failure, 0: none
   std::string fault_message;
   /// The real work, run on a worker when the operation starts; returns its error (NULL: fine).

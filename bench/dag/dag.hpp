@@ -61,8 +61,8 @@ struct Task {
 };
 
 struct Graph {
-  std::string name;    ///< "rand-c1-b0.5", "lu", ...: the case's second half
-  std::string about;   ///< the generator and its parameters
+  std::string name;   ///< "rand-c1-b0.5", "lu", ...: the case's second half
+  std::string about;  ///< the generator and its parameters
   uint64_t seed = 0;
   double ccr = 1;           ///< asked for
   double ccr_realised = 0;  ///< on the reference machine, after realise()
@@ -130,7 +130,7 @@ struct Problem {
   std::vector<std::vector<double>> exec;  ///< [task][device]
   std::vector<std::vector<int>> preds, succs;
   std::vector<Edge> edges;
-  std::vector<int> node;  ///< memory node of each device: 0 is host memory
+  std::vector<int> node;            ///< memory node of each device: 0 is host memory
   std::vector<int> device_of_node;  ///< the device owning each node (-1 for host memory)
   Link link;
   /// Each task's mean execution time over the processors (device slots).
@@ -149,10 +149,10 @@ struct Placement {
   double start = 0, finish = 0;
 };
 struct Copy {
-  int task = 0;      ///< for which task
+  int task = 0;  ///< for which task
   int buffer = 0;
-  int version = -1;  ///< the task that wrote what it carries (-1: the initial data)
-  int from = 0, to = 0;  ///< memory nodes
+  int version = -1;       ///< the task that wrote what it carries (-1: the initial data)
+  int from = 0, to = 0;   ///< memory nodes
   int engine_device = 0;  ///< whose engine carries it
   bool inbound = true;    ///< its in-engine (else its out-engine)
   double start = 0, end = 0;
@@ -161,7 +161,7 @@ struct Schedule {
   std::string name;
   std::vector<Placement> tasks;
   std::vector<Copy> copies;
-  double makespan = 0;  ///< the last task's finish: results stay where they were computed
+  double makespan = 0;     ///< the last task's finish: results stay where they were computed
   std::vector<int> order;  ///< the order tasks were placed in
 };
 

@@ -119,8 +119,7 @@ Graph random_dag(int tasks, double alpha, int out_degree, double ccr, double bet
     for (int t : level[size_t(l)]) {
       const int o = degree(gen);
       const auto& next = level[size_t(l + 1)];
-      preds[size_t(next[std::uniform_int_distribution<size_t>(0, next.size() - 1)(gen)])]
-          .insert(t);
+      preds[size_t(next[std::uniform_int_distribution<size_t>(0, next.size() - 1)(gen)])].insert(t);
       std::uniform_int_distribution<int> later(later_first, tasks - 1);
       for (int e = 1; e < o; ++e) preds[size_t(later(gen))].insert(t);
     }
@@ -128,7 +127,8 @@ Graph random_dag(int tasks, double alpha, int out_degree, double ccr, double bet
   for (int t = 0; t < tasks; ++t)  // every task below the first level has a predecessor
     if (level_of[size_t(t)] > 0 && preds[size_t(t)].empty()) {
       const auto& above = level[size_t(level_of[size_t(t)] - 1)];
-      preds[size_t(t)].insert(above[std::uniform_int_distribution<size_t>(0, above.size() - 1)(gen)]);
+      preds[size_t(t)].insert(
+          above[std::uniform_int_distribution<size_t>(0, above.size() - 1)(gen)]);
     }
 
   const int kernels = classes > 0 ? classes : tasks;
@@ -140,7 +140,8 @@ Graph random_dag(int tasks, double alpha, int out_degree, double ccr, double bet
   for (int t = 0; t < tasks; ++t) output[size_t(t)] = add_buffer(g, around_mean(gen));
   for (int t = 0; t < tasks; ++t) {
     Task task{classes > 0 ? any_class(gen) : t, {}};
-    if (preds[size_t(t)].empty()) task.args.push_back({add_buffer(g, around_mean(gen)), Access::read});
+    if (preds[size_t(t)].empty())
+      task.args.push_back({add_buffer(g, around_mean(gen)), Access::read});
     for (int p : preds[size_t(t)]) task.args.push_back({output[size_t(p)], Access::read});
     task.args.push_back({output[size_t(t)], Access::write});
     g.tasks.push_back(std::move(task));
@@ -150,8 +151,10 @@ Graph random_dag(int tasks, double alpha, int out_degree, double ccr, double bet
 
 Graph gaussian_elimination(int m, double ccr, double beta, uint64_t seed) {
   if (m < 2) throw std::invalid_argument("Gaussian elimination: m " + std::to_string(m) + " < 2");
-  Graph g = start("ge", "Gaussian elimination, m " + std::to_string(m) + ", CCR " + number(ccr) +
-                            ", beta " + number(beta), ccr, seed);
+  Graph g = start("ge",
+                  "Gaussian elimination, m " + std::to_string(m) + ", CCR " + number(ccr) +
+                      ", beta " + number(beta),
+                  ccr, seed);
   std::mt19937_64 gen(seed);
   g.kernels = {kernel("ge_pivot", 1, beta, gen), kernel("ge_update", 2, beta, gen)};
   std::vector<int> column;
@@ -159,16 +162,20 @@ Graph gaussian_elimination(int m, double ccr, double beta, uint64_t seed) {
   for (int k = 0; k + 1 < m; ++k) {
     g.tasks.push_back({0, {{column[size_t(k)], Access::read_write}}});
     for (int j = k + 1; j < m; ++j)
-      g.tasks.push_back({1, {{column[size_t(k)], Access::read}, {column[size_t(j)], Access::read_write}}});
+      g.tasks.push_back(
+          {1, {{column[size_t(k)], Access::read}, {column[size_t(j)], Access::read_write}}});
   }
   return g;
 }
 
 Graph fft(int points, double ccr, double beta, uint64_t seed) {
   if (points < 2 || (points & (points - 1)) != 0)
-    throw std::invalid_argument("FFT: " + std::to_string(points) + " points is not a power of 2 >= 2");
-  Graph g = start("fft", "FFT, " + std::to_string(points) + " points, CCR " + number(ccr) +
-                             ", beta " + number(beta), ccr, seed);
+    throw std::invalid_argument("FFT: " + std::to_string(points) +
+                                " points is not a power of 2 >= 2");
+  Graph g = start(
+      "fft",
+      "FFT, " + std::to_string(points) + " points, CCR " + number(ccr) + ", beta " + number(beta),
+      ccr, seed);
   std::mt19937_64 gen(seed);
   g.kernels = {kernel("fft_split", 1, beta, gen), kernel("fft_butterfly", 1, beta, gen)};
   // The recursive calls: a binary tree in breadth-first order, node i's children 2i+1 and 2i+2.
@@ -200,9 +207,10 @@ Graph fft(int points, double ccr, double beta, uint64_t seed) {
 
 Graph lu(int n, double ccr, double beta, uint64_t seed) {
   if (n < 2) throw std::invalid_argument("LU: " + std::to_string(n) + " tiles per side < 2");
-  Graph g = start("lu", "tiled LU without pivoting, " + std::to_string(n) + "x" +
-                            std::to_string(n) + " tiles, CCR " + number(ccr) + ", beta " +
-                            number(beta), ccr, seed);
+  Graph g = start("lu",
+                  "tiled LU without pivoting, " + std::to_string(n) + "x" + std::to_string(n) +
+                      " tiles, CCR " + number(ccr) + ", beta " + number(beta),
+                  ccr, seed);
   std::mt19937_64 gen(seed);
   // Flops of b-tiles, in units of b^3.
   g.kernels = {kernel("getrf", 2.0 / 3, beta, gen), kernel("trsm_l", 1, beta, gen),
@@ -217,17 +225,18 @@ Graph lu(int n, double ccr, double beta, uint64_t seed) {
       g.tasks.push_back({1, {{A(k, k), Access::read}, {A(i, k), Access::read_write}}});
     for (int i = k + 1; i < n; ++i)
       for (int j = k + 1; j < n; ++j)
-        g.tasks.push_back({3,
-                           {{A(i, k), Access::read}, {A(k, j), Access::read},
-                            {A(i, j), Access::read_write}}});
+        g.tasks.push_back(
+            {3, {{A(i, k), Access::read}, {A(k, j), Access::read}, {A(i, j), Access::read_write}}});
   }
   return g;
 }
 
 Graph cholesky(int n, double ccr, double beta, uint64_t seed) {
   if (n < 2) throw std::invalid_argument("Cholesky: " + std::to_string(n) + " tiles per side < 2");
-  Graph g = start("chol", "tiled Cholesky, " + std::to_string(n) + "x" + std::to_string(n) +
-                              " tiles, CCR " + number(ccr) + ", beta " + number(beta), ccr, seed);
+  Graph g = start("chol",
+                  "tiled Cholesky, " + std::to_string(n) + "x" + std::to_string(n) +
+                      " tiles, CCR " + number(ccr) + ", beta " + number(beta),
+                  ccr, seed);
   std::mt19937_64 gen(seed);
   g.kernels = {kernel("potrf", 1.0 / 3, beta, gen), kernel("trsm", 1, beta, gen),
                kernel("syrk", 1, beta, gen), kernel("gemm", 2, beta, gen)};
@@ -240,9 +249,8 @@ Graph cholesky(int n, double ccr, double beta, uint64_t seed) {
     for (int i = k + 1; i < n; ++i) {
       g.tasks.push_back({2, {{A(i, k), Access::read}, {A(i, i), Access::read_write}}});
       for (int j = k + 1; j < i; ++j)
-        g.tasks.push_back({3,
-                           {{A(i, k), Access::read}, {A(j, k), Access::read},
-                            {A(i, j), Access::read_write}}});
+        g.tasks.push_back(
+            {3, {{A(i, k), Access::read}, {A(j, k), Access::read}, {A(i, j), Access::read_write}}});
     }
   }
   return g;
@@ -253,9 +261,11 @@ Graph stencil(int px, int py, int steps, double ccr, double beta, uint64_t seed)
     throw std::invalid_argument("stencil: " + std::to_string(px) + "x" + std::to_string(py) +
                                 " blocks, " + std::to_string(steps) +
                                 " steps: want two blocks or more and a step or more");
-  Graph g = start("stencil", "halo exchange, " + std::to_string(px) + "x" + std::to_string(py) +
-                                 " blocks, " + std::to_string(steps) + " steps, CCR " +
-                                 number(ccr) + ", beta " + number(beta), ccr, seed);
+  Graph g =
+      start("stencil",
+            "halo exchange, " + std::to_string(px) + "x" + std::to_string(py) + " blocks, " +
+                std::to_string(steps) + " steps, CCR " + number(ccr) + ", beta " + number(beta),
+            ccr, seed);
   std::mt19937_64 gen(seed);
   g.kernels = {kernel("stencil", 1, beta, gen)};
   const int blocks = px * py;
@@ -278,9 +288,11 @@ Graph stencil(int px, int py, int steps, double ccr, double beta, uint64_t seed)
     for (int p = 0; p < blocks; ++p) {
       Task task{0, {{block[size_t(p)], Access::read_write}}};
       if (t > 0)
-        for (int q : neighbours(p)) task.args.push_back({halo[{q, p}][size_t((t - 1) % 2)], Access::read});
+        for (int q : neighbours(p))
+          task.args.push_back({halo[{q, p}][size_t((t - 1) % 2)], Access::read});
       if (t + 1 < steps)
-        for (int q : neighbours(p)) task.args.push_back({halo[{p, q}][size_t(t % 2)], Access::write});
+        for (int q : neighbours(p))
+          task.args.push_back({halo[{p, q}][size_t(t % 2)], Access::write});
       g.tasks.push_back(std::move(task));
     }
   return g;
@@ -309,11 +321,10 @@ void realise(Graph& g, const Machine& reference, double task_seconds) {
       relative += e.bytes;
       ++data_edges;
     }
-  const double per_unit =
-      data_edges == 0 || link.per_byte == 0
-          ? 0
-          : std::max(0.0, g.ccr * task_seconds - link.latency) /
-                (link.per_byte * relative / data_edges);
+  const double per_unit = data_edges == 0 || link.per_byte == 0
+                              ? 0
+                              : std::max(0.0, g.ccr * task_seconds - link.latency) /
+                                    (link.per_byte * relative / data_edges);
   g.buffer_bytes.clear();
   for (double s : g.buffer_size)
     g.buffer_bytes.push_back(std::max<uint64_t>(4, uint64_t(std::llround(s * per_unit / 4)) * 4));

@@ -94,7 +94,8 @@ Option plan(const Problem& p, const State& st, int i, int d, double dep_ready, b
       const double duration = copy_seconds(p, s, n, bytes);
       const double start = engine(dev, inbound).fit(v[size_t(s)], duration, insertion);
       if (start + duration < best.end)
-        best = {i, a.buffer, st.version[size_t(a.buffer)], s, n, dev, inbound, start, start + duration};
+        best = {i,     a.buffer,        st.version[size_t(a.buffer)], s, n, dev, inbound,
+                start, start + duration};
     }
     if (best.end == kNever) throw std::logic_error("a buffer with no valid replica");
     engine(best.engine_device, best.inbound).add(best.start, best.end);
@@ -275,7 +276,8 @@ Schedule heft(const Problem& p, bool insertion) {
   std::vector<double> rank(n, 0);
   for (size_t i = n; i-- > 0;) {  // submission order is topological
     double tail = 0;
-    for (const auto& [j, bytes] : out[i]) tail = std::max(tail, mean_edge(p, bytes) + rank[size_t(j)]);
+    for (const auto& [j, bytes] : out[i])
+      tail = std::max(tail, mean_edge(p, bytes) + rank[size_t(j)]);
     rank[i] = p.mean_exec[i] + tail;
   }
   return list_schedule(p, "HEFT", rank, all_devices(p), nullptr, insertion);
@@ -362,7 +364,8 @@ Bound lower_bound(const Problem& p) {
     if (!(f > 0)) break;
     const double step = 0.5 / std::sqrt(it + 1.0);
     for (size_t d = 0; d < devices; ++d)
-      lambda[d] *= std::exp(step * std::clamp(load[d] / p.machine->devices[d].slots / f - 1, -1.0, 1.0));
+      lambda[d] *=
+          std::exp(step * std::clamp(load[d] / p.machine->devices[d].slots / f - 1, -1.0, 1.0));
     normalise();
   }
   return b;
@@ -387,8 +390,9 @@ double replay(const Problem& p, std::vector<RanOp> ops) {
                                  " copied from memory node " + std::to_string(op.from) +
                                  " where it was not");
       const bool inbound = op.to != 0;
-      double& engine = (inbound ? in_free : out_free)[size_t(
-          p.device_of_node[size_t(inbound ? op.to : op.from)])];
+      double& engine =
+          (inbound ? in_free
+                   : out_free)[size_t(p.device_of_node[size_t(inbound ? op.to : op.from)])];
       const double start = std::max(since, engine);
       engine = start + copy_seconds(p, op.from, op.to, double(g.buffer_bytes[size_t(op.buffer)]));
       st.valid[size_t(op.buffer)][size_t(op.to)] = engine;
@@ -428,8 +432,9 @@ std::string check(const Problem& p, const Schedule& s) {
   const size_t n = g.tasks.size();
   const double tol = 1e-9 * std::max(1e-12, s.makespan);
   auto name = [&](size_t i) { return s.name + ": task " + std::to_string(i); };
-  if (s.tasks.size() != n) return s.name + ": " + std::to_string(s.tasks.size()) + " of " +
-                                  std::to_string(n) + " tasks placed";
+  if (s.tasks.size() != n)
+    return s.name + ": " + std::to_string(s.tasks.size()) + " of " + std::to_string(n) +
+           " tasks placed";
   // Which version of each buffer each task reads: its last writer before it.
   std::vector<std::vector<std::pair<int, int>>> reads(n);  // buffer, version
   {
@@ -468,13 +473,14 @@ std::string check(const Problem& p, const Schedule& s) {
   };
   const int engines = int(p.machine->devices.size());
   for (const Copy& c : s.copies) {
-    const std::string what = s.name + ": copy of buffer " + std::to_string(c.buffer) + " for task " +
-                             std::to_string(c.task);
+    const std::string what = s.name + ": copy of buffer " + std::to_string(c.buffer) +
+                             " for task " + std::to_string(c.task);
     if (c.from == c.to) return what + " goes nowhere";
     const int carrier = p.device_of_node[size_t(c.to != 0 ? c.to : c.from)];
     if (c.engine_device != carrier || c.inbound != (c.to != 0))
       return what + " is on the wrong engine";
-    if (std::abs(c.end - c.start - copy_seconds(p, c.from, c.to, double(g.buffer_bytes[size_t(c.buffer)]))) > tol)
+    if (std::abs(c.end - c.start -
+                 copy_seconds(p, c.from, c.to, double(g.buffer_bytes[size_t(c.buffer)]))) > tol)
       return what + " does not take its copy time";
     if (!holds(c.buffer, c.version, c.from, c.start, &c))
       return what + " reads a replica that does not hold version " + std::to_string(c.version);

@@ -18,8 +18,8 @@ using detail::shape;
 // would leave the others partitioned, unusable.
 void check_operand(Runtime& rt, detail::BufferState& s, const char* name) {
   if (s.rt.get() != &rt.core())
-    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " +
-                                                 describe(s) + ") belongs to another runtime");
+    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " + describe(s) +
+                                                 ") belongs to another runtime");
   if (s.detached.load(std::memory_order_acquire))
     throw Error(ErrorCode::invalid_argument,
                 std::string("gemm: ") + name + " (a " + describe(s) +
@@ -28,8 +28,7 @@ void check_operand(Runtime& rt, detail::BufferState& s, const char* name) {
   const bool partitioned = s.partitioned;
   s.lock.unlock();
   if (partitioned)
-    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " +
-                                                 describe(s) +
+    throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name + " (a " + describe(s) +
                                                  ") is partitioned: unpartition it first");
 }
 }  // namespace
@@ -39,8 +38,8 @@ Event gemm(Runtime& rt, const Buffer<T>& a, const Buffer<T>& b, const Buffer<T>&
            T alpha, T beta) {
   for (auto [x, name] : {std::pair{&a, "A"}, std::pair{&b, "B"}, std::pair{&c, "C"}})
     if (!x->valid())
-      throw Error(ErrorCode::invalid_argument, std::string("gemm: ") + name +
-                                                   " is an empty Buffer handle");
+      throw Error(ErrorCode::invalid_argument,
+                  std::string("gemm: ") + name + " is an empty Buffer handle");
   const size_t m = a.rows(), k = a.cols(), n = b.cols();
   if (b.rows() != k || c.rows() != m || c.cols() != n)
     throw Error(ErrorCode::invalid_argument,

@@ -7,9 +7,9 @@
 #include <hcr/runtime.hpp>
 
 #include <cstdlib>
-#include <sys/mman.h>
 #include <cstring>
 #include <new>
+#include <sys/mman.h>
 #include <utility>
 
 namespace hcr::detail {
@@ -82,9 +82,9 @@ void check_usable(BufferState* b, const char* what) {
 void check_host_access(BufferState* b, Access mode, const char* what) {
   check_usable(b, what);
   if (mode != Access::read && mode != Access::write && mode != Access::read_write)
-    throw Error(ErrorCode::invalid_argument,
-                std::string(what) + ": access mode " + std::to_string(static_cast<int>(mode)) +
-                    " is not read, write or read_write");
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": access mode " +
+                                                 std::to_string(static_cast<int>(mode)) +
+                                                 " is not read, write or read_write");
   b->lock.lock();
   bool partitioned = b->partitioned;
   b->lock.unlock();
@@ -108,7 +108,8 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
   // and so would a kernel waiting for data its own task uses.
   b->rt->host().check_view_conflict(*b, mode);
   b->rt->pauses().check_not_held(*b, mode);
-  if (const TaskNode* running = running_cpu_task(); running != nullptr && running->rt == b->rt.get())
+  if (const TaskNode* running = running_cpu_task();
+      running != nullptr && running->rt == b->rt.get())
     for (const ArgRec& a : running->args)
       if (a.buffer == b && (writes(mode) || writes(a.access)))
         throw Error(ErrorCode::invalid_argument,

@@ -129,10 +129,9 @@ class Checker {
         fail(which(i) + " is passed read, but the kernel writes it: pass it write or read_write");
       if (o.use == Use::update && !(reads(mode) && writes(mode)))  // read_write or commute
         fail(which(i) + " is passed " + access_name(mode) + ", but the kernel " +
-             (spec_.op == BuiltinOp::gemm ? "reads it (beta is not 0) and writes it"
-              : spec_.op == BuiltinOp::syrk
-                  ? "writes one triangle and keeps the other"
-                  : "updates it in place") +
+             (spec_.op == BuiltinOp::gemm   ? "reads it (beta is not 0) and writes it"
+              : spec_.op == BuiltinOp::syrk ? "writes one triangle and keeps the other"
+                                            : "updates it in place") +
              ": pass it read_write");
     }
     for (size_t i = 0; i < count_; ++i) {

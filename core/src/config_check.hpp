@@ -58,7 +58,8 @@ inline std::vector<ConfigProblem> duplicate_tables(const std::vector<BackendConf
     if (!tables[i].enabled) continue;
     const auto mine = sorted(tables[i].options);
     for (size_t j = 0; j < i; ++j)
-      if (tables[j].enabled && tables[j].name == tables[i].name && sorted(tables[j].options) == mine) {
+      if (tables[j].enabled && tables[j].name == tables[i].name &&
+          sorted(tables[j].options) == mine) {
         out.push_back({tables[i].origin,
                        "backend: a second table for plugin '" + tables[i].name +
                            "' with the same options as the one at " + tables[j].origin +

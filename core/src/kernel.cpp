@@ -50,9 +50,9 @@ detail::KernelState& checked(const detail::Ref<detail::KernelState>& s) {
 // run time, with "no device", far from the mistake.
 void check_api(const detail::KernelState& k, const std::string& api, const char* what) {
   if (api.empty())
-    throw Error(ErrorCode::invalid_argument,
-                "kernel '" + k.name + "': " + what + " implementation for backend '': name the "
-                "backend it is for (\"cuda\", \"opencl\", ...)");
+    throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': " + what +
+                                                 " implementation for backend '': name the "
+                                                 "backend it is for (\"cuda\", \"opencl\", ...)");
 }
 
 // Adds an implementation and makes devices that could not run the kernel ask again.
@@ -105,7 +105,8 @@ Kernel& Kernel::source(std::string api, std::string text, std::string build_opti
                        std::string entry) {
   auto& k = checked(s_);
   check_api(k, api, "a source");
-  if (text.empty()) throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': empty source");
+  if (text.empty())
+    throw Error(ErrorCode::invalid_argument, "kernel '" + k.name + "': empty source");
   auto impl = std::make_unique<detail::KernelImpl>();
   impl->kind = HCR_IMPL_SOURCE;
   impl->api = std::move(api);

@@ -47,7 +47,7 @@ struct KernelState {
   // submit. Null for every other kernel, whose tasks skip the check at the cost of this test.
   const BuiltinSpec* builtin = nullptr;
 
-  std::mutex mutex;  // guards impls and resolution
+  std::mutex mutex;                                // guards impls and resolution
   std::vector<std::unique_ptr<KernelImpl>> impls;  // stable addresses: user_data points at them
   // One entry per possible device (kMaxDevices), so devices can join while tasks run.
   std::unique_ptr<KernelDevice[]> devices;
@@ -59,8 +59,8 @@ struct KernelState {
   std::atomic<uint64_t> yes_bits[2] = {0, 0};
 
   bool can_run(size_t d) const noexcept {
-    return d < num_devices && devices[d].capability.load(std::memory_order_acquire) ==
-                                  Capability::yes;
+    return d < num_devices &&
+           devices[d].capability.load(std::memory_order_acquire) == Capability::yes;
   }
   /// Sets device d's capability (under `mutex`), keeping yes_bits in step.
   void set_capability(size_t d, Capability c) noexcept {

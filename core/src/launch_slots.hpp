@@ -1,5 +1,5 @@
-// Launch tokens. A launch's done_user_data is not a pointer to its task but a token: the number of a
-// slot in a process-wide table and the slot's generation. The first completion of a launch (the
+// Launch tokens. A launch's done_user_data is not a pointer to its task but a token: the number of
+// a slot in a process-wide table and the slot's generation. The first completion of a launch (the
 // plugin's done, an error returned from launch, or the watchdog giving up on it) claims the slot by
 // moving it out of `armed` for that generation; any later one finds the slot free, or armed for a
 // later generation, and is reported instead of finishing a task twice, or finishing another task
@@ -44,7 +44,7 @@ struct alignas(64) LaunchSlot {
   std::atomic<const char*> kernel{nullptr};  // the task's kernel name, for diagnostics
   // When the watchdog gives up (steady clock, ns); max until the launch reaches the plugin.
   std::atomic<int64_t> deadline_ns{std::numeric_limits<int64_t>::max()};
-  std::atomic<HungLaunch*> hung{nullptr};  // kGivenUp: what the plugin's done releases
+  std::atomic<HungLaunch*> hung{nullptr};     // kGivenUp: what the plugin's done releases
   std::atomic<DeviceState*> device{nullptr};  // the owner, while a device holds the chunk
 
   static uint64_t generation(uint64_t state) noexcept { return state >> kStatusBits; }
@@ -65,8 +65,8 @@ class LaunchTable {
   static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
   static void* token(uint32_t index, uint64_t generation) noexcept {
-    return reinterpret_cast<void*>(static_cast<uintptr_t>(
-        (generation & LaunchSlot::kGenerationMask) << kIndexBits | index));
+    return reinterpret_cast<void*>(
+        static_cast<uintptr_t>((generation & LaunchSlot::kGenerationMask) << kIndexBits | index));
   }
   static uint32_t index_of(const void* token) noexcept {
     return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(token) &

@@ -2,12 +2,12 @@
 // points that hand work to the engine in runtime_core.cpp.
 #include "buffer_state.hpp"
 #include "builtin_check.hpp"
+#include "contexts/context_policy.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
-#include "units.hpp"
 #include "runtime_core.hpp"
-#include "contexts/context_policy.hpp"
 #include "tenant/tenant_link.hpp"
+#include "units.hpp"
 
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
@@ -121,8 +121,7 @@ void RuntimeCore::add_devices(PluginInstance& p) {
                        now());
     if (energy_.active()) observers_.attach(&energy_share_, 0);
     health_.joined(d.info.id);
-    devices_.append(std::move(ds),
-                    d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node));
+    devices_.append(std::move(ds), d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node));
     if (sched::Policy* pl = pol()) pl->device_added(d.info.id);  // hot-plug: before anyone sees it
     devices_.publish();
   }
@@ -131,8 +130,8 @@ void RuntimeCore::add_devices(PluginInstance& p) {
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   self_ = self;
   // "auto" (the default): chosen from the devices found at the start.
-  policy_name_ =
-      config_.policy == "auto" ? sched::default_policy(devices_.infos()) : std::string_view(config_.policy);
+  policy_name_ = config_.policy == "auto" ? sched::default_policy(devices_.infos())
+                                          : std::string_view(config_.policy);
   policy_owner_ = sched::make_policy(policy_name_, config_);
   policy_owner_->attach(view_);
   placement_.set_policy(policy_owner_.get());
@@ -146,8 +145,8 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
   for (const ContextConfig& c : config_.contexts) make_context(c);
   if (!config_.trace_file.empty() || !config_.gantt_file.empty()) begin_trace();
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
-  HCR_LOG(info, "runtime started: " << device_count() << " device(s), policy '"
-                                    << pol()->name() << "'");
+  HCR_LOG(info,
+          "runtime started: " << device_count() << " device(s), policy '" << pol()->name() << "'");
 }
 
 RuntimeCore::~RuntimeCore() { shutdown(); }
@@ -168,7 +167,8 @@ void RuntimeCore::shutdown() noexcept {
   auto is_stuck = [&](const PluginInstance* p) {
     return std::find(stuck.begin(), stuck.end(), p) != stuck.end();
   };
-  std::vector<bool> device_stuck(devices_.appended());  // by device: its plugin will not be destroyed
+  // By device: its plugin will not be destroyed
+  std::vector<bool> device_stuck(devices_.appended());
   for (size_t i = 0; i < devices_.appended(); ++i) {
     device_stuck[i] = is_stuck(devices_[i].plugin);
     if (device_stuck[i] && devices_[i].info.memory_node != 0)
@@ -199,7 +199,8 @@ void RuntimeCore::shutdown() noexcept {
       for (size_t d = 0, n = device_count(); d < n; ++d) {
         if (device_stuck[d]) continue;  // a stuck launch may still use the handle: it stays
         KernelDevice& kd = k->devices[d];
-        if (kd.handle) devices_[d].plugin->api->kernel_release(devices_[d].plugin->handle, kd.handle);
+        if (kd.handle)
+          devices_[d].plugin->api->kernel_release(devices_[d].plugin->handle, kd.handle);
         kd.handle = nullptr;
         k->set_capability(d, Capability::no);
       }
@@ -251,8 +252,10 @@ void RuntimeCore::shutdown() noexcept {
 std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
   std::vector<PluginInstance*> stuck;
   // A few timeouts, at least a second: time for a launch that was merely slow to come back.
-  const auto grace = std::max<std::chrono::steady_clock::duration>(4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(launches_.task_timeout())),
-                                                                    std::chrono::seconds(1));
+  const auto grace = std::max<std::chrono::steady_clock::duration>(
+      4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(launches_.task_timeout())),
+      std::chrono::seconds(1));
   for (auto& p : plugins_) {
     auto hung = [&] {
       std::vector<std::string> out;
@@ -297,13 +300,12 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
     if (done && left.empty()) continue;
     std::string list;
     for (const std::string& h : left) list += (list.empty() ? "" : ", ") + h;
-    HCR_LOG(error, "shutdown: plugin '" << p->name << "' has not returned from "
-                                        << left.size() << " launch(es) the task timeout gave up on ("
-                                        << list << ") within "
-                                        << detail::format_seconds(
-                                               std::chrono::duration<double>(grace).count())
-                                        << "; the runtime ends without it: the plugin stays "
-                                           "loaded and running, and the tasks' buffers allocated");
+    HCR_LOG(error, "shutdown: plugin '"
+                       << p->name << "' has not returned from " << left.size()
+                       << " launch(es) the task timeout gave up on (" << list << ") within "
+                       << detail::format_seconds(std::chrono::duration<double>(grace).count())
+                       << "; the runtime ends without it: the plugin stays "
+                          "loaded and running, and the tasks' buffers allocated");
     stuck.push_back(p.get());
   }
   return stuck;
@@ -391,8 +393,8 @@ void RuntimeCore::resolve(KernelState& k) {
       }
       kd.why_not = ok ? std::string() : why;
       k.set_capability(d, ok ? Capability::yes : Capability::no);
-      HCR_LOG(debug, "kernel '" << k.name << "' on device '" << ds.info.name << "': "
-                                << (ok ? "available" : "unavailable (" + why + ")"));
+      HCR_LOG(debug, "kernel '" << k.name << "' on device '" << ds.info.name
+                                << "': " << (ok ? "available" : "unavailable (" + why + ")"));
     }
     any = any || kd.capability.load(std::memory_order_relaxed) == Capability::yes;
   }
@@ -426,10 +428,10 @@ void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
   };
   if (mode != Access::read && mode != Access::write && mode != Access::read_write &&
       mode != Access::commute)
-    throw Error(ErrorCode::invalid_argument,
-                "Task::arg: argument " + std::to_string(t->args.size()) + ": access mode " +
-                    std::to_string(static_cast<int>(mode)) +
-                    " is not read, write, read_write or commute");
+    throw Error(ErrorCode::invalid_argument, "Task::arg: argument " +
+                                                 std::to_string(t->args.size()) + ": access mode " +
+                                                 std::to_string(static_cast<int>(mode)) +
+                                                 " is not read, write, read_write or commute");
   if (b == nullptr) throw Error(ErrorCode::invalid_argument, call() + " is an empty Buffer handle");
   if (b->rt.get() != t->rt) {
     if (!b->rt->alive())
@@ -450,9 +452,9 @@ void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
                                                  " is one too many (at most 64)");
   size_t off = (t->params.size() + align - 1) / align * align;
   if (off + size > 0xffff)
-    throw Error(ErrorCode::invalid_argument,
-                "Task::param: a " + std::to_string(size) + "-byte parameter after " +
-                    std::to_string(off) + " bytes of them exceeds 64 KiB");
+    throw Error(ErrorCode::invalid_argument, "Task::param: a " + std::to_string(size) +
+                                                 "-byte parameter after " + std::to_string(off) +
+                                                 " bytes of them exceeds 64 KiB");
   t->params.resize(off + size);
   std::memcpy(t->params.data() + off, data, size);
   t->param_offsets.push_back(static_cast<uint32_t>(off));
@@ -510,9 +512,9 @@ int task_device(const TaskNode* t) noexcept { return t->device.load(std::memory_
 
 const void* task_param(const TaskNode* t, size_t index, size_t size) {
   if (index >= t->param_offsets.size())
-    throw Error(ErrorCode::invalid_argument,
-                "parameter " + std::to_string(index) + " requested; the task has " +
-                    std::to_string(t->param_offsets.size()));
+    throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) +
+                                                 " requested; the task has " +
+                                                 std::to_string(t->param_offsets.size()));
   const size_t off = t->param_offsets[index];
   const bool last = index + 1 == t->param_offsets.size();
   const size_t end = last ? t->params.size() : t->param_offsets[index + 1];
@@ -540,14 +542,13 @@ const void* task_param(const TaskNode* t, size_t index, size_t size) {
 }
 
 void bad_arg_type(size_t index, DType have, DType want) {
-  throw Error(ErrorCode::invalid_argument,
-              "argument " + std::to_string(index) + " holds " + std::string(dtype_name(have)) +
-                  ", not " + std::string(dtype_name(want)));
+  throw Error(ErrorCode::invalid_argument, "argument " + std::to_string(index) + " holds " +
+                                               std::string(dtype_name(have)) + ", not " +
+                                               std::string(dtype_name(want)));
 }
 void bad_arg_index(size_t index, size_t count) {
   throw Error(ErrorCode::invalid_argument, "argument " + std::to_string(index) +
-                                               " requested; the task has " +
-                                               std::to_string(count));
+                                               " requested; the task has " + std::to_string(count));
 }
 
 }  // namespace hcr::detail
@@ -608,8 +609,9 @@ Task& Task::block(uint32_t x, uint32_t y, uint32_t z) {
   if (x == 0 && (y > 1 || z > 1))
     throw Error(ErrorCode::invalid_argument,
                 "Task::block: " + std::to_string(x) + "x" + std::to_string(y) + "x" +
-                    std::to_string(z) + ": x = 0 lets the backend choose the whole block, so y "
-                                        "and z must be 1");
+                    std::to_string(z) +
+                    ": x = 0 lets the backend choose the whole block, so y "
+                    "and z must be 1");
   t->local_size[0] = x;
   t->local_size[1] = y;
   t->local_size[2] = z;
@@ -692,8 +694,8 @@ Config validated(Config c) {
     fail("scheduler.idle_power", seconds(c.idle_power) + " is not a non-negative number");
   for (size_t i = 0; i < c.backends.size(); ++i) {
     const BackendConfig& b = c.backends[i];
-    const std::string which = "backend " + std::to_string(i) +
-                              (b.origin.empty() ? std::string() : " (" + b.origin + ")");
+    const std::string which =
+        "backend " + std::to_string(i) + (b.origin.empty() ? std::string() : " (" + b.origin + ")");
     if (b.name.empty()) fail(which, "every backend needs a name");
     if (!b.memory_limit.empty() && !detail::parse_memory_limit(b.memory_limit))
       fail(which, "memory_limit '" + b.memory_limit +
@@ -740,8 +742,7 @@ Event Runtime::submit(Task& task) {
   detail::Ref<TaskNode> owned = detail::Ref<TaskNode>::adopt(t);
   if (t->rt != core_.get())
     throw Error(ErrorCode::invalid_argument, "Runtime::submit: the task's kernel '" +
-                                                 t->kernel->name +
-                                                 "' belongs to another runtime");
+                                                 t->kernel->name + "' belongs to another runtime");
   core_->check_alive("Runtime::submit");
   for (size_t i = 0; i < t->args.size(); ++i) {
     detail::BufferState* b = t->args[i].buffer;

@@ -5,9 +5,9 @@
 #include "tenant/tenant_link.hpp"
 
 #include "buffer_state.hpp"
-#include "safe_file.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
+#include "safe_file.hpp"
 #include "units.hpp"
 
 #include <hcr/error.hpp>
@@ -19,8 +19,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <limits>
@@ -56,8 +56,8 @@ void compute_footprint(TaskNode* t) noexcept {
 
 void RuntimeCore::check_alive(std::string_view what) const {
   if (!alive())
-    throw Error(ErrorCode::shutdown,
-                what.empty() ? "the runtime has ended" : std::string(what) + ": the runtime has ended");
+    throw Error(ErrorCode::shutdown, what.empty() ? "the runtime has ended"
+                                                  : std::string(what) + ": the runtime has ended");
 }
 
 void RuntimeCore::check_wait(const TaskNode* target) const {
@@ -111,8 +111,9 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
   // then checks the file and every directory leading to it (plugins/search.cpp, untrusted()).
   if (!std::filesystem::path(path).is_absolute())
     throw Error(ErrorCode::invalid_argument,
-                "load_plugin: '" + path + "' is not an absolute path (a relative name would be "
-                "looked up in the working directory): refused");
+                "load_plugin: '" + path +
+                    "' is not an absolute path (a relative name would be "
+                    "looked up in the working directory): refused");
   std::error_code ec;
   const std::filesystem::path file = path;
   if (!std::filesystem::is_regular_file(file, ec))
@@ -145,8 +146,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
                      " device(s) do not fit: one runtime takes at most " +
                      std::to_string(kMaxDevices) + " devices, " +
                      std::to_string(DeviceBudget::kOwnMemory) +
-                     " of them with their own memory, and has " +
-                     std::to_string(device_count());
+                     " of them with their own memory, and has " + std::to_string(device_count());
         rec.devices = 0;
         inst.reset();  // the plugin instance ends here; its library stays loaded, unused
       }
@@ -188,7 +188,8 @@ void RuntimeCore::remove_device(uint32_t id) {
     throw Error(ErrorCode::invalid_argument, "remove_device: no device " + std::to_string(id) +
                                                  " (the runtime has " + std::to_string(n) + ")");
   DeviceState& d = devices_[id];
-  health_.retire(d, DeviceState::kRemoved, "removed by the application");  // (already out: stays so)
+  // (already out: stays so)
+  health_.retire(d, DeviceState::kRemoved, "removed by the application");
   // What it runs finishes there; a pump that saw it active just before may still hand it one.
   while (d.in_flight.load(std::memory_order_seq_cst) != 0 ||
          d.pumping.load(std::memory_order_seq_cst))
@@ -221,8 +222,8 @@ void RuntimeCore::transferred(const Transferred& copy) noexcept {
     ev.b = copy.to;
     ev.bytes = copy.bytes;
     ev.end_ns = TraceRecorder::now_ns();
-    ev.start_ns = std::max(copy.earliest_start,
-                           ev.end_ns - static_cast<int64_t>(copy.seconds * 1e9));
+    ev.start_ns =
+        std::max(copy.earliest_start, ev.end_ns - static_cast<int64_t>(copy.seconds * 1e9));
     ev.predicted = ev.measured = static_cast<float>(copy.seconds);
     trace_.add(ev);
   }
@@ -265,8 +266,8 @@ RuntimeStats RuntimeCore::stats() const {
       c.watts = r.watts;
       if (r.source != EnergyAccount::kNone) s.energy_joules += r.joules;
     }
-    c.idle_seconds = std::max(0.0, s.wall_seconds * std::max<uint32_t>(1, d->info.concurrency) -
-                                       c.busy_seconds);
+    c.idle_seconds =
+        std::max(0.0, s.wall_seconds * std::max<uint32_t>(1, d->info.concurrency) - c.busy_seconds);
     const uint32_t node = d->info.memory_node;
     if (node != 0)
       for (const LinkCounters& l : s.data.links) {

@@ -2,30 +2,30 @@
 #pragma once
 
 #include "contexts/context_state.hpp"
-#include "engine/attempt_observers.hpp"
 #include "data/data_manager.hpp"
+#include "energy/energy_account.hpp"
+#include "engine/attempt_observers.hpp"
 #include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
 #include "engine/device_state.hpp"
 #include "engine/device_table.hpp"
-#include "engine/scheduling_view.hpp"
 #include "engine/host_access.hpp"
-#include "engine/launches.hpp"
 #include "engine/landed_tasks.hpp"
+#include "engine/launches.hpp"
 #include "engine/pause.hpp"
 #include "engine/placement.hpp"
+#include "engine/scheduling_view.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
-#include "energy/energy_account.hpp"
+#include "kernel_state.hpp"
+#include "launch_slots.hpp"
 #include "observers/energy_share.hpp"
 #include "observers/prediction_accuracy.hpp"
 #include "observers/task_trace.hpp"
-#include "kernel_state.hpp"
-#include "launch_slots.hpp"
 #include "plugins/plugin_loader.hpp"
-#include "trace_recorder.hpp"
 #include "task_node.hpp"
+#include "trace_recorder.hpp"
 
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
@@ -33,12 +33,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <set>
-#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hcr::detail {
@@ -150,8 +150,7 @@ class RuntimeCore final : public GraphStages,
 
   // GraphStages: what the task graph hands on.
   void ready(TaskNode* t) noexcept override { placement_.place(t); }
-  void waiting_with_inputs(TaskNode* t,
-                           std::span<const Ref<BufferState>> inputs) noexcept override;
+  void waiting_with_inputs(TaskNode* t, std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
   bool moves_inputs_early(const TaskNode& t) const noexcept override;
   bool may_wait_for_room() const noexcept override;
@@ -251,7 +250,7 @@ class RuntimeCore final : public GraphStages,
   TraceRecorder trace_;
   // Features that watch attempts end attach here while they are on (engine/attempt_observers.hpp).
   AttemptObservers observers_;
-  TaskTrace task_trace_{trace_};                      // while a trace records
+  TaskTrace task_trace_{trace_};  // while a trace records
   PredictionAccuracy accuracy_{[this](uint32_t id) { return kernel_name(id); }};  // timing on
   EnergyShare energy_share_{energy_, placement_, [this] { return now(); },        // figures known
                             [this](uint32_t id) { return kernel_name(id); }};
@@ -259,8 +258,8 @@ class RuntimeCore final : public GraphStages,
   void time_executions() noexcept;
   // Starts recording a trace (its task bars included).
   void begin_trace();
-  DeviceDriver driver_{devices_,  placement_,    data_,  launches_, completion_,
-                       observers_, launch_flags_, timing_};
+  DeviceDriver driver_{devices_,    placement_, data_,         launches_,
+                       completion_, observers_, launch_flags_, timing_};
   Completion completion_{
       {devices_, placement_, driver_, health_, data_, graph_, host_, observers_, timing_}};
   int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
@@ -275,8 +274,6 @@ class RuntimeCore final : public GraphStages,
 
   std::atomic<bool> alive_{true};
   std::atomic<uint64_t> retries_{0};
-
 };
-
 
 }  // namespace hcr::detail

@@ -51,7 +51,7 @@ struct TaskNode {
   uint8_t epoch = 0;  // the parity of the wait_all epoch it was submitted in (RuntimeCore::submit)
   int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
   int32_t user_priority = 0;  // what the application gave (Task::priority)
-  int32_t pinned = -1;  // Task::on(): the only device allowed
+  int32_t pinned = -1;        // Task::on(): the only device allowed
   // Task::in(): its context (owned by the runtime, which outlives the task); null: the default.
   ContextState* context = nullptr;
   // ContextPolicy: when it was placed (ns, steady clock); 0 while no context policy counts it.
@@ -60,7 +60,7 @@ struct TaskNode {
   RuntimeCore* rt = nullptr;
   KernelState* kernel = nullptr;  // holds a reference (kernel tasks)
 
-  boost::container::small_vector<ArgRec, 3> args;  // references, given up when the task finishes
+  boost::container::small_vector<ArgRec, 3> args;   // references, given up when the task finishes
   boost::container::small_vector<ArgRec, 3> uargs;  // one per distinct buffer, modes combined
   // host_access granted: the buffer, a reference the view holds until Buffer's HostView releases
   // it (its memory, and the runtime, outlive the task: the runtime's end may finish it first).
@@ -68,12 +68,12 @@ struct TaskNode {
   // Buffer::acquire_async (host_access): called once, when granted or when failed before that.
   void (*grant_fn)(void* user, void* data, TaskNode* token, std::exception_ptr error) = nullptr;
   void* grant_user = nullptr;
-  uint64_t bytes = 0;                                // of the distinct buffers
+  uint64_t bytes = 0;                                     // of the distinct buffers
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;
   boost::container::small_vector<uint32_t, 4> param_offsets;
-  uint64_t global_size[3] = {0, 0, 0};  // Task::grid()
-  uint32_t local_size[3] = {0, 0, 0};   // Task::block()
+  uint64_t global_size[3] = {0, 0, 0};                 // Task::grid()
+  uint32_t local_size[3] = {0, 0, 0};                  // Task::block()
   boost::container::small_vector<TaskNode*, 1> after;  // explicit dependencies (references)
   // Commute accesses (engine/commute_locks.hpp): it has some; it holds all their buffers (from
   // placement to its end); the buffer whose waiting list it is on, and its next there (both
@@ -95,7 +95,7 @@ struct TaskNode {
   // Devices that failed this task (it is retried elsewhere) and what each said.
   boost::container::small_vector<uint32_t, 2> excluded;
   std::string device_errors;
-  bool data_lost = false;  // an input died with a device: no retry can help
+  bool data_lost = false;        // an input died with a device: no retry can help
   bool written_through = false;  // eager write-back put its results home before it committed
   // Placed again after another device's copy failed for it; for tasks that run nowhere, fetched
   // again after a copy home failed.
@@ -105,11 +105,11 @@ struct TaskNode {
   int32_t data_node = -1;
   std::atomic<int32_t> transfers_pending{0};
   std::exception_ptr transfer_error;
-  bool kernel_threw = false; // `error` came from the kernel itself (CPU implementation)
+  bool kernel_threw = false;  // `error` came from the kernel itself (CPU implementation)
 
-  uint64_t policy_data = 0;  // sched::TaskRef::policy_data()
+  uint64_t policy_data = 0;             // sched::TaskRef::policy_data()
   std::atomic<uint64_t> policy_aux{0};  // sched::TaskRef::policy_aux(): any thread, any time
-  uint64_t footprint = 0;  // computed lazily for the scheduler
+  uint64_t footprint = 0;               // computed lazily for the scheduler
   double size = 0;
   bool footprint_valid = false;
   std::chrono::steady_clock::time_point start;  // handed to the plugin (timing or tracing)

@@ -56,8 +56,8 @@ std::string hex(uint64_t v) {
 }  // namespace
 
 std::string trace_json(const std::vector<TraceEvent>& events,
-                       const std::vector<std::string>& devices,
-                       const std::vector<uint32_t>& slots, const std::vector<std::string>& nodes) {
+                       const std::vector<std::string>& devices, const std::vector<uint32_t>& slots,
+                       const std::vector<std::string>& nodes) {
   using nlohmann::json;
   json out = json::object();
   json& ev = out["traceEvents"] = json::array();
@@ -68,9 +68,11 @@ std::string trace_json(const std::vector<TraceEvent>& events,
     name += ' ';
     name += devices[d];
     ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d}, {"args", {{"name", name}}}});
-    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d}, {"args", {{"sort_index", d}}}});
+    ev.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d}, {"args", {{"sort_index", d}}}});
   }
-  ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kLinks}, {"args", {{"name", "links"}}}});
+  ev.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", kLinks}, {"args", {{"name", "links"}}}});
   auto task_lane = lanes(events, true), link_lane = lanes(events, false);
   std::set<std::pair<uint32_t, uint32_t>> named;
   std::map<std::pair<uint32_t, uint32_t>, int> link_tid;
@@ -79,7 +81,9 @@ std::string trace_json(const std::vector<TraceEvent>& events,
     const double ts = e.start * 1e6, dur = std::max(0.0, e.end - e.start) * 1e6;
     if (e.kind == TraceEvent::Kind::task) {
       if (named.insert({e.device, task_lane[i]}).second)
-        ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", e.device},
+        ev.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", e.device},
                       {"tid", task_lane[i]},
                       {"args", {{"name", "slot " + std::to_string(task_lane[i])}}}});
       json args = {{"footprint", hex(e.footprint)}, {"bytes", e.bytes}};
@@ -88,11 +92,21 @@ std::string trace_json(const std::vector<TraceEvent>& events,
       if (e.measured >= 0) args["measured_us"] = e.measured * 1e6;
       if (e.failed) args["failed"] = true;
       if (!e.context.empty()) args["context"] = e.context;
-      ev.push_back({{"name", e.kernel}, {"cat", "task"}, {"ph", "X"}, {"pid", e.device},
-                    {"tid", task_lane[i]}, {"ts", ts}, {"dur", dur}, {"args", args}});
+      ev.push_back({{"name", e.kernel},
+                    {"cat", "task"},
+                    {"ph", "X"},
+                    {"pid", e.device},
+                    {"tid", task_lane[i]},
+                    {"ts", ts},
+                    {"dur", dur},
+                    {"args", args}});
     } else if (e.kind == TraceEvent::Kind::power) {  // a counter track on the device's process
-      ev.push_back({{"name", "power"}, {"cat", "energy"}, {"ph", "C"}, {"pid", e.device},
-                    {"ts", ts}, {"args", {{"watts", e.measured}}}});
+      ev.push_back({{"name", "power"},
+                    {"cat", "energy"},
+                    {"ph", "C"},
+                    {"pid", e.device},
+                    {"ts", ts},
+                    {"args", {{"watts", e.measured}}}});
     } else {
       auto key = std::make_pair(e.from, e.to);
       if (!link_tid.count(key)) {
@@ -103,11 +117,20 @@ std::string trace_json(const std::vector<TraceEvent>& events,
       std::string name = (e.from < nodes.size() ? nodes[e.from] : "?") + " -> " +
                          (e.to < nodes.size() ? nodes[e.to] : "?");
       if (named.insert({kLinks + tid, 0}).second)
-        ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", kLinks}, {"tid", tid},
+        ev.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", kLinks},
+                      {"tid", tid},
                       {"args", {{"name", name}}}});
-      ev.push_back({{"name", "copy"}, {"cat", "transfer"}, {"ph", "X"}, {"pid", kLinks},
-                    {"tid", tid}, {"ts", ts}, {"dur", dur},
-                    {"args", {{"bytes", e.bytes}, {"from", e.from}, {"to", e.to}, {"link", name}}}});
+      ev.push_back(
+          {{"name", "copy"},
+           {"cat", "transfer"},
+           {"ph", "X"},
+           {"pid", kLinks},
+           {"tid", tid},
+           {"ts", ts},
+           {"dur", dur},
+           {"args", {{"bytes", e.bytes}, {"from", e.from}, {"to", e.to}, {"link", name}}}});
     }
   }
   json devs = json::array();
@@ -119,8 +142,8 @@ std::string trace_json(const std::vector<TraceEvent>& events,
 }
 
 std::string gantt_svg(const std::vector<TraceEvent>& events,
-                      const std::vector<std::string>& devices,
-                      const std::vector<uint32_t>& slots, const std::vector<std::string>& nodes) {
+                      const std::vector<std::string>& devices, const std::vector<uint32_t>& slots,
+                      const std::vector<std::string>& nodes) {
   const double W = 1100, label = 190, right = 20, top = 50, row = 20, gap = 8;
   // The chart spans the events, from the first start (not the runtime's start) to the last end.
   double t0 = INFINITY, t1 = 0;
@@ -135,7 +158,8 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
     t1 = std::max(t1, e.end - t0);
     if (e.kind == TraceEvent::Kind::task) {
       kernels.insert(e.kernel);
-      if (e.device < lanes_used.size()) lanes_used[e.device] = std::max(lanes_used[e.device], task_lane[i] + 1);
+      if (e.device < lanes_used.size())
+        lanes_used[e.device] = std::max(lanes_used[e.device], task_lane[i] + 1);
     } else if (e.kind == TraceEvent::Kind::transfer) {
       auto& n = link_rows[{e.from, e.to}];
       n = std::max(n, link_lane[i] + 1);
@@ -219,9 +243,10 @@ std::string gantt_svg(const std::vector<TraceEvent>& events,
       if (e.kind != TraceEvent::Kind::transfer || e.from != link.first || e.to != link.second)
         continue;
       double w = std::max(0.5, x(e.end) - x(e.start));
-      s << "<rect class=\"copy\" x=\"" << x(e.start) << "\" y=\"" << link_y[link] + link_lane[i] * row + 4
-        << "\" width=\"" << w << "\" height=\"" << row - 8 << "\" fill=\"#7f7f7f\"><title>"
-        << e.bytes << " bytes in " << (e.end - e.start) * 1e3 << " ms</title></rect>\n";
+      s << "<rect class=\"copy\" x=\"" << x(e.start) << "\" y=\""
+        << link_y[link] + link_lane[i] * row + 4 << "\" width=\"" << w << "\" height=\"" << row - 8
+        << "\" fill=\"#7f7f7f\"><title>" << e.bytes << " bytes in " << (e.end - e.start) * 1e3
+        << " ms</title></rect>\n";
     }
     s << "</g>\n";
   }

@@ -15,15 +15,15 @@
 namespace hcr::detail {
 
 struct RawEvent {
-  uint8_t kind;     // TraceEvent::Kind
+  uint8_t kind;  // TraceEvent::Kind
   bool failed;
   uint16_t context;  // task: its context's index (0: the default context); in the padding
-  uint32_t a;       // task: device; transfer: from node
-  uint32_t b;       // transfer: to node; task: its priority (an int32_t)
-  uint32_t kernel;  // kernel id
+  uint32_t a;        // task: device; transfer: from node
+  uint32_t b;        // transfer: to node; task: its priority (an int32_t)
+  uint32_t kernel;   // kernel id
   uint64_t footprint;
   uint64_t bytes;
-  int64_t start_ns, end_ns;  // steady clock
+  int64_t start_ns, end_ns;   // steady clock
   float predicted, measured;  // seconds, -1 none
 };
 
@@ -59,13 +59,11 @@ class TraceRecorder {
 
 /// Chrome/Perfetto trace JSON of `events` (device and node names by index).
 std::string trace_json(const std::vector<TraceEvent>& events,
-                       const std::vector<std::string>& devices,
-                       const std::vector<uint32_t>& slots,
+                       const std::vector<std::string>& devices, const std::vector<uint32_t>& slots,
                        const std::vector<std::string>& nodes);
 /// An SVG Gantt chart of `events`.
 std::string gantt_svg(const std::vector<TraceEvent>& events,
-                      const std::vector<std::string>& devices,
-                      const std::vector<uint32_t>& slots,
+                      const std::vector<std::string>& devices, const std::vector<uint32_t>& slots,
                       const std::vector<std::string>& nodes);
 
 }  // namespace hcr::detail

@@ -13,7 +13,7 @@ namespace hcr::detail {
 std::optional<uint64_t> parse_bytes(std::string_view text) {
   const auto bytes = units::bytes(text, units::kConfigSyntax);
   if (!bytes || *bytes > 1.8e19) return std::nullopt;  // below 2^64: the conversion is exact
-  return static_cast<uint64_t>(std::round(*bytes));      // and defined (llround stops at 2^63)
+  return static_cast<uint64_t>(std::round(*bytes));    // and defined (llround stops at 2^63)
 }
 
 std::optional<MemoryLimit> parse_memory_limit(std::string_view text) {

@@ -19,8 +19,7 @@ void check_enum(const Operands<T>& ops, E value, const char* what, const char* f
                 const char* second) {
   const auto v = static_cast<int32_t>(value);
   if (v != 0 && v != 1)
-    ops.fail(std::string(what) + " = " + std::to_string(v) + " is not " + first + " or " +
-             second);
+    ops.fail(std::string(what) + " = " + std::to_string(v) + " is not " + first + " or " + second);
 }
 template <class T>
 void check(const Operands<T>& ops, Op v, const char* what) {
@@ -40,8 +39,7 @@ std::string op_shape(const Buffer<T>& b, Op op, const char* name) {
 
 template <class T>
 void require_square(const Operands<T>& ops, const Buffer<T>& a, const char* name) {
-  if (a.rows() != a.cols())
-    ops.fail(std::string(name) + " is " + shape(a) + ": it must be square");
+  if (a.rows() != a.cols()) ops.fail(std::string(name) + " is " + shape(a) + ": it must be square");
 }
 
 }  // namespace
@@ -64,14 +62,13 @@ Event gemm(Runtime& rt, Op trans_a, Op trans_b, Scalar<T> alpha, const Buffer<T>
   ops.no_alias(ic, ib);
   TileTasks<T> t(rt);
   ops.partition(tile, t.gemm_kernel());
-  detail::gemm_tiles(t, trans_a, trans_b, alpha, ops.tiles(ia), ops.tiles(ib), beta,
-                     ops.tiles(ic));
+  detail::gemm_tiles(t, trans_a, trans_b, alpha, ops.tiles(ia), ops.tiles(ib), beta, ops.tiles(ic));
   return ops.join(ic);
 }
 
 template <Real T>
-Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a,
-           Scalar<T> beta, const Buffer<T>& c, size_t tile) {
+Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a, Scalar<T> beta,
+           const Buffer<T>& c, size_t tile) {
   Operands<T> ops("linalg::syrk");
   const size_t ia = ops.add(a, "A"), ic = ops.add(c, "C");
   check(ops, uplo);
@@ -149,16 +146,16 @@ Event getrf_nopiv(Runtime& rt, const Buffer<T>& a, size_t tile) {
   return ops.join(ia);
 }
 
-#define HCR_LINALG_INSTANTIATE(T)                                                                 \
-  template HCR_LINALG_API Event gemm<T>(Runtime&, Op, Op, T, const Buffer<T>&, const Buffer<T>&,  \
-                                        T, const Buffer<T>&, size_t);                             \
-  template HCR_LINALG_API Event syrk<T>(Runtime&, Uplo, Op, T, const Buffer<T>&, T,               \
-                                        const Buffer<T>&, size_t);                                \
-  template HCR_LINALG_API Event trsm<T>(Runtime&, Side, Uplo, Op, Diag, T, const Buffer<T>&,      \
-                                        const Buffer<T>&, size_t);                                \
-  template HCR_LINALG_API Event potrf<T>(Runtime&, Uplo, const Buffer<T>&, size_t);               \
-  template HCR_LINALG_API Event potrs<T>(Runtime&, Uplo, const Buffer<T>&, const Buffer<T>&,      \
-                                         size_t);                                                 \
+#define HCR_LINALG_INSTANTIATE(T)                                                                \
+  template HCR_LINALG_API Event gemm<T>(Runtime&, Op, Op, T, const Buffer<T>&, const Buffer<T>&, \
+                                        T, const Buffer<T>&, size_t);                            \
+  template HCR_LINALG_API Event syrk<T>(Runtime&, Uplo, Op, T, const Buffer<T>&, T,              \
+                                        const Buffer<T>&, size_t);                               \
+  template HCR_LINALG_API Event trsm<T>(Runtime&, Side, Uplo, Op, Diag, T, const Buffer<T>&,     \
+                                        const Buffer<T>&, size_t);                               \
+  template HCR_LINALG_API Event potrf<T>(Runtime&, Uplo, const Buffer<T>&, size_t);              \
+  template HCR_LINALG_API Event potrs<T>(Runtime&, Uplo, const Buffer<T>&, const Buffer<T>&,     \
+                                         size_t);                                                \
   template HCR_LINALG_API Event getrf_nopiv<T>(Runtime&, const Buffer<T>&, size_t);
 HCR_LINALG_INSTANTIATE(float)
 HCR_LINALG_INSTANTIATE(double)

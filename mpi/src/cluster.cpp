@@ -27,11 +27,12 @@ Task& Task::arg(BufferState* b, Access mode) {
 
 Task& Task::param_bytes(const void* data, size_t size, size_t align) {
   if (align == 0 || (align & (align - 1)) != 0 || align > 16)
-    throw Error(ErrorCode::invalid_argument,
-                "hcr::mpi::Task::param: alignment " + std::to_string(align) +
-                    " is not a power of two up to 16");
+    throw Error(ErrorCode::invalid_argument, "hcr::mpi::Task::param: alignment " +
+                                                 std::to_string(align) +
+                                                 " is not a power of two up to 16");
   const size_t offset = (nbytes_ + align - 1) / align * align;
-  const bool inline_fits = more_params_.empty() && nparams_ < kParams && offset + size <= kParamBytes;
+  const bool inline_fits =
+      more_params_.empty() && nparams_ < kParams && offset + size <= kParamBytes;
   if (!inline_fits && more_params_.empty()) {  // from here on everything lives in the vectors
     more_bytes_.assign(bytes_.begin(), bytes_.begin() + static_cast<ptrdiff_t>(nbytes_));
     more_params_.assign(params_.begin(), params_.begin() + static_cast<ptrdiff_t>(nparams_));
@@ -43,8 +44,8 @@ Task& Task::param_bytes(const void* data, size_t size, size_t align) {
   } else {
     more_bytes_.resize(offset + size);
     std::memcpy(more_bytes_.data() + offset, data, size);
-    more_params_.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size),
-                            static_cast<uint32_t>(align)});
+    more_params_.push_back(
+        {static_cast<uint32_t>(offset), static_cast<uint32_t>(size), static_cast<uint32_t>(align)});
   }
   ++nparams_;
   nbytes_ = offset + size;
@@ -154,8 +155,7 @@ inline uint64_t mix(uint64_t h, uint64_t v) noexcept {
 }
 }  // namespace
 
-ClusterImpl::ClusterImpl(Runtime& rt, MPI_Comm comm, Options options)
-    : rt_(rt), options_(options) {
+ClusterImpl::ClusterImpl(Runtime& rt, MPI_Comm comm, Options options) : rt_(rt), options_(options) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -179,14 +179,15 @@ ClusterImpl::ClusterImpl(Runtime& rt, MPI_Comm comm, Options options)
     throw Error(ErrorCode::invalid_argument,
                 "hcr::mpi::Options::max_sends_in_flight 0: at least one send must be allowed");
   if (options_.timeout.count() <= 0)
-    throw Error(ErrorCode::invalid_argument,
-                "hcr::mpi::Options::timeout " + std::to_string(options_.timeout.count()) +
-                    " ms: must be positive");
+    throw Error(ErrorCode::invalid_argument, "hcr::mpi::Options::timeout " +
+                                                 std::to_string(options_.timeout.count()) +
+                                                 " ms: must be positive");
   // Our own communicator: its messages never match the application's, and its errors return
   // (MPI_ERRORS_RETURN) so that they fail accesses instead of aborting the job.
   int rc = MPI_Comm_dup(comm, &comm_);
   if (rc != MPI_SUCCESS)
-    throw Error(ErrorCode::communication, "hcr::mpi::Cluster: MPI_Comm_dup failed: " + mpi_text(rc));
+    throw Error(ErrorCode::communication,
+                "hcr::mpi::Cluster: MPI_Comm_dup failed: " + mpi_text(rc));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
@@ -222,9 +223,9 @@ void ClusterImpl::stop() {
 uint64_t ClusterImpl::distribute(BufferState* b, int owner) {
   if (b == nullptr) hcr::detail::null_buffer();
   if (owner < 0 || owner >= size_)
-    throw Error(ErrorCode::invalid_argument,
-                "Cluster::distribute: owner rank " + std::to_string(owner) + " outside the " +
-                    std::to_string(size_) + " ranks");
+    throw Error(ErrorCode::invalid_argument, "Cluster::distribute: owner rank " +
+                                                 std::to_string(owner) + " outside the " +
+                                                 std::to_string(size_) + " ranks");
   if (index_.count(b))
     throw Error(ErrorCode::invalid_argument,
                 "Cluster::distribute: the buffer is registered already (as buffer " +
@@ -743,9 +744,9 @@ void ClusterImpl::finish_arrival(Op* op) {
     if (usable) complete_recv(op);
   } else if (usable && a->bytes != op->bytes) {
     // A rank whose calls differ from ours (not SPMD): said, rather than memory corrupted.
-    fail(op, error_for(op, "rank " + std::to_string(a->src) + " sent " +
-                               std::to_string(a->bytes) + " bytes for it instead of " +
-                               std::to_string(op->bytes) + " (the ranks registered different "
+    fail(op, error_for(op, "rank " + std::to_string(a->src) + " sent " + std::to_string(a->bytes) +
+                               " bytes for it instead of " + std::to_string(op->bytes) +
+                               " (the ranks registered different "
                                "buffers)"));
   } else if (usable) {  // from the temporary into the (possibly strided) replica
     auto* dst = static_cast<std::byte*>(op->data);
@@ -834,9 +835,9 @@ void ClusterImpl::start_sends() {
       rc = MPI_Isend(op->failure_text.data(), static_cast<int>(op->failure_text.size()), MPI_BYTE,
                      op->peer, kDataTag, comm_, &r);
     else if (op->contiguous())
-      rc = MPI_Isend(op->data, static_cast<int>(op->bytes), MPI_BYTE, op->peer, kDataTag, comm_, &r);
-    else
-      rc = MPI_Isend(op->data, 1, type_of(op), op->peer, kDataTag, comm_, &r);
+      rc =
+          MPI_Isend(op->data, static_cast<int>(op->bytes), MPI_BYTE, op->peer, kDataTag, comm_, &r);
+    else rc = MPI_Isend(op->data, 1, type_of(op), op->peer, kDataTag, comm_, &r);
     if (rc != MPI_SUCCESS) {
       fail(op, error_for(op, "MPI_Isend to rank " + std::to_string(op->peer) +
                                  " failed: " + mpi_text(rc)));
@@ -914,10 +915,9 @@ void ClusterImpl::pump_fifo(int src) {
       a->direct = true;
       if (op->contiguous())
         rc = MPI_Irecv(op->data, static_cast<int>(op->bytes), MPI_BYTE, src, kDataTag, comm_, &r);
-      else
-        rc = MPI_Irecv(op->data, 1, type_of(op), src, kDataTag, comm_, &r);
-    } else if (const bool fits = early_bytes_ == 0 ||
-                                 early_bytes_ + a->bytes <= options_.early_arrival_cap;
+      else rc = MPI_Irecv(op->data, 1, type_of(op), src, kDataTag, comm_, &r);
+    } else if (const bool fits =
+                   early_bytes_ == 0 || early_bytes_ + a->bytes <= options_.early_arrival_cap;
                fits || must_let_in(q)) {
       a->temp = static_cast<std::byte*>(std::malloc(std::max<size_t>(a->bytes, 1)));
       a->early = true;
@@ -982,10 +982,10 @@ void ClusterImpl::payload_done(Arrival* a, int err) {
                                       std::to_string(a->src) + " failed: " + mpi_text(err)));
   } else if (a->sender_failed && !a->failure) {
     std::string text(reinterpret_cast<const char*>(a->temp), a->bytes);
-    a->failure = std::make_exception_ptr(
-        Error(ErrorCode::communication,
-              "hcr::mpi: rank " + std::to_string(a->src) + " could not send buffer " +
-                  std::to_string(a->id) + " (version " + std::to_string(a->version) + "): " + text));
+    a->failure = std::make_exception_ptr(Error(
+        ErrorCode::communication, "hcr::mpi: rank " + std::to_string(a->src) +
+                                      " could not send buffer " + std::to_string(a->id) +
+                                      " (version " + std::to_string(a->version) + "): " + text));
   } else if (!a->sender_failed) {
     std::lock_guard<std::mutex> g(stats_mutex_);
     auto& p = stats_.peers[static_cast<size_t>(a->src)];
@@ -1091,12 +1091,12 @@ void ClusterImpl::complete(const Pending& p, const MPI_Status& st) {
 }
 
 std::exception_ptr ClusterImpl::error_for(const Op* op, const std::string& what) const {
-  return std::make_exception_ptr(Error(
-      ErrorCode::communication,
-      "hcr::mpi rank " + std::to_string(rank_) + ": buffer " + std::to_string(op->id) + " (" +
-          std::to_string(op->rows) + "x" + std::to_string(op->cols) + " " +
-          std::string(dtype_name(op->dtype)) + ", owner rank " + std::to_string(op->owner) +
-          ", version " + std::to_string(op->version) + "): " + what));
+  return std::make_exception_ptr(
+      Error(ErrorCode::communication,
+            "hcr::mpi rank " + std::to_string(rank_) + ": buffer " + std::to_string(op->id) + " (" +
+                std::to_string(op->rows) + "x" + std::to_string(op->cols) + " " +
+                std::string(dtype_name(op->dtype)) + ", owner rank " + std::to_string(op->owner) +
+                ", version " + std::to_string(op->version) + "): " + what));
 }
 
 void ClusterImpl::check_timeouts() {
@@ -1115,20 +1115,19 @@ void ClusterImpl::check_timeouts() {
                          (op->arrival == nullptr || op->arrival->state == Arrival::queued);
     if (stalled && now - op->since > limit) {
       const std::string state =
-          op->arrival == nullptr
-              ? "its header never came: did that rank submit the same tasks?"
-              : "its header came, its payload waits in line (" +
-                    std::to_string(fifo_[static_cast<size_t>(op->peer)].size()) +
-                    " from that rank; " + std::to_string(early_bytes_) +
-                    " bytes held for early arrivals)";
+          op->arrival == nullptr ? "its header never came: did that rank submit the same tasks?"
+                                 : "its header came, its payload waits in line (" +
+                                       std::to_string(fifo_[static_cast<size_t>(op->peer)].size()) +
+                                       " from that rank; " + std::to_string(early_bytes_) +
+                                       " bytes held for early arrivals)";
       fail(op, error_for(op, "no data from rank " + std::to_string(op->peer) + " within " + ms +
                                  " (" + state + ")"));
     }
   }
   for (const Pending& p : pending_)
     if (p.what == Pending::send_payload && !p.op->failed && now - p.op->since > limit)
-      fail(p.op, error_for(p.op, "rank " + std::to_string(p.op->peer) +
-                                     " did not take it within " + ms));
+      fail(p.op,
+           error_for(p.op, "rank " + std::to_string(p.op->peer) + " did not take it within " + ms));
 }
 
 void ClusterImpl::shutdown_requests() {
@@ -1183,9 +1182,9 @@ void ClusterImpl::shutdown_requests() {
   }
   for (Op* op : ops)
     if (op->arrival) arrivals.insert(op->arrival);
-  auto ended = std::make_exception_ptr(
-      Error(ErrorCode::communication, "hcr::mpi rank " + std::to_string(rank_) +
-                                          ": the Cluster ended before the transfer did"));
+  auto ended = std::make_exception_ptr(Error(
+      ErrorCode::communication,
+      "hcr::mpi rank " + std::to_string(rank_) + ": the Cluster ended before the transfer did"));
   for (Op* op : ops) {
     if (hcr::detail::TaskNode* token = std::exchange(op->token, nullptr))
       hcr::detail::buffer_release_async(token, ended);

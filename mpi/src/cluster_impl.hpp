@@ -31,7 +31,7 @@ struct Entry {
   // The same on every rank: the latest version, the rank that wrote it, who holds it.
   uint64_t version = 0;
   int writer = 0;
-  std::vector<uint8_t> holders;  // by rank
+  std::vector<uint8_t> holders;           // by rank
   uint64_t written_by_task = UINT64_MAX;  // the task (submission number) that wrote `version`
   size_t rows = 0, cols = 0, ld = 0, elem = 0, bytes = 0;
 };
@@ -67,10 +67,10 @@ struct Op {
   bool settled = false;   // counted out of ClusterImpl::unsettled_ (what wait_all waits for)
   int reqs = 0;           // a send's requests in MPI's hands
   std::chrono::steady_clock::time_point since;  // granted (receive), posted (send)
-  uint64_t header[4] = {0, 0, 0, 0};  // send: id, version, bytes, failed at the sender
-  std::string failure_text;           // sent in place of the payload when failed
-  std::exception_ptr failure;         // why it failed (a receive failed before its grant)
-  Arrival* arrival = nullptr;         // receive: its header, once come
+  uint64_t header[4] = {0, 0, 0, 0};            // send: id, version, bytes, failed at the sender
+  std::string failure_text;                     // sent in place of the payload when failed
+  std::exception_ptr failure;                   // why it failed (a receive failed before its grant)
+  Arrival* arrival = nullptr;                   // receive: its header, once come
 };
 
 // A header received, and then its payload.
@@ -79,11 +79,11 @@ struct Arrival {
   uint64_t id = 0, version = 0, bytes = 0;
   bool sender_failed = false;  // the payload is a failure's text (or bytes that fit nothing)
   std::exception_ptr failure;
-  Op* op = nullptr;            // its receive, once registered
-  std::byte* temp = nullptr;   // where the payload went when its receive was not ready
-  bool early = false;          // temp counts against the early-arrival cap
-  bool direct = false;         // received straight into the replica
-  bool parked = false;         // waiting for memory since `parked_since`
+  Op* op = nullptr;           // its receive, once registered
+  std::byte* temp = nullptr;  // where the payload went when its receive was not ready
+  bool early = false;         // temp counts against the early-arrival cap
+  bool direct = false;        // received straight into the replica
+  bool parked = false;        // waiting for memory since `parked_since`
   std::chrono::steady_clock::time_point parked_since;
   enum State : uint8_t { queued, receiving, received } state = queued;
 };
@@ -174,7 +174,7 @@ class ClusterImpl {
   void wait_settled();
 
   mutable std::mutex stats_mutex_;
-  Stats stats_;  // the progress thread's counters
+  Stats stats_;                                            // the progress thread's counters
   std::atomic<uint64_t> tasks_run_{0}, tasks_skipped_{0};  // the submitting thread's
 
  private:
@@ -224,15 +224,15 @@ class ClusterImpl {
   std::vector<std::pair<Pending, MPI_Status>> done_;
   bool header_posted_ = false;
   uint64_t header_in_[4] = {0, 0, 0, 0};
-  std::unordered_map<Key, Op*, KeyHash> expected_;         // receives waiting for their header
-  std::unordered_map<Key, Arrival*, KeyHash> unmatched_;   // headers before their receive
-  std::vector<std::deque<Arrival*>> fifo_;                 // by source: payloads not yet posted
-  std::vector<Op*> waiting_;                               // granted receives not yet in
-  std::deque<Op*> send_q_;                                 // granted sends not yet posted
+  std::unordered_map<Key, Op*, KeyHash> expected_;        // receives waiting for their header
+  std::unordered_map<Key, Arrival*, KeyHash> unmatched_;  // headers before their receive
+  std::vector<std::deque<Arrival*>> fifo_;                // by source: payloads not yet posted
+  std::vector<Op*> waiting_;                              // granted receives not yet in
+  std::deque<Op*> send_q_;                                // granted sends not yet posted
   uint32_t sends_in_flight_ = 0;
   size_t early_bytes_ = 0;
   std::unordered_map<uint32_t, MPI_Datatype> types_;  // by entry, for tiles
-  bool periodic_ = false;  // pump_fifo called from check_timeouts
+  bool periodic_ = false;                             // pump_fifo called from check_timeouts
   std::chrono::steady_clock::time_point next_timeout_check_{};
 };
 

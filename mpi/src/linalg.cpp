@@ -67,10 +67,10 @@ void check_product(const char* fn, Op ta, const Tiles<T>& a, Op tb, const Tiles<
       for (size_t k = 0; k < ak; ++k) {
         const OpShape x = op_tile(ta, a, i, k), y = op_tile(tb, b, k, j);
         if (x.rows != ct.rows() || y.cols != ct.cols() || x.cols != y.rows)
-          refuse(fn, "tiles do not conform: op(A)(" + std::to_string(i) + ", " +
-                         std::to_string(k) + ") " + ld::shape(x.rows, x.cols) + ", op(B)(" +
-                         std::to_string(k) + ", " + std::to_string(j) + ") " +
-                         ld::shape(y.rows, y.cols) + ", " + tile_shape("C", c, i, j));
+          refuse(fn, "tiles do not conform: op(A)(" + std::to_string(i) + ", " + std::to_string(k) +
+                         ") " + ld::shape(x.rows, x.cols) + ", op(B)(" + std::to_string(k) + ", " +
+                         std::to_string(j) + ") " + ld::shape(y.rows, y.cols) + ", " +
+                         tile_shape("C", c, i, j));
       }
     }
 }
@@ -122,8 +122,8 @@ void potrs(Cluster& cluster, Uplo uplo, const Tiles<T>& a, const Tiles<T>& b) {
   check_square("potrs", "A", a);
   need_grid("potrs", "B", b);
   if (b.rows() != a.rows())
-    refuse("potrs", "B has " + std::to_string(b.rows()) + " tile rows, A " +
-                        std::to_string(a.rows()));
+    refuse("potrs",
+           "B has " + std::to_string(b.rows()) + " tile rows, A " + std::to_string(a.rows()));
   for (size_t i = 0; i < b.rows(); ++i)
     for (size_t j = 0; j < b.cols(); ++j)
       if (b(i, j).rows() != a(i, i).rows() || b(i, j).cols() != b(0, j).cols())
@@ -144,7 +144,6 @@ template HCR_MPI_API void syrk<double>(Cluster&, Uplo, Op, double, const Tiles<d
 template HCR_MPI_API void potrf<float>(Cluster&, Uplo, const Tiles<float>&);
 template HCR_MPI_API void potrf<double>(Cluster&, Uplo, const Tiles<double>&);
 template HCR_MPI_API void potrs<float>(Cluster&, Uplo, const Tiles<float>&, const Tiles<float>&);
-template HCR_MPI_API void potrs<double>(Cluster&, Uplo, const Tiles<double>&,
-                                        const Tiles<double>&);
+template HCR_MPI_API void potrs<double>(Cluster&, Uplo, const Tiles<double>&, const Tiles<double>&);
 
 }  // namespace hcr::mpi

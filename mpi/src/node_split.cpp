@@ -51,7 +51,8 @@ Config split_node(Config config, MPI_Comm comm, NodeShare* share) {
   CPU_ZERO(&mine);
   if (sched_getaffinity(0, sizeof(mine), &mine) != 0) {
     CPU_ZERO(&mine);
-    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE; ++c)
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()) && c < CPU_SETSIZE;
+         ++c)
       CPU_SET(c, &mine);
   }
   std::vector<cpu_set_t> all(static_cast<size_t>(s.local_size));

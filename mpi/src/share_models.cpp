@@ -120,8 +120,8 @@ size_t share_models(const Config& config, MPI_Comm comm) {
         log::write(LogLevel::info, "hcr::mpi::share_models: rank " + std::to_string(rank) +
                                        " starts from rank " + std::to_string(r) + "'s " + name);
       } catch (const files::FileError& e) {
-        log::write(LogLevel::warn, "hcr::mpi::share_models: rank " + std::to_string(rank) +
-                                       ": " + name + " not adopted: " + e.what());
+        log::write(LogLevel::warn, "hcr::mpi::share_models: rank " + std::to_string(rank) + ": " +
+                                       name + " not adopted: " + e.what());
       }
     }
   }

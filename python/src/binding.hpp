@@ -3,10 +3,10 @@
 // conversions between NumPy and hcr element types. Only the public C++ API is used.
 #pragma once
 
+#include <hcr/hcr.hpp>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <hcr/hcr.hpp>
 
 #include <condition_variable>
 #include <cstdint>

@@ -270,9 +270,8 @@ py::object wrap_array(const std::shared_ptr<RuntimeHolder>& holder, py::handle o
                   " bytes): copy it with numpy.array(a)");
   const bool writeable = a.writeable();
   if (readonly.has_value() && !*readonly && !writeable)
-    throw_invalid(
-        "wrap: the array is read-only (flags.writeable is False): it can only be wrapped "
-        "with readonly=True");
+    throw_invalid("wrap: the array is read-only (flags.writeable is False): it can only be wrapped "
+                  "with readonly=True");
   const WrapKey key{reinterpret_cast<uintptr_t>(data),
                     rows,
                     cols,

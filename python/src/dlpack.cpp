@@ -108,10 +108,9 @@ py::object dlpack(py::object self, py::object stream, py::object max_version, py
   if (!dl_device.is_none()) {
     auto dev = py::cast<std::pair<int, int>>(dl_device);
     if (dev.first != kDLCPU)
-      throw py::buffer_error(
-          "__dlpack__: the buffer is exported as host memory (kDLCPU), not "
-          "to device type " +
-          std::to_string(dev.first));
+      throw py::buffer_error("__dlpack__: the buffer is exported as host memory (kDLCPU), not "
+                             "to device type " +
+                             std::to_string(dev.first));
   }
   if (!copy.is_none() && py::cast<bool>(copy))
     throw py::buffer_error("__dlpack__: copy=True: hcr exports its memory without copying");
@@ -171,9 +170,8 @@ py::object from_dlpack(const std::shared_ptr<RuntimeHolder>& holder, py::object 
     capsule = obj.attr("__dlpack__")();
   }
   if (!PyCapsule_IsValid(capsule.ptr(), kCapsule))
-    throw_invalid(
-        "from_dlpack: not an unused DLPack capsule (its name is not 'dltensor': "
-        "a capsule can be consumed once)");
+    throw_invalid("from_dlpack: not an unused DLPack capsule (its name is not 'dltensor': "
+                  "a capsule can be consumed once)");
   auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsule));
   const DLTensor& t = mt->dl_tensor;
   check_device(t.device.device_type, t.device.device_id);

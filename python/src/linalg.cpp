@@ -217,12 +217,9 @@ void register_linalg(py::module_& parent) {
         auto& B = call.add(b, "B", true, true);
         const size_t t = tile_of(tile, "linalg.trsm");
         la::Side s;
-        if (side == "left")
-          s = la::Side::left;
-        else if (side == "right")
-          s = la::Side::right;
-        else
-          throw_invalid("linalg.trsm: side '" + side + "': use 'left' or 'right'");
+        if (side == "left") s = la::Side::left;
+        else if (side == "right") s = la::Side::right;
+        else throw_invalid("linalg.trsm: side '" + side + "': use 'left' or 'right'");
         const la::Uplo u = uplo_of(uplo);
         hcr::Runtime& r = call.runtime();
         return visit_dtype(call.dtype(), [&](auto tag) -> py::object {

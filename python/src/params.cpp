@@ -219,12 +219,9 @@ parameter block of your own kernel.)doc")
         hcr_trsm_params_t p{};
         p.struct_size = HCR_TRSM_PARAMS_STRUCT_SIZE;
         p.alpha = alpha;
-        if (side == "left")
-          p.side = HCR_LEFT;
-        else if (side == "right")
-          p.side = HCR_RIGHT;
-        else
-          throw_invalid("side '" + side + "': use 'left' or 'right'");
+        if (side == "left") p.side = HCR_LEFT;
+        else if (side == "right") p.side = HCR_RIGHT;
+        else throw_invalid("side '" + side + "': use 'left' or 'right'");
         p.uplo = uplo_value(uplo);
         p.trans = trans ? HCR_TRANS : HCR_NO_TRANS;
         p.diag = unit_diag ? HCR_UNIT : HCR_NON_UNIT;

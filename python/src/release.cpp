@@ -53,10 +53,8 @@ void drain_releases() noexcept {
 void PyRef::reset() noexcept {
   PyObject* p = std::exchange(p_, nullptr);
   if (p == nullptr) return;
-  if (Py_IsInitialized() && PyGILState_Check())
-    Py_DECREF(p);
-  else
-    defer_decref(p);
+  if (Py_IsInitialized() && PyGILState_Check()) Py_DECREF(p);
+  else defer_decref(p);
 }
 
 }  // namespace hcrpy

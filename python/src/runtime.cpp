@@ -39,10 +39,9 @@ hcr::Config make_config(py::handle config, bool use_environment) {
     auto path = py::cast<std::string>(py::module_::import("os").attr("fspath")(config));
     c = hcr::Config::load(path);
   } else {
-    throw_invalid(
-        "Runtime: config must be None, a path to a TOML file or a dict of its tables, "
-        "not " +
-        py::cast<std::string>(py::type::handle_of(config).attr("__name__")));
+    throw_invalid("Runtime: config must be None, a path to a TOML file or a dict of its tables, "
+                  "not " +
+                  py::cast<std::string>(py::type::handle_of(config).attr("__name__")));
   }
   c.use_environment = use_environment;
   return c;

@@ -340,8 +340,7 @@ void set_geometry(hcr::Task& t, py::handle v, bool grid) {
                     std::to_string(seq.size()));
     for (size_t i = 0; i < seq.size(); ++i) d[i] = seq[i];
   }
-  if (grid)
-    t.grid(d[0], d[1], d[2]);
+  if (grid) t.grid(d[0], d[1], d[2]);
   else
     t.block(static_cast<uint32_t>(d[0]), static_cast<uint32_t>(d[1]), static_cast<uint32_t>(d[2]));
 }
@@ -445,9 +444,8 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
   if (py::isinstance<TaskObj>(what)) {
     TaskObj& t = py::cast<TaskObj&>(what);
     if (!reads.is_none() || !writes.is_none() || !read_writes.is_none() || !commutes.is_none() ||
-        !params.is_none() ||
-        !priority.is_none() || !after.is_none() || !on.is_none() || !grid.is_none() ||
-        !block.is_none())
+        !params.is_none() || !priority.is_none() || !after.is_none() || !on.is_none() ||
+        !grid.is_none() || !block.is_none())
       throw_invalid("submit: a Task carries its own arguments: pass it alone");
     if (t.holder.get() != holder.get())
       throw_invalid("submit: the task's kernel '" + t.info->name + "' belongs to another runtime");

@@ -3,10 +3,10 @@
 // what they read from it to where that is).
 #pragma once
 
+#include "cold_start.hpp"
 #include "../cost_model.hpp"
 #include "../kernel_pairs.hpp"
 #include "../placement.hpp"
-#include "cold_start.hpp"
 
 #include <hcr/sched.hpp>
 

@@ -61,9 +61,8 @@ TaskRef Peft::pop(DeviceId d) {
 // Of the first tasks in the queue (the most urgent), the first whose inputs are all in d's memory
 // already, so that a slot does not wait for copies while a task behind could run (StarPU's dmdar).
 TaskRef Peft::take_first(DeviceId d) {
-  return queue(d).pop_first(kReadyWindow, [&](TaskRef u) {
-    return u.can_run(d) && inputs_on(*ctx_, u, loads_[d].node);
-  });
+  return queue(d).pop_first(
+      kReadyWindow, [&](TaskRef u) { return u.can_run(d) && inputs_on(*ctx_, u, loads_[d].node); });
 }
 
 void Peft::completed(TaskRef t, DeviceId d, double seconds) {
@@ -127,8 +126,7 @@ Choice Peft::choose_preferring(TaskRef t, const KernelPairs& pairs, double now, 
   // work queued on a device, not only the work it outranks: independent tasks outranking each
   // other by cost alone would each see the devices emptier than they will be, and a burst of them
   // sends misfits there (sched_bench's affinity bag: 1.46x HEFT, 0.94x under dmda's FIFO view).
-  const int prio =
-      !t.waited() && t.successors(nullptr, nullptr, 0) == 0 ? INT_MIN : t.priority();
+  const int prio = !t.waited() && t.successors(nullptr, nullptr, 0) == 0 ? INT_MIN : t.priority();
   const DeviceId count = ctx_->device_count();
   std::bitset<kMaxDevices> asked;
   if (capable == nullptr) {

@@ -2,11 +2,11 @@
 // planned over the links it crosses, a look ahead at the readers, upward ranks, a window plan.
 #pragma once
 
-#include "../earliest_finish.hpp"
 #include "cold_start.hpp"
 #include "copy_plan.hpp"
 #include "lookahead.hpp"
 #include "priorities.hpp"
+#include "../earliest_finish.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -78,8 +78,8 @@ class Peft final : public EarliestFinish {
     const size_t n = read_inputs(*ctx_, t, ins, extra);
     return arrival(t, d, ins, n, extra, now, book);
   }
-  double arrival(TaskRef t, DeviceId d, const InputSite* ins, size_t n, uint64_t extra,
-                 double now, bool book) {
+  double arrival(TaskRef t, DeviceId d, const InputSite* ins, size_t n, uint64_t extra, double now,
+                 bool book) {
     return copies_.arrival(ins, n, extra, loads_[d].node, t.priority(), now, book,
                            [this](uint32_t a, uint32_t b) { return ctx_->direct_copy(a, b); });
   }

@@ -6,8 +6,7 @@
 
 namespace hcr::sched {
 
-RankPriorities::RankPriorities(KernelTable& kernels, const ColdStart& cold,
-                               const LinkModel& links)
+RankPriorities::RankPriorities(KernelTable& kernels, const ColdStart& cold, const LinkModel& links)
     : kernels_(kernels),
       cold_(cold),
       links_(links),

@@ -2,10 +2,10 @@
 // (upward_rank.hpp) from the learned costs, so that queues and copies follow HEFT's order.
 #pragma once
 
-#include "../cost_model.hpp"
-#include "../kernel_pairs.hpp"
 #include "cold_start.hpp"
 #include "upward_rank.hpp"
+#include "../cost_model.hpp"
+#include "../kernel_pairs.hpp"
 
 #include <hcr/sched.hpp>
 

@@ -1,4 +1,5 @@
-// The window plan: list scheduling of a task graph with copies and link contention (see the header).
+// The window plan: list scheduling of a task graph with copies and link contention (see the
+// header).
 #include "window_plan.hpp"
 
 #include <algorithm>

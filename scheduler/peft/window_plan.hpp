@@ -1,10 +1,10 @@
 // A plan for the submitted window of a task graph, computed online from the learned costs: the
 // tasks ready or waiting for others, their data and where it is, list-scheduled three ways — HEFT
 // (upward-rank order, earliest finish), PEFT (earliest finish plus the optimistic cost table of
-// what a placement leaves the tasks after it), and every task on one device, each insertion-based — with each copy
-// planned from where its data is over the links it crosses, each link direction one copy at a
-// time. The peft policy follows the plan with the shortest predicted makespan, and keeps to one
-// device unless spreading is predicted to pay: on communication-heavy graphs a greedy rule
+// what a placement leaves the tasks after it), and every task on one device, each insertion-based —
+// with each copy planned from where its data is over the links it crosses, each link direction one
+// copy at a time. The peft policy follows the plan with the shortest predicted makespan, and keeps
+// to one device unless spreading is predicted to pay: on communication-heavy graphs a greedy rule
 // spreads work whose copies cost more than it saves, which no look ahead one step deep sees.
 //
 // Plain data in, device per task out: the policy gathers the window (window_input.hpp); this file
@@ -49,7 +49,7 @@ struct PlanTask {
 struct PlanInput {
   std::vector<PlanDevice> devices;
   std::vector<PlanBuffer> buffers;
-  std::vector<PlanTask> tasks;  ///< in submission order
+  std::vector<PlanTask> tasks;            ///< in submission order
   std::vector<double> link_in, link_out;  ///< per memory node: seconds until its links are free
   const LinkModel* links = nullptr;
   std::function<bool(uint32_t, uint32_t)> direct;  ///< Context::direct_copy
@@ -58,8 +58,8 @@ struct PlanInput {
 struct Plan {
   enum class Rule { heft, peft, single };
   Rule rule = Rule::heft;
-  uint32_t single = 0;        ///< Rule::single: the device
-  double makespan = 0;        ///< predicted, seconds from now
+  uint32_t single = 0;          ///< Rule::single: the device
+  double makespan = 0;          ///< predicted, seconds from now
   std::vector<int32_t> device;  ///< per window task
   std::string describe() const;
 };

@@ -137,8 +137,8 @@ void replace(int dir_fd, const fs::path& dir, std::string_view name, std::string
     tmp = name;
     tmp.insert(tmp.begin(), '.');
     tmp += suffix;
-    fd = Fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     mode));
+    fd = Fd(
+        ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
     if (!fd && (errno != EEXIST || attempt >= 100))
       fail(dir / tmp, "cannot create a temporary for " + target.string(), errno);
   }

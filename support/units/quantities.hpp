@@ -47,9 +47,16 @@ struct Unit {
 
 /// Byte sizes: powers of 1000 (B, kB, KB, MB, GB, TB) and of 1024 (KiB, MiB, GiB, TiB).
 inline constexpr Unit kByteUnits[] = {
-    {"B", 1},         {"kB", 1e3},      {"KB", 1e3},           {"MB", 1e6},
-    {"GB", 1e9},      {"TB", 1e12},     {"KiB", 1024.0},       {"MiB", 1048576.0},
-    {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    {"B", 1},
+    {"kB", 1e3},
+    {"KB", 1e3},
+    {"MB", 1e6},
+    {"GB", 1e9},
+    {"TB", 1e12},
+    {"KiB", 1024.0},
+    {"MiB", 1048576.0},
+    {"GiB", 1073741824.0},
+    {"TiB", 1099511627776.0},
 };
 /// Durations, in seconds.
 inline constexpr Unit kTimeUnits[] = {

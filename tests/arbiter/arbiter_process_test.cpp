@@ -81,8 +81,7 @@ class Child {
       int st = 0;
       if (::waitpid(pid_, &st, WNOHANG) == pid_)
         status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      else
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return status_;
   }
@@ -100,7 +99,7 @@ class Child {
 std::string sock(const TempDir& dir) { return (dir.path() / "arbiter.sock").string(); }
 
 bool exists(const std::string& p) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(p.c_str(), &st) == 0;
 }
 
@@ -197,9 +196,9 @@ int bound_socket(const std::string& path, int type, bool listening) {
 // `hcr serve <args>` started as systemd starts a socket-activated service: `fd` as descriptor
 // 3, LISTEN_PID its own pid, LISTEN_FDS `count`.
 Child activated(int fd, const std::string& count, std::vector<std::string> args = {}) {
-  std::vector<std::string> argv{"/bin/sh", "-c",
-                                "export LISTEN_PID=$$ LISTEN_FDS=" + count + "; exec \"$@\"",
-                                "sh", HCR_CLI, "serve"};
+  std::vector<std::string> argv{
+      "/bin/sh", "-c",    "export LISTEN_PID=$$ LISTEN_FDS=" + count + "; exec \"$@\"",
+      "sh",      HCR_CLI, "serve"};
   argv.insert(argv.end(), args.begin(), args.end());
   return Child(argv, fd);
 }
@@ -213,7 +212,7 @@ TEST(ArbiterProcess, ServeTakesTheSocketSystemdHandsOver) {
   const std::string on = srv.line_with("arbiter on");
   EXPECT_NE(on.find("'" + sock(dir) + "', handed over by systemd"), std::string::npos)
       << srv.output();
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(sock(dir).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u) << "only this user is allowed: the access is set as for "
                                          "a socket the server binds";
@@ -243,7 +242,11 @@ TEST(ArbiterProcess, ServeRefusesAHandoverItCannotUse) {
       {"a datagram socket", SOCK_DGRAM, false, "1", {}, "is not a listening Unix stream socket"},
       {"not listening", SOCK_STREAM, false, "1", {}, "is not a listening Unix stream socket"},
       {"two sockets", SOCK_STREAM, true, "2", {}, "takes exactly one"},
-      {"another path", SOCK_STREAM, true, "1", {"--socket", other},
+      {"another path",
+       SOCK_STREAM,
+       true,
+       "1",
+       {"--socket", other},
        "is bound to '" + sock(dir) + "', not to '" + other + "'"},
   };
   for (const Case& c : cases) {
@@ -257,8 +260,8 @@ TEST(ArbiterProcess, ServeRefusesAHandoverItCannotUse) {
     EXPECT_TRUE(exists(sock(dir))) << "a refused handover leaves its file";
   }
   // LISTEN_PID of another process: nothing was handed over to this one.
-  Child srv({"/bin/sh", "-c", "export LISTEN_PID=1 LISTEN_FDS=1; exec \"$@\"", "sh", HCR_CLI,
-             "serve"});
+  Child srv(
+      {"/bin/sh", "-c", "export LISTEN_PID=1 LISTEN_FDS=1; exec \"$@\"", "sh", HCR_CLI, "serve"});
   EXPECT_FALSE(srv.line_with("serve needs --socket PATH").empty()) << srv.output();
   EXPECT_EQ(srv.wait(), 1) << srv.output();
 }
@@ -283,10 +286,10 @@ TEST(ArbiterProcess, ServeTakesOnlyPlainDecimalSecondsForTheReleaseTimeout) {
                             "to 86400 seconds";
   const std::string range = "is out of range: 0 (none), or 0.01 to 86400 seconds";
   const std::vector<Case> cases = {
-      {"0x10", plain}, {"1e-9", plain}, {"1e3", plain}, {"-1", plain},     {"+5", plain},
-      {"inf", plain},  {"nan", plain},  {" 5", plain},  {"5s", plain},     {"", plain},
-      {".5", plain},   {"5.", plain},   {"1.2.3", plain}, {"0.001", range}, {"86401", range},
-      {"99999999999999999999", range}};
+      {"0x10", plain},  {"1e-9", plain},  {"1e3", plain},   {"-1", plain},
+      {"+5", plain},    {"inf", plain},   {"nan", plain},   {" 5", plain},
+      {"5s", plain},    {"", plain},      {".5", plain},    {"5.", plain},
+      {"1.2.3", plain}, {"0.001", range}, {"86401", range}, {"99999999999999999999", range}};
   for (const Case& c : cases) {
     Child serve({HCR_CLI, "serve", "--socket", sock(dir), "--release-timeout", c.value});
     const std::string line = serve.line_with("--release-timeout");
@@ -338,8 +341,8 @@ TEST(ArbiterProcess, ServeAtItsOpenFileLimitTurnsPeersAwayWithoutSpinning) {
   TempDir dir;
   constexpr int kLimit = 16;
   Child serve({"/bin/sh", "-c",
-               "ulimit -n " + std::to_string(kLimit) + " && exec " + HCR_CLI +
-                   " serve --socket " + sock(dir)});
+               "ulimit -n " + std::to_string(kLimit) + " && exec " + HCR_CLI + " serve --socket " +
+                   sock(dir)});
   ASSERT_FALSE(serve.line_with("arbiter on").empty()) << serve.output();
   EXPECT_NE(serve.output().find("the open-file limit (16) is below max_connections (256)"),
             std::string::npos)
@@ -362,7 +365,8 @@ TEST(ArbiterProcess, ServeAtItsOpenFileLimitTurnsPeersAwayWithoutSpinning) {
   }
   for (const std::string& got : away)
     EXPECT_NE(got.find("ERROR the arbiter is out of file descriptors (Too many open files; "
-                       "open-file limit 16, " + std::to_string(fit) + " connections): refused"),
+                       "open-file limit 16, " +
+                       std::to_string(fit) + " connections): refused"),
               std::string::npos)
         << got;
   EXPECT_FALSE(serve.line_with("turning new peers away").empty()) << serve.output();

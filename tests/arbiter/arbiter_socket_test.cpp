@@ -42,7 +42,8 @@ TEST(ArbiterSocket, TwoRuntimesShareTheDevicesLendAndReclaim) {
   // Both idle: own shares, two each (a releases two, then b gets them).
   ASSERT_TRUE(eventually([&] {
     return a.stats().arbiter.held == 2 && b.stats().arbiter.held == 2;
-  })) << "held " << a.stats().arbiter.held << " and " << b.stats().arbiter.held;
+  })) << "held "
+      << a.stats().arbiter.held << " and " << b.stats().arbiter.held;
   EXPECT_EQ(a.stats().arbiter.own, 2u);
   EXPECT_EQ(b.stats().arbiter.own, 2u);
 
@@ -136,7 +137,7 @@ TEST(ArbiterSocket, APeerNotAllowedIsRefusedWithADiagnostic) {
 TEST(ArbiterSocket, TheSocketFileIsOnlyForItsOwner) {
   TempDir dir;
   ServerThread srv(options(sock(dir)));
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(sock(dir).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   // A second server on a live socket refuses; a stale socket file is replaced.
@@ -153,15 +154,19 @@ TEST(ArbiterSocket, AnArbiterThatDiesLeavesEachTenantItsOwnShareAndNothingLost) 
   Runtime a(arbiter_sim(4, sock(dir)));
   Runtime b(arbiter_sim(4, sock(dir)));
   Kernel ka = ledger_kernel(a, la), kb = ledger_kernel(b, lb);
-  ASSERT_TRUE(eventually([&] { return a.stats().arbiter.held == 2 && b.stats().arbiter.held == 2; }));
+  ASSERT_TRUE(
+      eventually([&] { return a.stats().arbiter.held == 2 && b.stats().arbiter.held == 2; }));
   std::thread fa([&] { feed(a, ka, 0, 1500); });
   // a borrows b's devices, then the arbiter dies with them lent.
   EXPECT_TRUE(eventually([&] { return a.stats().arbiter.borrowed == 2; }));
   srv.kill();
-  EXPECT_TRUE(eventually([&] { return !a.stats().arbiter.connected && !b.stats().arbiter.connected; }));
+  EXPECT_TRUE(
+      eventually([&] { return !a.stats().arbiter.connected && !b.stats().arbiter.connected; }));
   // a drops what it borrowed; b has its own share back.
-  EXPECT_TRUE(eventually([&] { return a.stats().arbiter.held == 2 && b.stats().arbiter.held == 2; }))
-      << a.stats().arbiter.held << " and " << b.stats().arbiter.held;
+  EXPECT_TRUE(eventually([&] {
+    return a.stats().arbiter.held == 2 && b.stats().arbiter.held == 2;
+  })) << a.stats().arbiter.held
+      << " and " << b.stats().arbiter.held;
   std::thread fb([&] { feed(b, kb, 0, 1500); });
   fa.join();
   fb.join();
@@ -186,7 +191,9 @@ class Raw {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
-  void send(const std::string& s) { ASSERT_EQ(::send(fd_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size())); }
+  void send(const std::string& s) {
+    ASSERT_EQ(::send(fd_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+  }
   /// Everything until the server closes (or 30 s).
   std::string until_closed() {
     std::string all;
@@ -421,7 +428,7 @@ TEST(ArbiterSocket, ASocketDirectoryOthersCanWriteIsRefused) {
                 std::string::npos)
           << what;
     }
-    struct stat st{};
+    struct stat st {};
     EXPECT_NE(::lstat(path.c_str(), &st), 0) << "nothing is left there";
   }
 }

@@ -165,10 +165,11 @@ class FakeHost : public arbiter::TenantHost {
 class ServerThread {
  public:
   explicit ServerThread(arbiter::ServerOptions o) {
-    if (!o.log) o.log = [this](const std::string& s) {
-      std::lock_guard<std::mutex> g(mutex_);
-      lines_.push_back(s);
-    };
+    if (!o.log)
+      o.log = [this](const std::string& s) {
+        std::lock_guard<std::mutex> g(mutex_);
+        lines_.push_back(s);
+      };
     server_ = std::make_unique<arbiter::Server>(std::move(o));
     thread_ = std::thread([this] { server_->run(); });
   }

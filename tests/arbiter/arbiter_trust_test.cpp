@@ -217,12 +217,13 @@ TEST(ArbiterTrust, ServeRefusesASocketOfAnotherUserNamingThem) {
   }
   // Its server gone, the file stays another user's: not removed, named.
   const std::string what = what_of([&] { arbiter::Server s({.socket = path}); });
-  EXPECT_NE(what.find("'" + path + "' is a socket nobody answers on, but its socket file belongs "
+  EXPECT_NE(what.find("'" + path +
+                      "' is a socket nobody answers on, but its socket file belongs "
                       "to uid 65534 (nobody), not this user (uid 0 (root)): refused (remove it "
                       "if it is stale)"),
             std::string::npos)
       << what;
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kNobody);
 }
@@ -253,7 +254,7 @@ TEST(ArbiterTrust, ARootArbiterLetsAnAllowedUserIn) {
   const std::string refused = other.line();
   EXPECT_EQ(refused.find("WELCOME"), std::string::npos) << refused;
   EXPECT_FALSE(refused.empty());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0007, 0u) << "others get nothing from the mode bits";
 }
@@ -267,7 +268,7 @@ TEST(ArbiterTrust, ARootArbiterLetsAnAllowedGroupIn) {
   o.socket = path;
   o.groups = {kGroup};
   ServerThread srv(o);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_gid, kGroup);
   EXPECT_EQ(st.st_mode & 0777, 0660u);

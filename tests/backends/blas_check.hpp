@@ -84,8 +84,12 @@ class BlasCheck {
     hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta, ta, tb};
     {
       auto a = wrap(A), b = wrap(B), c = wrap(C);
-      run(Task(rt_.kernel(name<T>("gemm"))).read(a).read(b)
-              .arg(c, beta == 0 ? Access::write : Access::read_write).param(p), {c});
+      run(Task(rt_.kernel(name<T>("gemm")))
+              .read(a)
+              .read(b)
+              .arg(c, beta == 0 ? Access::write : Access::read_write)
+              .param(p),
+          {c});
     }
     expect_padding(A, "A");
     expect_padding(B, "B");
@@ -127,7 +131,8 @@ class BlasCheck {
     }
     expect_padding(A, "A");
     expect_padding(C, "C");
-    expect_kept(C, C0, [&](size_t i, size_t j) { return !in_tri(i, j); }, "C's other triangle");
+    expect_kept(
+        C, C0, [&](size_t i, size_t j) { return !in_tri(i, j); }, "C's other triangle");
     expect_close(C, want, scale, k, in_tri);
   }
 
@@ -242,7 +247,8 @@ class BlasCheck {
       run(Task(rt_.kernel(name<T>("potrf"))).read_write(a).param(p), {a});
     }
     expect_padding(A, "A");
-    expect_kept(A, A0, [&](size_t i, size_t j) { return !in_tri(i, j); }, "A's other triangle");
+    expect_kept(
+        A, A0, [&](size_t i, size_t j) { return !in_tri(i, j); }, "A's other triangle");
     expect_close(A, want, scale, 4 * n, in_tri);
   }
 
@@ -254,8 +260,8 @@ class BlasCheck {
     // Diagonally dominant: stable without pivoting.
     for (size_t i = 0; i < n; ++i)
       for (size_t j = 0; j < n; ++j)
-        A(i, j) = static_cast<T>(i == j ? static_cast<double>(n) + 1 + unit(i, j, 10)
-                                        : unit(i, j, 11));
+        A(i, j) =
+            static_cast<T>(i == j ? static_cast<double>(n) + 1 + unit(i, j, 10) : unit(i, j, 11));
     Ref lu(n, n);
     for (size_t i = 0; i < n; ++i)
       for (size_t j = 0; j < n; ++j) lu(i, j) = A.d(i, j);
@@ -391,8 +397,7 @@ class BlasCheck {
       for (size_t j = m.cols; j < m.ld; ++j)
         if (!(m(i, j) == HostMatrix<T>::kPad)) {
           ADD_FAILURE() << what << ": element (" << i << ", " << j << ") beyond its " << m.cols
-                        << " columns (leading dimension " << m.ld << ") was written: "
-                        << m(i, j);
+                        << " columns (leading dimension " << m.ld << ") was written: " << m(i, j);
           return;
         }
   }

@@ -29,8 +29,7 @@ Config all_plugins() {
                         "conformance"});
   // CPU OpenCL devices are off by default (they compete with the cpu backend); ask for them so
   // that a machine with only PoCL still checks the OpenCL backend.
-  c.backends.push_back(
-      {"opencl", true, {{"device_types", "cpu,gpu,accelerator"}}, "conformance"});
+  c.backends.push_back({"opencl", true, {{"device_types", "cpu,gpu,accelerator"}}, "conformance"});
   c.backends.push_back({"cuda", true, {}, "conformance"});
   return c;
 }
@@ -140,7 +139,8 @@ void gemm_on(Runtime& rt, uint32_t dev, size_t m, size_t k, size_t n) {
     std::copy(b.begin(), b.end(), vb.data());
   }
   hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
-  rt.submit(Task(rt.kernel(blas::gemm_kernel_name<T>())).read(A).read(B).read_write(C).param(p).on(dev))
+  rt.submit(
+        Task(rt.kernel(blas::gemm_kernel_name<T>())).read(A).read(B).read_write(C).param(p).on(dev))
       .get();
   auto c = C.to_vector();
   const double eps = std::numeric_limits<T>::epsilon();
@@ -219,8 +219,8 @@ TEST_P(Conformance, BuiltinBlasKernelsAreCorrectWhereOffered) {
           }
     }
   if (ran.empty())
-    GTEST_SKIP() << dev_.backend << " offers none of the built-ins checked here (declined: "
-                 << declined << ")";
+    GTEST_SKIP() << dev_.backend
+                 << " offers none of the built-ins checked here (declined: " << declined << ")";
   RecordProperty("declined", declined);
 }
 

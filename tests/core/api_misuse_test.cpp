@@ -288,8 +288,7 @@ TEST(BufferMisuse, WaitAllInsideAKernel) {
   Runtime rt(stub());
   Kernel k = rt.kernel("waits").cpu([&](TaskContext&) { rt.wait_all(); });
   Event e = rt.submit(Task(k));
-  expect_misuse([&] { e.get(); }, ErrorCode::invalid_argument,
-                {"wait_all inside kernel 'waits'"});
+  expect_misuse([&] { e.get(); }, ErrorCode::invalid_argument, {"wait_all inside kernel 'waits'"});
 }
 
 TEST(BufferMisuse, RuntimeEndingWhileAViewIsHeldDoesNotHang) {
@@ -334,8 +333,7 @@ TEST(BufferMisuse, BufferOfAnEndedRuntimeInAnotherRuntimesTask) {
 TEST(BufferMisuse, BufferOfAnotherRuntimeInATask) {
   Runtime rt(stub()), other(stub());
   auto theirs = other.buffer<float>(2, 2);
-  expect_misuse([&] { Task(nothing(rt, "mine")).read(theirs); },
-                ErrorCode::invalid_argument,
+  expect_misuse([&] { Task(nothing(rt, "mine")).read(theirs); }, ErrorCode::invalid_argument,
                 {"Task::read: argument 0", "2x2 f32 buffer", "another runtime", "'mine'"});
 }
 
@@ -374,8 +372,8 @@ TEST(KernelMisuse, ImplementationForNoBackend) {
                 ErrorCode::invalid_argument, {"kernel 'k'", "backend ''"});
   expect_misuse(
       [&] {
-        rt.kernel("k").native("", [](void*, const hcr_exec_context_t*, char*, size_t) { return 0; },
-                              nullptr);
+        rt.kernel("k").native(
+            "", [](void*, const hcr_exec_context_t*, char*, size_t) { return 0; }, nullptr);
       },
       ErrorCode::invalid_argument, {"kernel 'k'", "backend ''"});
   expect_misuse([&] { rt.kernel("k").binary("", "/tmp/k.bin"); }, ErrorCode::invalid_argument,
@@ -546,8 +544,7 @@ TEST(GemmMisuse, ShapesThatDoNotMatch) {
 TEST(GemmMisuse, TileSizeZero) {
   Runtime rt(stub());
   auto a = rt.buffer<float>(2, 2), b = rt.buffer<float>(2, 2), c = rt.buffer<float>(2, 2);
-  expect_misuse([&] { blas::gemm(rt, a, b, c, 0); }, ErrorCode::invalid_argument,
-                {"tile size 0"});
+  expect_misuse([&] { blas::gemm(rt, a, b, c, 0); }, ErrorCode::invalid_argument, {"tile size 0"});
 }
 
 TEST(GemmMisuse, EmptyHandle) {
@@ -579,16 +576,22 @@ TEST(PluginMisuse, LoadAPluginByARelativePath) {
   const fs::path rel =
       fs::relative(fs::path(HCR_TEST_GOOD_DIR) / "libhcr-stub.so", fs::current_path());
   ASSERT_TRUE(rel.is_relative()) << rel;
-  expect_misuse([&] { rt.load_plugin(rel.string(), {"stub", true, {}, "test"}); },
-                ErrorCode::invalid_argument, {"'" + rel.string() + "' is not an absolute path"});
+  expect_misuse(
+      [&] {
+        rt.load_plugin(rel.string(), {"stub", true, {}, "test"});
+      },
+      ErrorCode::invalid_argument, {"'" + rel.string() + "' is not an absolute path"});
   EXPECT_EQ(rt.devices().size(), 1u);
 }
 
 TEST(PluginMisuse, LoadWithADisabledTable) {
   Runtime rt(stub());
   const std::string path = std::string(HCR_TEST_GOOD_DIR) + "/libhcr-stub.so";
-  expect_misuse([&] { rt.load_plugin(path, {"stub", false, {}, "devices.toml:9"}); },
-                ErrorCode::invalid_argument, {path, "enabled = false", "devices.toml:9"});
+  expect_misuse(
+      [&] {
+        rt.load_plugin(path, {"stub", false, {}, "devices.toml:9"});
+      },
+      ErrorCode::invalid_argument, {path, "enabled = false", "devices.toml:9"});
   EXPECT_EQ(rt.devices().size(), 1u);
 }
 

@@ -28,7 +28,8 @@ void check_gemm(Runtime& rt, Shape s, T alpha, T beta) {
   for (auto& v : c0) v = static_cast<T>(dist(gen));
   auto A = rt.buffer<T>(s.m, s.k), B = rt.buffer<T>(s.k, s.n), C = rt.buffer<T>(s.m, s.n);
   {
-    auto va = A.acquire(Access::write), vb = B.acquire(Access::write), vc = C.acquire(Access::write);
+    auto va = A.acquire(Access::write), vb = B.acquire(Access::write),
+         vc = C.acquire(Access::write);
     std::copy(a.begin(), a.end(), va.data());
     std::copy(b.begin(), b.end(), vb.data());
     std::copy(c0.begin(), c0.end(), vc.data());
@@ -54,10 +55,10 @@ void check_gemm(Runtime& rt, Shape s, T alpha, T beta) {
 
 TYPED_TEST(Gemm, MatchesNaiveReferenceAtAwkwardSizesAndTiles) {
   Runtime rt(test::cpu_config(2));
-  const Shape shapes[] = {
-      {1, 1, 1, 1},     {1, 1, 1, 64},    {7, 7, 7, 3},    {7, 7, 7, 7},   {7, 7, 7, 100},
-      {513, 513, 513, 128}, {513, 513, 513, 200}, {33, 70, 19, 16}, {70, 33, 5, 9},
-      {1, 300, 1, 64},  {300, 1, 300, 64}};
+  const Shape shapes[] = {{1, 1, 1, 1},         {1, 1, 1, 64},    {7, 7, 7, 3},
+                          {7, 7, 7, 7},         {7, 7, 7, 100},   {513, 513, 513, 128},
+                          {513, 513, 513, 200}, {33, 70, 19, 16}, {70, 33, 5, 9},
+                          {1, 300, 1, 64},      {300, 1, 300, 64}};
   for (const Shape& s : shapes) check_gemm<TypeParam>(rt, s, TypeParam(1), TypeParam(0));
 }
 

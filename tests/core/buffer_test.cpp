@@ -46,9 +46,8 @@ TEST(Buffers, WrappedHostMemoryIsUsedInPlace) {
 TEST(Buffers, AcquireWaitsForWritersAndHoldsLaterTasks) {
   Runtime rt(test::cpu_config(2));
   auto b = rt.vector<int64_t>(1);
-  Kernel add = rt.kernel("add").cpu([](TaskContext& ctx) {
-    ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0);
-  });
+  Kernel add = rt.kernel("add").cpu(
+      [](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0); });
   for (int i = 1; i <= 100; ++i) rt.submit(Task(add).read_write(b).param(int64_t{i}));
   {
     auto v = b.acquire(Access::read_write);
@@ -156,25 +155,27 @@ TEST(Buffers, UninitializedSkipsTheZeroFillAndZeroedNeverShowsOldData) {
     EXPECT_EQ(rt.buffer<uint8_t>(1, n).to_vector(), std::vector<uint8_t>(n, 0)) << n;
   }
   // Without the fill, a small buffer is the block the last one freed, as it was left.
-  { auto a = rt.buffer<uint8_t>(4, 16, uninitialized); a.acquire(Access::write).span()[40] = 0x5a; }
+  {
+    auto a = rt.buffer<uint8_t>(4, 16, uninitialized);
+    a.acquire(Access::write).span()[40] = 0x5a;
+  }
   auto b = rt.buffer<uint8_t>(4, 16, uninitialized);
   EXPECT_EQ(b.rows(), 4u);
   EXPECT_EQ(b.cols(), 16u);
   EXPECT_EQ(b.to_vector()[40], 0x5a) << "the memory was filled";
 }
 
-
 // ---- acquire_async ---------------------------------------------------------------------------
 
 TEST(AsyncAccess, TakesItsPlaceInOrderAndIsReleasedFromAnotherThread) {
   Runtime rt(test::cpu_config(2));
   auto b = rt.vector<int64_t>(1);
-  Kernel add = rt.kernel("add").cpu([](TaskContext& ctx) {
-    ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0);
-  });
+  Kernel add = rt.kernel("add").cpu(
+      [](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0); });
   for (int i = 1; i <= 100; ++i) rt.submit(Task(add).read_write(b).param(int64_t{i}));
   std::promise<AsyncAccess<int64_t>> granted;
-  b.acquire_async(Access::read_write, [&](AsyncAccess<int64_t> a) { granted.set_value(std::move(a)); });
+  b.acquire_async(Access::read_write,
+                  [&](AsyncAccess<int64_t> a) { granted.set_value(std::move(a)); });
   Event later = rt.submit(Task(add).read_write(b).param(int64_t{1000}));
   AsyncAccess<int64_t> a = granted.get_future().get();
   ASSERT_TRUE(a.ok());
@@ -241,14 +242,16 @@ TEST(AsyncAccess, ReleaseWithAnErrorFailsWhatReadsItsData) {
   w.release(std::make_exception_ptr(Error(ErrorCode::communication, "receive from rank 3 failed")));
   Error e = test::expect_error([&] { reader.get(); });
   EXPECT_EQ(e.code(), ErrorCode::dependency);
-  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos)
+      << e.what();
   AsyncAccess<int32_t> failed = pr.get_future().get();
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(failed.data(), nullptr);
   failed.release();  // a no-op on a failed access
   ASSERT_TRUE(failed.error());
   e = test::expect_error([&] { std::rethrow_exception(failed.error()); });
-  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("receive from rank 3 failed"), std::string::npos)
+      << e.what();
   // A write after the failure starts anew: it does not read the failed data.
   std::promise<AsyncAccess<int32_t>> pa;
   b.acquire_async(Access::write, handoff(pa));
@@ -262,9 +265,8 @@ TEST(AsyncAccess, ReleaseWithAnErrorFailsWhatReadsItsData) {
 TEST(AsyncAccess, AFailedWriterGivesTheCallbackItsError) {
   Runtime rt(test::cpu_config(1));
   auto b = rt.vector<int32_t>(1);
-  Kernel bad = rt.kernel("bad").cpu([](TaskContext&) {
-    throw Error(ErrorCode::invalid_argument, "the kernel gave up");
-  });
+  Kernel bad = rt.kernel("bad").cpu(
+      [](TaskContext&) { throw Error(ErrorCode::invalid_argument, "the kernel gave up"); });
   rt.submit(Task(bad).write(b));
   std::promise<std::exception_ptr> error;
   b.acquire_async(Access::read, [&](AsyncAccess<int32_t> a) { error.set_value(a.error()); });

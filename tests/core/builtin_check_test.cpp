@@ -51,7 +51,8 @@ TEST(BuiltinCheck, RefusesAtSubmitNamingWhatDoesNotFit) {
          return std::move(k("gemm_f32").read(f32_).read(f34).write(f23).param(gemm_with(g0, 1, 0)));
        },
        "A is 3x2, B is 3x4, C is 2x3 (trans_a 1, trans_b 0"},
-      {"transposes", [&](Runtime&) {
+      {"transposes",
+       [&](Runtime&) {
          return std::move(k("gemm_f32").read(f22).read(g22).write(h22).param(gemm_with(g0, 0, 2)));
        },
        "gemm_f32: trans_b 2 is neither HCR_NO_TRANS (0) nor HCR_TRANS (1)"},
@@ -85,8 +86,10 @@ TEST(BuiltinCheck, RefusesAtSubmitNamingWhatDoesNotFit) {
       // syrk
       {"syrk's uplo",
        [&](Runtime&) {
-         return std::move(k("syrk_f64").read(d22).read_write(e22).param(
-             hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, 5, 0}));
+         return std::move(k("syrk_f64")
+                              .read(d22)
+                              .read_write(e22)
+                              .param(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, 5, 0}));
        },
        "syrk_f64: uplo 5 is neither HCR_LOWER (0) nor HCR_UPPER (1)"},
       {"syrk's C not square",
@@ -105,14 +108,20 @@ TEST(BuiltinCheck, RefusesAtSubmitNamingWhatDoesNotFit) {
       // trsm
       {"trsm's side",
        [&](Runtime&) {
-         return std::move(k("trsm_f64").read(d22).read_write(d23).param(
-             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, 3, 0, 0, 0}));
+         return std::move(
+             k("trsm_f64")
+                 .read(d22)
+                 .read_write(d23)
+                 .param(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, 3, 0, 0, 0}));
        },
        "trsm_f64: side 3 is neither HCR_LEFT (0) nor HCR_RIGHT (1)"},
       {"trsm's diag",
        [&](Runtime&) {
-         return std::move(k("trsm_f64").read(d22).read_write(d23).param(
-             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, 0, 0, 0, -1}));
+         return std::move(
+             k("trsm_f64")
+                 .read(d22)
+                 .read_write(d23)
+                 .param(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, 0, 0, 0, -1}));
        },
        "trsm_f64: diag -1 is neither HCR_NON_UNIT (0) nor HCR_UNIT (1)"},
       {"trsm on the left",
@@ -131,8 +140,9 @@ TEST(BuiltinCheck, RefusesAtSubmitNamingWhatDoesNotFit) {
       // potrf and getrf_nopiv
       {"potrf's uplo",
        [&](Runtime&) {
-         return std::move(k("potrf_f32").read_write(f22).param(
-             hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 2}));
+         return std::move(k("potrf_f32")
+                              .read_write(f22)
+                              .param(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 2}));
        },
        "potrf_f32: uplo 2 is neither HCR_LOWER (0) nor HCR_UPPER (1)"},
       {"potrf's A not square",

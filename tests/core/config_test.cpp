@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[runtime]\nplugin_paths = [\"rel/dir\"]\n",
                 "bad.toml:2: runtime.plugin_paths: 'rel/dir' is not an absolute directory"},
         BadCase{"[scheduler]\npolicy = \"fastest\"\n",
-                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: auto, dmda, dmdas, eager, peft, random, ws)"},
+                "bad.toml:2: scheduler.policy: unknown policy 'fastest' (known: auto, dmda, dmdas, "
+                "eager, peft, random, ws)"},
         BadCase{"[scheduler]\npolicy = 1\n", "bad.toml:2: scheduler.policy: expected a string"},
         BadCase{"[scheduler]\nplicy = \"eager\"\n", "bad.toml:2: scheduler.plicy: unknown key"},
         BadCase{"[[backend]]\nthreads = 2\n", "bad.toml:1: backend.name: every [[backend]] needs"},
@@ -174,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "bad.toml:2: scheduler.calibrate: 'always' is not one of auto, force, off"},
         BadCase{"[scheduler]\ncalibrate_samples = 0\n",
                 "bad.toml:2: scheduler.calibrate_samples: 0 is not 1 to 1000"},
-        BadCase{"[data]\nlookahead = -2\n", "bad.toml:2: data.lookahead: -2 is not -1 or 0 to 1024"},
+        BadCase{"[data]\nlookahead = -2\n",
+                "bad.toml:2: data.lookahead: -2 is not -1 or 0 to 1024"},
         BadCase{"[data]\nwriteback = \"soon\"\n",
                 "bad.toml:2: data.writeback: 'soon' is not lazy or eager"},
         BadCase{"[data]\nprefetch = 1\n", "bad.toml:2: data.prefetch: expected true or false"},
@@ -191,8 +193,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"[runtime\n", "bad.toml:1:"},
         // Not whitespace where TOML++ expects it (inside TOML++ this reaches its
         // TOML_UNREACHABLE, tests/fuzz/ubsan_ignore.txt): still an error naming the place.
-        BadCase{"a = 1 \xc5\xbe\n", "bad.toml:1:7:"},
-        BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
+        BadCase{"a = 1 \xc5\xbe\n", "bad.toml:1:7:"}, BadCase{"a = 1\na = 2\n", "bad.toml:2:"}));
 
 TEST(Config, ArbiterTable) {
   Config c = Config::parse("[arbiter]\nsocket = \"/run/hcr/a.sock\"\nweight = 2.5\n", "a.toml");
@@ -230,28 +231,26 @@ TEST(Config, LoadReadsAFileAndNamesItInErrors) {
   std::ofstream(path) << "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = \"cpu\"\n"
                          "threads = 1\nbogus = [[1], [2]]\n";
   Error e = expect_error([&] { Config::load(path); });
-  EXPECT_NE(std::string(e.what()).find(path.string() + ":6: bogus"), std::string::npos)
-      << e.what();
+  EXPECT_NE(std::string(e.what()).find(path.string() + ":6: bogus"), std::string::npos) << e.what();
 }
 
 TEST(Config, EveryProblemOfAFileIsReportedInOnePassInLineOrder) {
   Error e = expect_error([] {
-    Config::parse(
-        "[runtime]\n"
-        "log_level = \"loud\"\n"         // 2
-        "[scheduler]\n"
-        "policy = \"eager\"\n"
-        "plicy = \"dmda\"\n"              // 5
-        "[data]\n"
-        "lookahead = -2\n"                // 7
-        "[[backend]]\n"                   // 8: no name
-        "threads = 2\n"
-        "[[backend]]\n"
-        "name = \"cpu\"\n"
-        "bogus = [[1], [2]]\n"            // 12
-        "[trace]\n"
-        "file = \"\"\n",                   // 14
-        "many.toml");
+    Config::parse("[runtime]\n"
+                  "log_level = \"loud\"\n"  // 2
+                  "[scheduler]\n"
+                  "policy = \"eager\"\n"
+                  "plicy = \"dmda\"\n"  // 5
+                  "[data]\n"
+                  "lookahead = -2\n"  // 7
+                  "[[backend]]\n"     // 8: no name
+                  "threads = 2\n"
+                  "[[backend]]\n"
+                  "name = \"cpu\"\n"
+                  "bogus = [[1], [2]]\n"  // 12
+                  "[trace]\n"
+                  "file = \"\"\n",  // 14
+                  "many.toml");
   });
   EXPECT_EQ(e.code(), ErrorCode::config);
   const std::string expected =
@@ -285,7 +284,7 @@ TEST(Config, BackendOptionsRememberTheirLines) {
   ASSERT_EQ(b.option_origins.size(), b.options.size());
   for (size_t i = 0; i < b.options.size(); ++i) {
     const std::string& key = b.options[i].first;
-    const std::string want = key == "seed"             ? "lines.toml:3"
+    const std::string want = key == "seed"              ? "lines.toml:3"
                              : key == "device.0.name"   ? "lines.toml:5"
                              : key == "device.0.gflops" ? "lines.toml:6"
                                                         : "?";

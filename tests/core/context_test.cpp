@@ -146,8 +146,7 @@ TEST(Contexts, TraceEventsNameTheirContext) {
 
 TEST(Contexts, ATaskWithNoCapableDeviceInItsContextFailsNamingIt) {
   // Only d1 runs "special"; the context holds d0 and d2.
-  Runtime rt(sim(3, "eager", false,
-                 {{"device.0.kernels", "work"}, {"device.2.kernels", "work"}}));
+  Runtime rt(sim(3, "eager", false, {{"device.0.kernels", "work"}, {"device.2.kernels", "work"}}));
   Kernel special = rt.kernel("special").cpu([](TaskContext&) {});
   Context c = rt.context({.name = "no-special", .devices = {0, 2}});
   Event e = rt.submit(Task(special).in(c));
@@ -186,9 +185,8 @@ TEST(Contexts, WeightedSharesOfDeviceTime) {
     rt.submit(Task(work).in(heavy));
     rt.submit(Task(work).in(light));
   }
-  RuntimeStats s = wait_until(rt, [](const RuntimeStats& x) {
-    return of(x, "heavy").tasks + of(x, "light").tasks >= 700;
-  });
+  RuntimeStats s = wait_until(
+      rt, [](const RuntimeStats& x) { return of(x, "heavy").tasks + of(x, "light").tasks >= 700; });
   const double h = of(s, "heavy").busy_seconds, l = of(s, "light").busy_seconds;
   ASSERT_GT(l, 0.0);
   EXPECT_NEAR(h / l, 3.0, 0.3) << "heavy " << h << " s, light " << l << " s of device time";
@@ -225,7 +223,8 @@ TEST(Contexts, AnIdleContextsShareGoesToTheOthersAndIsNotBanked) {
   }
   s = wait_until(rt, [&](const RuntimeStats& x) {
     return of(x, "heavy").busy_seconds - heavy_before + of(x, "light").busy_seconds -
-               light_before >= 0.3;
+               light_before >=
+           0.3;
   });
   const double h = of(s, "heavy").busy_seconds - heavy_before;
   const double l = of(s, "light").busy_seconds - light_before;
@@ -344,9 +343,8 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
   // loses d1, and what "b" queued for d2 must spread to d1 when it gains it.
   Config cfg = sim(3, "random", true);
   Runtime rt(cfg);
-  Kernel put = rt.kernel("work").cpu([](TaskContext& c) {
-    c.arg<int32_t>(0)(0, 0) = c.param<int32_t>(0);
-  });
+  Kernel put =
+      rt.kernel("work").cpu([](TaskContext& c) { c.arg<int32_t>(0)(0, 0) = c.param<int32_t>(0); });
   Context a = rt.context({.name = "a", .devices = {0, 1}});
   Context b = rt.context({.name = "b", .devices = {2}});
   constexpr int kTasks = 300;
@@ -354,7 +352,8 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
   std::vector<Event> events;
   for (int i = 0; i < 2 * kTasks; ++i) {
     out.push_back(rt.buffer<int32_t>(1, 1));
-    events.push_back(rt.submit(Task(put).write(out.back()).param(int32_t{i + 1}).in(i % 2 ? b : a)));
+    events.push_back(
+        rt.submit(Task(put).write(out.back()).param(int32_t{i + 1}).in(i % 2 ? b : a)));
   }
   a.set_devices({0});
   // (b's 300 ms of work on d2 outlasts the submits unless they were slow indeed: a sanitizer)
@@ -451,10 +450,10 @@ TEST(Contexts, MisuseIsRefusedNamingTheValue) {
             std::string::npos);
   EXPECT_NE(message([&] { rt.context({.name = "x", .devices = {5}}); }).find("device 5"),
             std::string::npos);
-  EXPECT_NE(message([&] { rt.context({.name = "default"}); }).find("'default'"),
-            std::string::npos);
-  EXPECT_NE(message([&] { rt.context({.name = "x", .devices = {1}, .reserve = 2}); })
-                .find("reserve 2 is more than its 1 device(s)"),
+  EXPECT_NE(message([&] { rt.context({.name = "default"}); }).find("'default'"), std::string::npos);
+  EXPECT_NE(message([&] {
+              rt.context({.name = "x", .devices = {1}, .reserve = 2});
+            }).find("reserve 2 is more than its 1 device(s)"),
             std::string::npos);
   Context x = rt.context({.name = "x"});
   EXPECT_NE(message([&] { rt.context({.name = "x"}); }).find("exists already"), std::string::npos);
@@ -524,13 +523,14 @@ name = "a"
 )");
   EXPECT_NE(m.find("bad.toml:3: context.weight"), std::string::npos) << m;
   EXPECT_NE(m.find("bad.toml:4: context.colour: unknown key"), std::string::npos) << m;
-  EXPECT_NE(m.find("bad.toml:5: context.reserve: -1 is not a number of devices"),
-            std::string::npos) << m;
+  EXPECT_NE(m.find("bad.toml:5: context.reserve: -1 is not a number of devices"), std::string::npos)
+      << m;
   EXPECT_NE(m.find("bad.toml:7: context.devices"), std::string::npos) << m;
   EXPECT_NE(m.find("context.name: every [[context]] needs a name"), std::string::npos) << m;
   // A device named in a table that the runtime does not have: its start fails naming the table.
   Config run = sim(2);
-  run.contexts = Config::parse("[[context]]\nname = \"x\"\ndevices = [\"gpu9\"]\n", "c.toml").contexts;
+  run.contexts =
+      Config::parse("[[context]]\nname = \"x\"\ndevices = [\"gpu9\"]\n", "c.toml").contexts;
   try {
     Runtime rt(run);
     FAIL() << "a context naming a device that does not exist was made";

@@ -48,9 +48,9 @@ Kernel adder(Runtime& rt) {
     bool reads_out = reads(static_cast<Access>(ctx.raw().args[0].access));
     for (size_t r = 0; r < out.rows; ++r)
       for (size_t c = 0; c < out.cols; ++c)
-        out(r, c) = static_cast<int64_t>(
-            static_cast<uint64_t>(reads_out ? out(r, c) : 0) * 3 +
-            static_cast<uint64_t>(ctx.param<int64_t>(0)) + extra + r * out.cols + c);
+        out(r, c) = static_cast<int64_t>(static_cast<uint64_t>(reads_out ? out(r, c) : 0) * 3 +
+                                         static_cast<uint64_t>(ctx.param<int64_t>(0)) + extra +
+                                         r * out.cols + c);
   });
 }
 
@@ -81,9 +81,8 @@ TEST(Data, EveryAccessModePairAcrossNodesIsCoherent) {
               for (int i = 0; i < 12; ++i)
                 want[i] = (m2 == Access::read_write ? want[i] : 0) * 3 + 7 + i;
             }
-            ASSERT_EQ(b.to_vector(), want)
-                << "x=" << x << " y=" << y << " m1=" << int(m1) << " m2=" << int(m2)
-                << " async=" << async;
+            ASSERT_EQ(b.to_vector(), want) << "x=" << x << " y=" << y << " m1=" << int(m1)
+                                           << " m2=" << int(m2) << " async=" << async;
             if (m2 == Access::read) {
               ASSERT_EQ(probe.to_vector()[0], 5);  // 0 + first element
             }
@@ -150,8 +149,11 @@ TEST(Data, OversizedBufferIsNeverPlacedOnASmallDevice) {
   Config c;
   c.use_environment = false;
   c.plugin_paths = {HCR_TEST_GOOD_DIR};
-  c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"memory", "65536"},
-                                       {"name_prefix", "small"}}, "test", "100%"});
+  c.backends.push_back({"stub",
+                        true,
+                        {{"own_memory", "true"}, {"memory", "65536"}, {"name_prefix", "small"}},
+                        "test",
+                        "100%"});
   c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"name_prefix", "big"}}, "test"});
   Runtime rt(c);
   ASSERT_EQ(rt.devices().size(), 2u);
@@ -164,13 +166,14 @@ TEST(Data, OversizedBufferIsNeverPlacedOnASmallDevice) {
     rt.submit(Task(mix).read_write(small).param(int64_t{1}));
   }
   rt.wait_all();
-  for (const Event& e : on_big) EXPECT_EQ(rt.devices()[static_cast<size_t>(e.device())].name, "big0");
-  Error err = test::expect_error([&] {
-    rt.submit(Task(mix).read_write(big).param(int64_t{1}).on(0)).get();
-  });
+  for (const Event& e : on_big)
+    EXPECT_EQ(rt.devices()[static_cast<size_t>(e.device())].name, "big0");
+  Error err = test::expect_error(
+      [&] { rt.submit(Task(mix).read_write(big).param(int64_t{1}).on(0)).get(); });
   EXPECT_EQ(err.code(), ErrorCode::no_device);
-  EXPECT_NE(std::string(err.what()).find("memory limit of 65536 bytes cannot hold the task's 524288"),
-            std::string::npos)
+  EXPECT_NE(
+      std::string(err.what()).find("memory limit of 65536 bytes cannot hold the task's 524288"),
+      std::string::npos)
       << err.what();
   for (auto& n : rt.stats().data.nodes) {
     if (n.name == "small0") {
@@ -186,8 +189,12 @@ TEST(Data, WorkingSetThatFitsNeverThrashes) {
   Config c;
   c.use_environment = false;
   c.plugin_paths = {HCR_TEST_GOOD_DIR};
-  c.backends.push_back({"stub", true, {{"own_memory", "true"}, {"memory", std::to_string(2 * kBytes)},
-                                       {"async", "true"}}, "test", "100%"});
+  c.backends.push_back(
+      {"stub",
+       true,
+       {{"own_memory", "true"}, {"memory", std::to_string(2 * kBytes)}, {"async", "true"}},
+       "test",
+       "100%"});
   Runtime rt(c);
   Kernel mix = adder(rt);
   auto a = rt.buffer<int64_t>(32, 32), b = rt.buffer<int64_t>(32, 32);
@@ -242,7 +249,9 @@ TEST(Data, TiledGemmMovesExactlyWhatItsPlacementNeeds) {
       for (size_t j = 0; j < g; ++j)
         for (size_t k = 0; k < g; ++k) {
           hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, k == 0 ? 0.0 : 1.0};
-          ran[{i, j, k}] = rt.submit(Task(gemm).read(ta(i, k)).read(tb(k, j))
+          ran[{i, j, k}] = rt.submit(Task(gemm)
+                                         .read(ta(i, k))
+                                         .read(tb(k, j))
                                          .arg(tc(i, j), k == 0 ? Access::write : Access::read_write)
                                          .param(p));
         }
@@ -253,7 +262,9 @@ TEST(Data, TiledGemmMovesExactlyWhatItsPlacementNeeds) {
     // The least a placement needs: each input tile once on each device node that read it, a C
     // tile between consecutive k steps that ran on different nodes, and home at the end.
     const uint64_t tile = t * t * sizeof(float);
-    auto node_of = [&](const Event& e) { return rt.devices()[static_cast<size_t>(e.device())].memory_node; };
+    auto node_of = [&](const Event& e) {
+      return rt.devices()[static_cast<size_t>(e.device())].memory_node;
+    };
     std::set<std::tuple<char, size_t, size_t, uint32_t>> inputs;
     uint64_t expected = 0;
     for (size_t i = 0; i < g; ++i)
@@ -340,7 +351,6 @@ TEST(Data, MemoryLimitFromConfiguration) {
             std::string::npos)
       << e.what();
 }
-
 
 // Two simulated devices "a" and "b" with their own memories, under eager: "short" takes 1 ms,
 // "long" 300 ms (host delays — a sanitizer, a loaded machine — stay well below it), "use" 1 ms.

@@ -68,10 +68,10 @@ TEST(Energy, EachTasksShareIsLearnedAndSaved) {
   EXPECT_NEAR(rows[0].joules, 100 * 0.01, 1e-6) << "100 W above idle for 10 ms";
 }
 
-// The simulated device's own power model ([[backend.device]] idle_watts, busy_watts, power.<kernel>):
-// a meter of source "modelled" (the plugin's, not a declaration), each task's joules reported with
-// its completion — exact: (busy - idle) x the kernel's power factor x its modelled duration — and
-// learned per kernel; a mistake in the keys is an error naming them.
+// The simulated device's own power model ([[backend.device]] idle_watts, busy_watts,
+// power.<kernel>): a meter of source "modelled" (the plugin's, not a declaration), each task's
+// joules reported with its completion — exact: (busy - idle) x the kernel's power factor x its
+// modelled duration — and learned per kernel; a mistake in the keys is an error naming them.
 TEST(Energy, TheSimulatedDevicesPowerModelIsExact) {
   test::TempDir dir;
   Config c;
@@ -164,7 +164,8 @@ max_slowdown = 1.2
 name = "cpu"
 idle_watts = 20
 busy_watts = 65.5
-)", "energy.toml");
+)",
+                                 "energy.toml");
   EXPECT_EQ(c.objective, "energy");
   EXPECT_DOUBLE_EQ(c.max_slowdown, 1.2);
   ASSERT_EQ(c.backends.size(), 1u);
@@ -178,9 +179,10 @@ busy_watts = 65.5
     }
     return std::string("no error");
   };
-  EXPECT_NE(error_of("[scheduler]\nobjective = \"cheap\"\n").find(
-                "bad.toml:2: scheduler.objective: 'cheap' is not one of time, energy, weighted"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("[scheduler]\nobjective = \"cheap\"\n")
+          .find("bad.toml:2: scheduler.objective: 'cheap' is not one of time, energy, weighted"),
+      std::string::npos);
   EXPECT_NE(error_of("[scheduler]\nmax_slowdown = 0.5\n").find("scheduler.max_slowdown"),
             std::string::npos);
   EXPECT_NE(error_of("[[backend]]\nname = \"cpu\"\nidle_watts = -3\n").find("backend.idle_watts"),
@@ -209,15 +211,15 @@ TEST(Energy, APluginBuiltForAbi10LoadsAndRuns) {
   EXPECT_EQ(s.devices[0].energy_source, "none") << "no meter entry was read past the table";
 }
 
-
 // A power-hungry device four times faster than a frugal one (250 W above idle against 25 W, idle
 // draws small): the
 // energy objective sends the frugal one more of a bag of tasks, uses less energy for them, and
 // keeps the makespan within max_slowdown of what the time objective reaches.
 struct BagResult {
   uint64_t frugal_tasks = 0;
-  double joules = 0;          // modelled: busy draw above idle, and both idle draws over the makespan
-  double makespan = 0;        // modelled: the busiest device's busy time (no copies, no waits)
+  // Modelled: busy draw above idle, and both idle draws over the makespan
+  double joules = 0;
+  double makespan = 0;  // modelled: the busiest device's busy time (no copies, no waits)
 };
 BagResult run_bag(const std::string& objective) {
   Config c;

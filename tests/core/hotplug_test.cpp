@@ -5,8 +5,8 @@
 
 #include <cstring>
 #include <fstream>
-#include <thread>
 #include <random>
+#include <thread>
 
 namespace hcr {
 namespace {
@@ -148,7 +148,8 @@ TEST(HotPlug, RemovingADeviceMidRunLosesNothing) {
   const size_t n = 256;
   const std::vector<float> expected = reference(n);
   for (const char* policy : {"eager", "dmda", "ws", "random"}) {
-    if (const char* only = std::getenv("HOTPLUG_POLICY"); only && std::string(only) != policy) continue;
+    if (const char* only = std::getenv("HOTPLUG_POLICY"); only && std::string(only) != policy)
+      continue;
     Config c = machine(policy);
     c.writeback = "lazy";
     Runtime rt(c);

@@ -73,10 +73,8 @@ TEST(Pause, OnResumeTheMostUrgentStartsFirst) {
     ASSERT_EQ(tasks.size(), 4u);
     std::sort(tasks.begin(), tasks.end(),
               [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
-    if (paused)
-      EXPECT_EQ(tasks[0].priority, 5) << "the urgent task, submitted last, starts first";
-    else
-      EXPECT_EQ(tasks[0].priority, 0) << "(unpaused, the first submitted takes the idle device)";
+    if (paused) EXPECT_EQ(tasks[0].priority, 5) << "the urgent task, submitted last, starts first";
+    else EXPECT_EQ(tasks[0].priority, 0) << "(unpaused, the first submitted takes the idle device)";
   }
 }
 
@@ -134,8 +132,7 @@ TEST(Pause, ASubmitPastTheWindowWhilePausedIsRefusedNotAHang) {
   } catch (const Error& err) {
     EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
     const std::string what = err.what();
-    EXPECT_NE(what.find("100 task(s) submitted since Runtime::pause()"), std::string::npos)
-        << what;
+    EXPECT_NE(what.find("100 task(s) submitted since Runtime::pause()"), std::string::npos) << what;
     EXPECT_NE(what.find("max_tasks_in_flight = 100"), std::string::npos) << what;
   }
   rt.resume();
@@ -245,7 +242,8 @@ class Recorder final : public sched::Policy {
 };
 
 TEST(Pause, ThePolicyHearsOfTheReadyTasksTogetherAndItsPrioritiesOrderThem) {
-  sched::register_policy("pause-recorder", [](const Config&) { return std::make_unique<Recorder>(); });
+  sched::register_policy("pause-recorder",
+                         [](const Config&) { return std::make_unique<Recorder>(); });
   Recorder::together.clear();
   Recorder::pushed.clear();
   Runtime rt(one_device("pause-recorder"));

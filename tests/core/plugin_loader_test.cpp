@@ -177,17 +177,17 @@ TEST(PluginLoader, AnOptionThePluginRefusesIsAnErrorNamingFileLineAndKey) {
 TEST(PluginLoader, EveryMistakeInTheTablesIsReportedInOnePassInLineOrder) {
   const std::string text = std::string("[runtime]\nplugin_paths = [\"") + HCR_TEST_GOOD_DIR +
                            "\"]\n"
-                           "[[backend]]\n"             // 3
+                           "[[backend]]\n"  // 3
                            "name = \"stub\"\n"
                            "name_prefix = \"a\"\n"
-                           "devices = \"many\"\n"    // 6
-                           "[[backend]]\n"             // 7
+                           "devices = \"many\"\n"  // 6
+                           "[[backend]]\n"         // 7
                            "name = \"stubb\"\n"
-                           "[[backend]]\n"             // 9
+                           "[[backend]]\n"  // 9
                            "name = \"stub\"\n"
-                           "colour = \"red\"\n"      // 11
+                           "colour = \"red\"\n"  // 11
                            "shape = \"round\"\n"
-                           "[[backend]]\n"             // 13
+                           "[[backend]]\n"  // 13
                            "name = \"stub\"\n"
                            "name_prefix = \"d\"\n";
   Config c = Config::parse(text, "m.toml");
@@ -230,11 +230,11 @@ TEST(PluginLoader, ATableNamingAPluginThatCannotLoadHereIsNoMistake) {
   EXPECT_EQ(rt.devices().size(), 1u);
   bool reported = false;
   for (auto& p : rt.load_report().plugins)
-    reported = reported || (p.name == "mine" &&
-                            p.reason.find("no usable plugin named 'mine' (backend table at "
-                                          "x.toml:9): perhaps " +
-                                          (dir.path() / "libhcr-mine.so").string() +
-                                          ": cannot load") != std::string::npos);
+    reported = reported ||
+               (p.name == "mine" && p.reason.find("no usable plugin named 'mine' (backend table at "
+                                                  "x.toml:9): perhaps " +
+                                                  (dir.path() / "libhcr-mine.so").string() +
+                                                  ": cannot load") != std::string::npos);
   EXPECT_TRUE(reported);
   EXPECT_TRUE(log.contains("backend 'mine' skipped"));
   // A library named for another plugin cannot be it: a misspelt name stays a mistake.
@@ -449,8 +449,8 @@ TEST_F(PluginTrust, AParentWritableByOthersIsRefused) {
   const fs::path dir = parent / "plugins";
   with_stub(dir);
   fs::permissions(parent, fs::perms::group_write, fs::perm_options::add);
-  EXPECT_EQ(verdict(dir), "dir: on its path: group-writable directory " + parent.string() +
-                              ": refused");
+  EXPECT_EQ(verdict(dir),
+            "dir: on its path: group-writable directory " + parent.string() + ": refused");
   // Another user's parent is as bad: they may rename our directory away and put theirs there.
   fs::permissions(parent, fs::perms::group_write, fs::perm_options::remove);
   ASSERT_EQ(::chown(parent.c_str(), kStranger, kStranger), 0);
@@ -471,8 +471,8 @@ TEST_F(PluginTrust, AStickySharedParentIsLikeTmp) {
   // Not sticky: anyone may rename our directory away.
   ASSERT_EQ(::chown(dir.c_str(), 0, 0), 0);
   fs::permissions(shared, fs::perms::sticky_bit, fs::perm_options::remove);
-  EXPECT_EQ(verdict(dir), "dir: on its path: world-writable directory " + shared.string() +
-                              ": refused");
+  EXPECT_EQ(verdict(dir),
+            "dir: on its path: world-writable directory " + shared.string() + ": refused");
 }
 
 TEST_F(PluginTrust, ALibraryOfAnotherUserOrWritableByGroupIsRefused) {
@@ -495,12 +495,11 @@ TEST_F(PluginTrust, SymbolicLinksAreFollowedAndTheirTargetsChecked) {
   fs::create_symlink(lib, dir / "libhcr-stub.so");
   EXPECT_EQ(verdict(dir), "");
   fs::permissions(elsewhere, fs::perms::others_write, fs::perm_options::add);
-  EXPECT_EQ(verdict(dir), "file: on its path: world-writable directory " + elsewhere.string() +
-                              ": refused");
+  EXPECT_EQ(verdict(dir),
+            "file: on its path: world-writable directory " + elsewhere.string() + ": refused");
   fs::permissions(elsewhere, fs::perms::others_write, fs::perm_options::remove);
   ASSERT_EQ(::chown(lib.c_str(), kStranger, kStranger), 0);
-  EXPECT_NE(verdict(dir).find("file " + lib.string() + " belongs to uid 4242"),
-            std::string::npos);
+  EXPECT_NE(verdict(dir).find("file " + lib.string() + " belongs to uid 4242"), std::string::npos);
   // A searched directory that is a link: the same for its target.
   ASSERT_EQ(::chown(lib.c_str(), 0, 0), 0);
   const fs::path link_dir = top_.path() / "link-to-elsewhere";

@@ -32,7 +32,7 @@ Config machine(bool faults, const std::string& policy, const std::string& writeb
   }
   if (faults) {
     o.push_back({"device.1.fail_probability", "0.1"});  // one launch in ten fails
-    o.push_back({"device.2.lost_at", "0.1s"});           // gone early in the run
+    o.push_back({"device.2.lost_at", "0.1s"});          // gone early in the run
   }
   c.backends.push_back({"sim", true, o, "test"});
   return c;
@@ -72,8 +72,7 @@ TEST(Resilience, TiledGemmSurvivesAFlakyAndALostDeviceBitForBit) {
         << policy << ": results differ from the fault-free run";
     EXPECT_GT(s.devices[1].failed, 0u) << policy << ": the flaky device never failed";
     EXPECT_GT(s.devices[2].tasks, 0u) << policy << ": the doomed device never ran anything";
-    EXPECT_EQ(s.devices[2].health, DeviceHealth::lost)
-        << policy << ": " << s.devices[2].last_fault;
+    EXPECT_EQ(s.devices[2].health, DeviceHealth::lost) << policy << ": " << s.devices[2].last_fault;
   }
 }
 
@@ -189,10 +188,12 @@ TEST(Resilience, HungLaunchesTimeOutAndTheirTasksRunElsewhere) {
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<float> got;
     ASSERT_NO_THROW(got = run_gemm(c, &s)) << policy;
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_EQ(got.size(), clean.size());
     EXPECT_EQ(std::memcmp(got.data(), clean.data(), clean.size() * sizeof(float)), 0) << policy;
-    EXPECT_EQ(s.devices[0].tasks, s.devices[0].failed) << policy << ": a hung launch counted as done";
+    EXPECT_EQ(s.devices[0].tasks, s.devices[0].failed)
+        << policy << ": a hung launch counted as done";
     EXPECT_EQ(s.devices[0].health, DeviceHealth::quarantined) << policy;
     EXPECT_NE(s.devices[0].last_fault.find("task timeout"), std::string::npos)
         << s.devices[0].last_fault;
@@ -343,7 +344,7 @@ TEST(Resilience, AKernelThatNeverReturnsDoesNotHangTheRuntimesEnd) {
     Error err = test::expect_error([&] { e.get(); });
     EXPECT_NE(std::string(err.what()).find("task timeout"), std::string::npos) << err.what();
     rt.submit(Task(quick)).get();  // the runtime goes on meanwhile
-  }  // must return
+  }                                // must return
   EXPECT_FALSE(returned.load());
   EXPECT_TRUE(log.contains("kernel 'never_returns'")) << "the log does not name the stuck kernel";
   release.store(true);
@@ -357,12 +358,11 @@ Config flaky_copies() {
   c.use_environment = false;
   c.model_dir = "off";
   c.quarantine_failures = 1000000;  // its launches must keep running there
-  c.backends.push_back({"sim",
-                        true,
-                        {{"seed", "11"},
-                         {"device.0.name", "flaky"},
-                         {"device.0.copy_fail_probability", "0.2"}},
-                        "test"});
+  c.backends.push_back(
+      {"sim",
+       true,
+       {{"seed", "11"}, {"device.0.name", "flaky"}, {"device.0.copy_fail_probability", "0.2"}},
+       "test"});
   return c;
 }
 

@@ -16,9 +16,8 @@ namespace {
 TEST(Runtime, HundredThousandEmptyTasksComplete) {
   Runtime rt(test::cpu_config(2));
   std::atomic<int> ran{0};
-  Kernel empty = rt.kernel("empty").cpu([&](TaskContext&) {
-    ran.fetch_add(1, std::memory_order_relaxed);
-  });
+  Kernel empty =
+      rt.kernel("empty").cpu([&](TaskContext&) { ran.fetch_add(1, std::memory_order_relaxed); });
   constexpr int kTasks = 100000;
   for (int i = 0; i < kTasks; ++i) rt.submit(Task(empty));
   rt.wait_all();
@@ -157,7 +156,8 @@ TEST(Runtime, WaitAllWaitsForWhatItsTasksSubmit) {
   std::atomic<int> ran{0};
   Kernel child = rt.kernel("child").cpu([&](TaskContext& ctx) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-    while (std::chrono::steady_clock::now() < until) {}  // work, so that they outlast the parent
+    while (std::chrono::steady_clock::now() < until) {
+    }  // work, so that they outlast the parent
     ran.fetch_add(1);
     if (ctx.param<int>(0) > 0) rt.submit(Task(child).param(ctx.param<int>(0) - 1));
   });
@@ -240,7 +240,8 @@ TEST(Runtime, MaxTasksInFlightIsConfigurable) {
   Config c = Config::parse("[runtime]\nmax_tasks_in_flight = 0\n", "t.toml");
   EXPECT_EQ(c.max_tasks_in_flight, 0u);
   EXPECT_EQ(Config{}.max_tasks_in_flight, 1000000u);
-  Error e = test::expect_error([] { Config::parse("[runtime]\nmax_tasks_in_flight = -1\n", "t.toml"); });
+  Error e =
+      test::expect_error([] { Config::parse("[runtime]\nmax_tasks_in_flight = -1\n", "t.toml"); });
   EXPECT_NE(std::string(e.what()).find("t.toml:2: runtime.max_tasks_in_flight"), std::string::npos)
       << e.what();
   Config big = test::cpu_config(1);

@@ -27,9 +27,7 @@ std::string slurp(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-void put(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
+void put(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
 mode_t mode_of(const fs::path& p) {
   struct stat st {};
@@ -40,9 +38,9 @@ mode_t mode_of(const fs::path& p) {
 // Gives `p` (no link followed) to another user; false where this process may not.
 bool give_away(const fs::path& p) { return ::lchown(p.c_str(), kOtherUser, kOtherUser) == 0; }
 
-#define GIVE_AWAY(p)                                                             \
-  do {                                                                           \
-    if (!give_away(p)) GTEST_SKIP() << "cannot chown (not root): " << (p);       \
+#define GIVE_AWAY(p)                                                       \
+  do {                                                                     \
+    if (!give_away(p)) GTEST_SKIP() << "cannot chown (not root): " << (p); \
   } while (0)
 
 // The message of the FileError `f` throws (empty, with a failure, when it throws none).
@@ -109,8 +107,9 @@ TEST(TrustedDir, AWritableAncestorMustBeSticky) {
   const fs::path open_dir = tmp.path() / "open";
   fs::create_directories(open_dir / "mine");
   ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
-  EXPECT_NE(refusal([&] { TrustedDir::open(open_dir / "mine"); })
-                .find(open_dir.string() + ": writable by its group or others (mode 0777)"),
+  EXPECT_NE(refusal([&] {
+              TrustedDir::open(open_dir / "mine");
+            }).find(open_dir.string() + ": writable by its group or others (mode 0777)"),
             std::string::npos);
   ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
   EXPECT_TRUE(TrustedDir::open(open_dir / "mine").has_value());
@@ -164,8 +163,8 @@ TEST(TrustedDir, PlantedLinksAreNeverFollowed) {
   put(victim, "untouched");
   TrustedDir d = TrustedDir::make(tmp.path());
   for (int k = 0; k < 64; ++k)
-    fs::create_symlink(victim, tmp.path() / (".f.tmp." + std::to_string(::getpid()) + "." +
-                                             std::to_string(k)));
+    fs::create_symlink(
+        victim, tmp.path() / (".f.tmp." + std::to_string(::getpid()) + "." + std::to_string(k)));
   fs::create_symlink(victim, tmp.path() / "f.tmp");  // the name hcr used to write through
   fs::create_symlink(victim, tmp.path() / "f");
   d.write("f", "written");
@@ -297,8 +296,9 @@ TEST(WriteFile, ReplacesAtomicallyAndRefusesLinksAndSpecialFiles) {
   ASSERT_EQ(::mkfifo((tmp.path() / "fifo").c_str(), 0600), 0);
   EXPECT_NE(refusal([&] { write_file(tmp.path() / "fifo", "x"); }).find("a FIFO"),
             std::string::npos);
-  EXPECT_NE(refusal([&] { write_file(tmp.path() / "missing-dir" / "f", "x"); })
-                .find("cannot open the directory"),
+  EXPECT_NE(refusal([&] {
+              write_file(tmp.path() / "missing-dir" / "f", "x");
+            }).find("cannot open the directory"),
             std::string::npos);
 }
 
@@ -316,8 +316,9 @@ TEST(TrustedDir, ALockExcludesAnotherHolderUntilReleased) {
   EXPECT_TRUE(d.lock(".lock", std::chrono::milliseconds(0)).held()) << "released with its owner";
   // A link at the lock file's name is not followed (nor its target created or locked).
   fs::create_symlink(tmp.path() / "elsewhere", tmp.path() / "linked.lock");
-  EXPECT_NE(refusal([&] { d.lock("linked.lock", std::chrono::milliseconds(0)); })
-                .find("cannot open the lock file"),
+  EXPECT_NE(refusal([&] {
+              d.lock("linked.lock", std::chrono::milliseconds(0));
+            }).find("cannot open the lock file"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(tmp.path() / "elsewhere"));
 }

@@ -21,7 +21,8 @@ constexpr size_t kPrivate = 6;  // buffers per submitting thread
 constexpr size_t kElems = 2;
 
 size_t task_count() {
-  if (const char* s = std::getenv("HCR_STRESS_TASKS"); s && *s) return std::strtoull(s, nullptr, 10);
+  if (const char* s = std::getenv("HCR_STRESS_TASKS"); s && *s)
+    return std::strtoull(s, nullptr, 10);
   return 1'000'000;
 }
 
@@ -94,7 +95,9 @@ TEST(Stress, EightThreadsSubmitRandomDependenciesMatchingSequentialExecution) {
   std::vector<std::vector<Spec>> specs(kThreads);
   for (size_t t = 0; t < kThreads; ++t) specs[t] = make_specs(per_thread, 20261123 + t);
   auto id_of = [&](size_t t, size_t i) { return static_cast<uint64_t>(t * per_thread + i); };
-  auto initial = [](size_t t, size_t b, size_t j) { return static_cast<int64_t>(t * 1000 + b * 10 + j); };
+  auto initial = [](size_t t, size_t b, size_t j) {
+    return static_cast<int64_t>(t * 1000 + b * 10 + j);
+  };
 
   // Sequential reference, thread by thread (threads share no written buffer but the counter).
   std::vector<std::array<std::array<int64_t, kElems>, kPrivate>> ref(kThreads);

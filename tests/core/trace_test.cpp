@@ -3,9 +3,9 @@
 #include "../test_support.hpp"
 
 #include <expat.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/resource.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
@@ -32,7 +32,8 @@ Config machine(bool trace_file = false, const std::string& path = "") {
 }
 
 void run_gemm(Runtime& rt) {
-  auto a = rt.buffer<float>(256, 256), b = rt.buffer<float>(256, 256), c = rt.buffer<float>(256, 256);
+  auto a = rt.buffer<float>(256, 256), b = rt.buffer<float>(256, 256),
+       c = rt.buffer<float>(256, 256);
   blas::gemm(rt, a, b, c, 64).get();
 }
 

@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const hcr::Error& e) {
     std::string_view what = e.what();
     HCR_FUZZ_CHECK(e.code() == hcr::ErrorCode::config, "a configuration error has code config");
-    HCR_FUZZ_CHECK(what.rfind(kOrigin, 0) == 0, "the message starts with the origin: " +
-                                                      std::string(what));
+    HCR_FUZZ_CHECK(what.rfind(kOrigin, 0) == 0,
+                   "the message starts with the origin: " + std::string(what));
     HCR_FUZZ_CHECK(what.size() > std::string_view(kOrigin).size() + 2,
                    "the message says what is wrong: " + std::string(what));
     return 0;

@@ -5,8 +5,8 @@
 // and survives save -> load unchanged: the same cells, the same predictions, the same text. A save
 // merging into the text as a file on disk (CostModel::merged_text) never throws and loads back.
 // Any other exception, a crash, undefined behaviour or a leak is a finding.
-#include "../../scheduler/cost_model.hpp"
 #include "fuzz_check.hpp"
+#include "../../scheduler/cost_model.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -76,9 +76,9 @@ void execution_model(std::string_view text) {
                    "cell " + x.kernel + "/" + x.arch + " survives save -> load");
     for (double size : {x.size, 2 * x.size + 1, 1e9})
       for (uint64_t fp : {x.footprint, ~x.footprint})
-        HCR_FUZZ_CHECK(same(a.predict(x.kernel, x.arch, fp, size),
-                            b.predict(x.kernel, x.arch, fp, size)),
-                       "the same predictions after save -> load, cell " + x.kernel);
+        HCR_FUZZ_CHECK(
+            same(a.predict(x.kernel, x.arch, fp, size), b.predict(x.kernel, x.arch, fp, size)),
+            "the same predictions after save -> load, cell " + x.kernel);
     HCR_FUZZ_CHECK(a.samples(x.kernel, x.arch) == b.samples(x.kernel, x.arch),
                    "the same sample counts after save -> load, " + x.kernel);
   }
@@ -113,9 +113,9 @@ void merged_save(std::string_view text) {
     HCR_FUZZ_CHECK(false, "a file merged into without complaint loads on its own");
   }
   for (auto& r : disk.rows())
-    HCR_FUZZ_CHECK(back.predict(r.kernel, r.arch, r.footprint, r.size).source ==
-                       Prediction::Source::history,
-                   "cell " + r.kernel + " of the file survives the merge");
+    HCR_FUZZ_CHECK(
+        back.predict(r.kernel, r.arch, r.footprint, r.size).source == Prediction::Source::history,
+        "cell " + r.kernel + " of the file survives the merge");
 }
 
 void link_model(std::string_view text) {

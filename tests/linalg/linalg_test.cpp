@@ -1,12 +1,12 @@
 // hcr::linalg against naive references: Cholesky (potrf) and its solve (potrs) on random SPD
 // matrices at odd sizes and ragged tiles, lower and upper, f32 and f64, under every policy on the
 // CPU backend and on a simulated machine whose devices have their own memories; gemm with every
-// transpose, syrk, trsm with every side/uplo/trans/diag, LU without pivoting; the critical path's priorities;
-// and each misuse named in its error. Each runs on the plugins' built-in tile kernels, and again on
-// the stub plugin (devices with their own memory) with reference kernels written from
+// transpose, syrk, trsm with every side/uplo/trans/diag, LU without pivoting; the critical path's
+// priorities; and each misuse named in its error. Each runs on the plugins' built-in tile kernels,
+// and again on the stub plugin (devices with their own memory) with reference kernels written from
 // <hcr/plugin.h> (reference_kernels.hpp): the tiling checked apart from any backend's BLAS.
-#include "../test_support.hpp"
 #include "reference_kernels.hpp"
+#include "../test_support.hpp"
 
 #include <hcr/linalg.hpp>
 
@@ -223,8 +223,8 @@ void check_cholesky(Runtime& rt, Uplo uplo, Size s) {
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < n; ++j) {
       if (opposite(uplo, i, j)) {
-        EXPECT_TRUE(std::isnan(f(i, j))) << "the opposite triangle was written at (" << i << ", "
-                                         << j << "): " << f(i, j);
+        EXPECT_TRUE(std::isnan(f(i, j)))
+            << "the opposite triangle was written at (" << i << ", " << j << "): " << f(i, j);
         continue;
       }
       if (uplo == Uplo::lower) l(i, j) = f(i, j);
@@ -564,8 +564,7 @@ TEST(LinalgErrors, ShapesAreNamed) {
   EXPECT_NE(message(e).find("linalg::potrf: A is 4x5: it must be square"), std::string::npos)
       << e.what();
   e = test::expect_error([&] { la::getrf_nopiv(rt, rect, 2); });
-  EXPECT_NE(message(e).find("linalg::getrf_nopiv: A is 4x5: it must be square"),
-            std::string::npos);
+  EXPECT_NE(message(e).find("linalg::getrf_nopiv: A is 4x5: it must be square"), std::string::npos);
 
   auto sq = rt.buffer<double>(4, 4), rhs = rt.buffer<double>(5, 2);
   e = test::expect_error([&] { la::potrs(rt, Uplo::lower, sq, rhs, 2); });
@@ -601,8 +600,7 @@ TEST(LinalgErrors, TileAliasesEnumsAndHandlesAreNamed) {
   });
   EXPECT_NE(message(e).find("side = -1 is not Side::left or Side::right"), std::string::npos)
       << e.what();
-  e = test::expect_error(
-      [&] { la::gemm(rt, static_cast<Op>(2), Op::no_trans, 1, a, a, 0, b, 2); });
+  e = test::expect_error([&] { la::gemm(rt, static_cast<Op>(2), Op::no_trans, 1, a, a, 0, b, 2); });
   EXPECT_NE(message(e).find("trans_a = 2 is not Op::no_trans or Op::trans"), std::string::npos)
       << e.what();
   e = test::expect_error([&] { la::potrs(rt, Uplo::lower, a, Buffer<float>(), 2); });

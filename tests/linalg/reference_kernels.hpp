@@ -100,9 +100,9 @@ void potrf(TaskContext& ctx) {
     double d = l(j, j);
     for (size_t k = 0; k < j; ++k) d -= static_cast<double>(l(j, k)) * l(j, k);
     if (!(d > 0))
-      throw Error(ErrorCode::invalid_argument,
-                  "the leading minor of order " + std::to_string(j + 1) +
-                      " is not positive definite");
+      throw Error(
+          ErrorCode::invalid_argument,
+          "the leading minor of order " + std::to_string(j + 1) + " is not positive definite");
     l(j, j) = static_cast<T>(std::sqrt(d));
     for (size_t i = j + 1; i < a.rows; ++i) {
       double s = l(i, j);

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <new>
 #include <map>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
@@ -134,7 +134,9 @@ uint64_t random_graph(mpi::Options options, uint32_t seed, int ntasks, uint64_t 
   }
   cl.wait_all();
   for (size_t b = 0; b < kBuffers; ++b)
-    if (owner[b] == cl.rank()) { EXPECT_EQ(u64(bufs[b].to_vector()), ref[b]) << "buffer " << b; }
+    if (owner[b] == cl.rank()) {
+      EXPECT_EQ(u64(bufs[b].to_vector()), ref[b]) << "buffer " << b;
+    }
   const mpi::Stats s = cl.stats();
   EXPECT_EQ(s.tasks_run + s.tasks_skipped, static_cast<uint64_t>(ntasks));
   return rt.stats().throttled;
@@ -197,8 +199,11 @@ TEST(Cluster, EveryAccessModePairAcrossRanks) {
               cl.submit(mpi::Task(mix).write(obs).read(x).param(uint64_t{0}).param(uint64_t{1}));
               seen.emplace_back(obs, ref * 2);
             } else {
-              cl.submit(mpi::Task(mix).arg(x.state(), m).param(k).param(
-                                             uint64_t{m == Access::write}).on_rank(r));
+              cl.submit(mpi::Task(mix)
+                            .arg(x.state(), m)
+                            .param(k)
+                            .param(uint64_t{m == Access::write})
+                            .on_rank(r));
               ref = (m == Access::write ? 0 : ref * 3) + k;
             }
           };
@@ -206,8 +211,8 @@ TEST(Cluster, EveryAccessModePairAcrossRanks) {
           apply(m2, r2, 20);
           cl.wait_all();
           if (cl.rank() == 0) {
-            EXPECT_EQ(u64(x.to_vector())[0], ref) << "scenario " << scenario << ": " << int(m1) << "@"
-                                             << r1 << ", " << int(m2) << "@" << r2;
+            EXPECT_EQ(u64(x.to_vector())[0], ref) << "scenario " << scenario << ": " << int(m1)
+                                                  << "@" << r1 << ", " << int(m2) << "@" << r2;
           }
           for (auto& [obs, want] : seen)
             if (cl.owner(obs) == cl.rank()) {
@@ -284,7 +289,8 @@ TEST(Cluster, TiledGemmMovesTheMinimumBytes) {
   cl.distribute_2d(tb, p, q);
   cl.distribute_2d(tc, p, q);
   // The minimum: tile (x of A or B) goes once to each rank that owns a C tile needing it.
-  std::vector<std::vector<uint64_t>> want(static_cast<size_t>(n), std::vector<uint64_t>(static_cast<size_t>(n)));
+  std::vector<std::vector<uint64_t>> want(static_cast<size_t>(n),
+                                          std::vector<uint64_t>(static_cast<size_t>(n)));
   std::set<std::tuple<int, size_t, size_t, int>> needed;  // (matrix, i, j, reader)
   auto own = [&](size_t i, size_t j) { return static_cast<int>((i % up) * uq + j % uq); };
   for (size_t i = 0; i < kT; ++i)
@@ -293,9 +299,11 @@ TEST(Cluster, TiledGemmMovesTheMinimumBytes) {
         cl.submit(mpi::Task(gemm).read(ta(i, k)).read(tb(k, j)).read_write(tc(i, j)));
         const int r = own(i, j);
         if (own(i, k) != r && needed.insert({0, i, k, r}).second)
-          want[static_cast<size_t>(own(i, k))][static_cast<size_t>(r)] += kTile * kTile * sizeof(double);
+          want[static_cast<size_t>(own(i, k))][static_cast<size_t>(r)] +=
+              kTile * kTile * sizeof(double);
         if (own(k, j) != r && needed.insert({1, k, j, r}).second)
-          want[static_cast<size_t>(own(k, j))][static_cast<size_t>(r)] += kTile * kTile * sizeof(double);
+          want[static_cast<size_t>(own(k, j))][static_cast<size_t>(r)] +=
+              kTile * kTile * sizeof(double);
       }
   cl.wait_all();
   const mpi::Stats s = cl.stats();
@@ -329,7 +337,8 @@ TEST(Cluster, DistributedCholeskySolveAndGemmMatchOneRuntime) {
     return i == j ? static_cast<double>(kN) + 1.0 : 1.0 / static_cast<double>(1 + i + j);
   };
   const auto fill = [&](Buffer<double>& a, Buffer<double>& b, Buffer<double>& g) {
-    auto va = a.acquire(Access::write), vb = b.acquire(Access::write), vg = g.acquire(Access::write);
+    auto va = a.acquire(Access::write), vb = b.acquire(Access::write),
+         vg = g.acquire(Access::write);
     for (size_t i = 0; i < kN; ++i) {
       for (size_t j = 0; j < kN; ++j) va(i, j) = spd(i, j);
       for (size_t j = 0; j < kR; ++j) vb(i, j) = static_cast<double>((i * 3 + j * 5) % 7) - 3;
@@ -343,8 +352,8 @@ TEST(Cluster, DistributedCholeskySolveAndGemmMatchOneRuntime) {
   fill(ra, rb, rg);
   linalg::potrf<double>(ref_rt, linalg::Uplo::lower, ra, kTile).get();
   linalg::potrs<double>(ref_rt, linalg::Uplo::lower, ra, rb, kTile).get();
-  linalg::gemm<double>(ref_rt, linalg::Op::trans, linalg::Op::no_trans, 0.5, rg, ra, 0.0, rc,
-                       kTile).get();
+  linalg::gemm<double>(ref_rt, linalg::Op::trans, linalg::Op::no_trans, 0.5, rg, ra, 0.0, rc, kTile)
+      .get();
   const std::vector<double> want_a = ra.to_vector(), want_b = rb.to_vector(),
                             want_c = rc.to_vector();
 
@@ -468,11 +477,11 @@ TEST(Cluster, TilesAreMappedInProportionToThroughput) {
   Tiles<double> tb = bad.partition(4, 4);
   std::vector<double> negative(static_cast<size_t>(n), 1.0);
   if (!negative.empty()) negative.back() = -1;
-  for (const auto& [w, text] : {std::pair{std::vector<double>(static_cast<size_t>(n) + 1, 1.0),
-                                          std::string("weights for")},
-                                std::pair{negative, "the weight of rank " + std::to_string(n - 1)},
-                                std::pair{std::vector<double>(static_cast<size_t>(n), 0.0),
-                                          std::string("every weight is 0")}}) {
+  for (const auto& [w, text] :
+       {std::pair{std::vector<double>(static_cast<size_t>(n) + 1, 1.0), std::string("weights for")},
+        std::pair{negative, "the weight of rank " + std::to_string(n - 1)},
+        std::pair{std::vector<double>(static_cast<size_t>(n), 0.0),
+                  std::string("every weight is 0")}}) {
     Error e = test::expect_error([&] { cl.distribute_weighted(tb, w); });
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
@@ -708,9 +717,8 @@ TEST(Cluster, AFailedWriterFailsItsRemoteReader) {
   Runtime rt(test::cpu_config(1));
   mpi::Cluster cl(rt);
   Kernel mix = mix_kernel(rt);
-  Kernel bad = rt.kernel("bad").cpu([](TaskContext&) {
-    throw Error(ErrorCode::invalid_argument, "the writer gave up");
-  });
+  Kernel bad = rt.kernel("bad").cpu(
+      [](TaskContext&) { throw Error(ErrorCode::invalid_argument, "the writer gave up"); });
   auto x = cl.buffer<int64_t>(1, 4, 0);
   auto y = cl.buffer<int64_t>(1, 4, 1);
   Event w = cl.submit(mpi::Task(bad).write(x));
@@ -759,7 +767,8 @@ TEST(Cluster, MisuseIsRefusedWithTheValueAtFault) {
   Kernel mix = mix_kernel(rt);
   auto x = rt.buffer<int64_t>(1, 4);
   Error e = test::expect_error([&] { cl.distribute(x, cl.size()); });
-  EXPECT_NE(std::string(e.what()).find("owner rank " + std::to_string(cl.size())), std::string::npos);
+  EXPECT_NE(std::string(e.what()).find("owner rank " + std::to_string(cl.size())),
+            std::string::npos);
   e = test::expect_error([&] { cl.submit(mpi::Task(mix).read_write(x)); });
   EXPECT_NE(std::string(e.what()).find("never distributed"), std::string::npos) << e.what();
   cl.distribute(x, 0);
@@ -791,7 +800,8 @@ TEST(Cluster, BlockCyclicHelpersAssignOwnersInRegistrationOrder) {
   Tiles<float> td = d.partition(2, 2);
   Error e = test::expect_error([&] { cl.distribute_2d(td, cl.size(), 2); });
   EXPECT_NE(std::string(e.what()).find("does not fit the " + std::to_string(cl.size()) + " ranks"),
-            std::string::npos) << e.what();
+            std::string::npos)
+      << e.what();
   cl.wait_all();
 }
 
@@ -818,7 +828,8 @@ TEST(Cluster, SplitNodeSharesCoresAndGpus) {
   EXPECT_LE(share.threads, std::max(share.cores, 1u));
   unsigned total = 0;
   MPI_Allreduce(&share.threads, &total, 1, MPI_UNSIGNED, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT_LE(total, std::max(std::thread::hardware_concurrency(), static_cast<unsigned>(world_size())));
+  EXPECT_LE(total,
+            std::max(std::thread::hardware_concurrency(), static_cast<unsigned>(world_size())));
   Config kept = test::cpu_config(3);
   EXPECT_EQ(option(mpi::split_node(kept).backends[0], "threads"), "3");
   Config none;

@@ -8,18 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NO_ENTRY 1         /* exports something else, not hcr_plugin_get_api */
-#define WRONG_MAJOR 2      /* speaks ABI major + 1 */
-#define SHORT_TABLE 3      /* struct_size smaller than ABI 1.0's table */
-#define NULL_ENTRY 4       /* `launch` is NULL */
-#define INIT_FAILS 5       /* plugin_create returns an error */
-#define GARBAGE_SIZE 6     /* struct_size is nonsense (huge) */
-#define RETURNS_NULL 7     /* hcr_plugin_get_api returns NULL */
+#define NO_ENTRY 1     /* exports something else, not hcr_plugin_get_api */
+#define WRONG_MAJOR 2  /* speaks ABI major + 1 */
+#define SHORT_TABLE 3  /* struct_size smaller than ABI 1.0's table */
+#define NULL_ENTRY 4   /* `launch` is NULL */
+#define INIT_FAILS 5   /* plugin_create returns an error */
+#define GARBAGE_SIZE 6 /* struct_size is nonsense (huge) */
+#define RETURNS_NULL 7 /* hcr_plugin_get_api returns NULL */
 /* Defects no process survives, for `hcr devices`' probes (tests/plugins/crashing, never in a
  * directory the other tests load): */
-#define CRASH_CREATE 8     /* plugin_create dies of SIGSEGV */
-#define HANG_COUNT 9       /* device_count never returns */
-#define CRASH_LOAD 10      /* a static initialiser dies of SIGSEGV while the library loads */
+#define CRASH_CREATE 8 /* plugin_create dies of SIGSEGV */
+#define HANG_COUNT 9   /* device_count never returns */
+#define CRASH_LOAD 10  /* a static initialiser dies of SIGSEGV while the library loads */
 
 #ifndef PLUGIN_NAME
 #define PLUGIN_NAME "broken"

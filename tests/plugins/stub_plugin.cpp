@@ -14,11 +14,11 @@
 
 #include <condition_variable>
 #include <cstdlib>
-#include <future>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -107,11 +107,12 @@ class Stub final : public hcr::sdk::Backend {
   void copy(const hcr_copy_args_t& a) override {
     auto* src_mem = reinterpret_cast<StubMemory*>(a.src_memory);
     auto* dst_mem = reinterpret_cast<StubMemory*>(a.dst_memory);
-    const std::byte* src = src_mem ? src_mem->data.data() + a.src_offset
-                                   : static_cast<const std::byte*>(a.src_host);
-    std::byte* dst = dst_mem ? dst_mem->data.data() + a.dst_offset
-                             : static_cast<std::byte*>(a.dst_host);
-    if (src == nullptr || dst == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy end missing");
+    const std::byte* src =
+        src_mem ? src_mem->data.data() + a.src_offset : static_cast<const std::byte*>(a.src_host);
+    std::byte* dst =
+        dst_mem ? dst_mem->data.data() + a.dst_offset : static_cast<std::byte*>(a.dst_host);
+    if (src == nullptr || dst == nullptr)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy end missing");
     if (src_mem && a.src_offset + (a.rows - 1) * a.src_pitch + a.width > src_mem->bytes)
       throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy reads past the source allocation");
     if (dst_mem && a.dst_offset + (a.rows - 1) * a.dst_pitch + a.width > dst_mem->bytes)

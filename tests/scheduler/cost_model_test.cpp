@@ -121,8 +121,9 @@ TEST(CostModel, CorruptAndForeignFilesAreIgnoredNamingThem) {
   write("b.model.toml", "format = \"hcr-cost-model\"\nversion = 99\narch = \"x\"\n");
   write("c.model.toml", "this is [not toml");
   write("d.model.toml", "format = \"something-else\"\n");
-  write("e.model.toml", "format = \"hcr-cost-model\"\nversion = 1\narch = \"y\"\n[[cell]]\n"
-                        "kernel = \"k\"\nfootprint = \"zz\"\nsize = 1.0\ncount = 1\nsamples = [1.0]\n");
+  write("e.model.toml",
+        "format = \"hcr-cost-model\"\nversion = 1\narch = \"y\"\n[[cell]]\n"
+        "kernel = \"k\"\nfootprint = \"zz\"\nsize = 1.0\ncount = 1\nsamples = [1.0]\n");
   write("f.model.toml", "format = \"hcr-cost-model\"\nversion = 1\narch = \"z\"\n[[cell]]\n"
                         "kernel = \"k\"\nfootprint = \"0x2\"\nsize = 1.0\ncount = 1\n"
                         "samples = [-4.0]\n");
@@ -537,7 +538,8 @@ TEST(LinkModel, ParseRefusesWhatBreaksPredictions) {
   auto refused = [](const std::string& link, const std::string& what) {
     try {
       LinkModel::parse("format = 'hcr-link-model'\nversion = 1\n[[link]]\nfrom = 'host'\n"
-                       "to = 'gpu'\n" + link,
+                       "to = 'gpu'\n" +
+                           link,
                        "links.toml");
     } catch (const std::runtime_error& e) {
       EXPECT_EQ(std::string(e.what()).rfind("links.toml:", 0), 0u) << e.what();
@@ -558,7 +560,8 @@ TEST(LinkModel, ParseRefusesWhatBreaksPredictions) {
     ADD_FAILURE() << "a foreign version parsed";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("links.toml: not an hcr link model of version 1"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -166,9 +166,9 @@ TEST(ModelStore, ModelsAndLinksOfDevicesAbsentFromTheRunStay) {
 
 TEST(LinkModel, MergeReplacesTheSamePairAndKeepsTheOthers) {
   using L = LinkModel::NamedLink;
-  auto merged = LinkModel::merge({L{"host", "a", 1, 1e9}, L{"host", "b", 1, 1e9},
-                                  L{"host", "a", 2, 2e9}},
-                                 {L{"host", "a", 3, 3e9}, L{"c", "host", 4, 4e9}});
+  auto merged =
+      LinkModel::merge({L{"host", "a", 1, 1e9}, L{"host", "b", 1, 1e9}, L{"host", "a", 2, 2e9}},
+                       {L{"host", "a", 3, 3e9}, L{"c", "host", 4, 4e9}});
   ASSERT_EQ(merged.size(), 3u);
   EXPECT_EQ(merged[0].bandwidth, 3e9);
   EXPECT_EQ(merged[1].to, "b");
@@ -373,7 +373,8 @@ Config sim_dmda(const fs::path& model_dir) {
   c.use_environment = false;
   c.policy = "dmda";
   c.model_dir = model_dir.string();
-  c.backends.push_back({"sim", true,
+  c.backends.push_back({"sim",
+                        true,
                         {{"compute", "false"},
                          {"device.0.name", "fast"},
                          {"device.0.gflops", "1000"},

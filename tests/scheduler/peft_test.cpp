@@ -136,9 +136,9 @@ sched::PlanInput fork_join(const LinkModel& links) {
   };
   const uint32_t i = buffer(1, 1), x = buffer(3'000'000'000, 1), y1 = buffer(3'000'000'000, 1),
                  y2 = buffer(3'000'000'000, 1), z = buffer(1, 1);
-  add_task(in, {1, 1}, {{i, true, false}, {x, false, true}}, {1, 2});      // R
-  add_task(in, {4, 4}, {{x, true, false}, {y1, false, true}}, {3});        // C1
-  add_task(in, {4, 4}, {{x, true, false}, {y2, false, true}}, {3});        // C2
+  add_task(in, {1, 1}, {{i, true, false}, {x, false, true}}, {1, 2});                  // R
+  add_task(in, {4, 4}, {{x, true, false}, {y1, false, true}}, {3});                    // C1
+  add_task(in, {4, 4}, {{x, true, false}, {y2, false, true}}, {3});                    // C2
   add_task(in, {1, 3}, {{y1, true, false}, {y2, true, false}, {z, false, true}}, {});  // J
   return in;
 }

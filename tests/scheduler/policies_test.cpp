@@ -29,7 +29,7 @@ Config sim_machine(Options options, std::string policy = "dmda", bool compute = 
 }
 
 Options two_devices(const char* fast_gflops, const char* slow_gflops) {
-  return {{"device.0.name", "fast"}, {"device.0.gflops", fast_gflops},
+  return {{"device.0.name", "fast"},        {"device.0.gflops", fast_gflops},
           {"device.0.host_memory", "true"}, {"device.1.name", "slow"},
           {"device.1.gflops", slow_gflops}, {"device.1.host_memory", "true"}};
 }
@@ -46,7 +46,9 @@ void run_bag(Runtime& rt, Kernel& k, int tasks) {
   rt.wait_all();
 }
 
-Kernel work_kernel(Runtime& rt) { return rt.kernel("work").cpu([](TaskContext&) {}); }
+Kernel work_kernel(Runtime& rt) {
+  return rt.kernel("work").cpu([](TaskContext&) {});
+}
 
 TEST(Dmda, TenTimesFasterDeviceReceivesMostGemmTiles) {
   Runtime rt(sim_machine(two_devices("1000", "100")));
@@ -141,7 +143,8 @@ TEST(Dmda, ParkedTasksOfSeveralKernelsAllRun) {
   for (const char* policy : {"dmda", "dmdas"})
     for (int round = 0; round < 30; ++round) {
       Runtime rt(sim_machine(o, policy));
-      Kernel k[] = {rt.kernel("k1").cpu([](TaskContext&) {}), rt.kernel("k2").cpu([](TaskContext&) {}),
+      Kernel k[] = {rt.kernel("k1").cpu([](TaskContext&) {}),
+                    rt.kernel("k2").cpu([](TaskContext&) {}),
                     rt.kernel("k3").cpu([](TaskContext&) {})};
       std::vector<Buffer<float>> in, out;
       for (int i = 0; i < 120; ++i) {
@@ -235,7 +238,8 @@ TEST(Dmda, BrokenLinkFileIsIgnoredWithAWarning) {
 // dmdas runs each device's queue by priority. dmda, as StarPU's, runs it first in first out except
 // that a task of priority > 0 goes ahead of those of lower priority.
 TEST(Dmdas, HigherPriorityRunsFirstOnADevice) {
-  Options o = {{"device.0.name", "only"}, {"device.0.host_memory", "true"},
+  Options o = {{"device.0.name", "only"},
+               {"device.0.host_memory", "true"},
                {"kernel.work.flops", "1e9"}};  // 10 ms at the default 100 GFLOP/s
   for (const char* policy : {"dmda", "dmdas"}) {
     Config c = sim_machine(o, policy, /*compute=*/true);

@@ -73,8 +73,8 @@ TEST(HcrCli, DevicesListsAndSucceeds) {
 
 TEST(HcrCli, DevicesFailsWhenNoDeviceLoads) {
   test::TempDir dir;
-  Result r = hcr({"devices", "--config",
-                  config_file(dir.path(), kStub + "devices = 0\n").string()});
+  Result r =
+      hcr({"devices", "--config", config_file(dir.path(), kStub + "devices = 0\n").string()});
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.out.find("devices:\n  (none)"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("no device loaded"), std::string::npos) << r.err;
@@ -84,10 +84,10 @@ TEST(HcrCli, DevicesFailsWhenNoDeviceLoads) {
 // log level (the tests run at error).
 TEST(HcrCli, DevicesSaysWhyAPluginHasNoDevice) {
   test::TempDir dir;
-  Result r = hcr({"devices", "--config",
-                  config_file(dir.path(), kStub + "[[backend]]\nname = \"sim\"\n",
-                              HCR_TEST_PLUGIN_DIR)
-                      .string()});
+  Result r =
+      hcr({"devices", "--config",
+           config_file(dir.path(), kStub + "[[backend]]\nname = \"sim\"\n", HCR_TEST_PLUGIN_DIR)
+               .string()});
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("(0 devices)\n           why: sim: no devices: none described"),
             std::string::npos)
@@ -134,9 +134,9 @@ TEST(HcrCli, DevicesNeverWritesTheTraceFilesItsConfigurationNames) {
   test::TempDir dir;
   const fs::path trace = dir.path() / "run.json", gantt = dir.path() / "run.svg";
   { std::ofstream(trace) << "the last run's trace"; }
-  const fs::path file = config_file(
-      dir.path(), "[trace]\nfile = \"" + trace.string() + "\"\ngantt = \"" + gantt.string() +
-                      "\"\n" + kStub);
+  const fs::path file =
+      config_file(dir.path(), "[trace]\nfile = \"" + trace.string() + "\"\ngantt = \"" +
+                                  gantt.string() + "\"\n" + kStub);
   Result r = hcr({"devices", "--config", file.string()},
                  {"HCR_TRACE=" + (dir.path() / "env.json").string()});
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -182,19 +182,18 @@ TEST_P(HcrCliProbe, DevicesNamesALibraryThatCrashesOrHangsAndListsTheRest) {
 
 INSTANTIATE_TEST_SUITE_P(
     HcrCli, HcrCliProbe,
-    ::testing::Values(
-        Crasher{"crash_create", "crashed (", "in plugin_create"},
-        Crasher{"hang_count", "hung (no answer within 5 s)", "in device_count"},
-        Crasher{"crash_load", "crashed (",
-                "while loading (its static initialisers or hcr_plugin_get_api)"}),
+    ::testing::Values(Crasher{"crash_create", "crashed (", "in plugin_create"},
+                      Crasher{"hang_count", "hung (no answer within 5 s)", "in device_count"},
+                      Crasher{"crash_load", "crashed (",
+                              "while loading (its static initialisers or hcr_plugin_get_api)"}),
     [](const auto& info) { return std::string(info.param.plugin); });
 
 TEST(HcrCli, ACrashNamesItsPluginInTheLastLogLine) {
   // Without the probes (an application's own process), HCR_LOG=info still names the culprit:
   // the runtime says which library it is about to initialise before calling into it.
   test::TempDir dir;
-  const fs::path file = config_file(dir.path(), "[[backend]]\nname = \"crash_create\"\n",
-                                    HCR_TEST_CRASHING_DIR);
+  const fs::path file =
+      config_file(dir.path(), "[[backend]]\nname = \"crash_create\"\n", HCR_TEST_CRASHING_DIR);
   Result r = hcr({"devices", "--no-probe", "--config", file.string()}, {"HCR_LOG=info"});
   EXPECT_NE(r.rc, 0);
   const std::string lib = (fs::path(HCR_TEST_CRASHING_DIR) / "libhcr-crash_create.so").string();
@@ -221,8 +220,7 @@ TEST(HcrCli, TraceSummaryReadsATraceAndRefusesAFifo) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("0.750 s from first to last event"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("#0 cpu0"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("2 tasks  busy    1.0000 s   66.7% of 2 slots"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("2 tasks  busy    1.0000 s   66.7% of 2 slots"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("host -> gpu"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in 1 copies"), std::string::npos) << r.out;
 
@@ -275,10 +273,10 @@ TEST(HcrCli, RunPotrfFactorsAndChecksTheResidual) {
 // Simulated devices that compute nothing leave A as it was: the check must see that.
 TEST(HcrCli, RunPotrfCheckFailsAWrongFactor) {
   test::TempDir dir;
-  const fs::path config = config_file(dir.path(),
-                                      "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = "
-                                      "\"sim\"\ncompute = false\n[[backend.device]]\nname = "
-                                      "\"gpu0\"\n");
+  const fs::path config =
+      config_file(dir.path(), "[scheduler]\npolicy = \"eager\"\n[[backend]]\nname = "
+                              "\"sim\"\ncompute = false\n[[backend.device]]\nname = "
+                              "\"gpu0\"\n");
   Result r = hcr({"run", "--op", "potrf", "--size", "64", "--tile", "16", "--no-progress",
                   "--config", config.string()});
   EXPECT_EQ(r.rc, 3) << r.out << r.err;

@@ -66,8 +66,8 @@ namespace hcr {
 
 /// One [[backend]] table: which plugin to instantiate, with what options.
 struct BackendConfig {
-  std::string name;    ///< the plugin's name (its table's `name`)
-  bool enabled = true; ///< `enabled = false` keeps the table but loads nothing
+  std::string name;     ///< the plugin's name (its table's `name`)
+  bool enabled = true;  ///< `enabled = false` keeps the table but loads nothing
   /// Every other key, as strings; nested tables flatten to dotted keys ("device.0.gflops").
   std::vector<std::pair<std::string, std::string>> options;
   std::string origin;  ///< "file:line" of the table, for diagnostics
@@ -139,11 +139,11 @@ struct HCR_API Config {
   /// [runtime] max_tasks_in_flight: Runtime::submit waits while this many tasks are submitted and
   /// unfinished (back-pressure: a task costs about a KiB until it finishes); 0: no bound.
   uint64_t max_tasks_in_flight = 1000000;
-  std::vector<BackendConfig> backends;    ///< empty: every plugin found, default options
+  std::vector<BackendConfig> backends;  ///< empty: every plugin found, default options
   /// [[context]] tables: contexts created at the start (see context.hpp); tasks reach them through
   /// Runtime::find_context(name).
   std::vector<ContextConfig> contexts;
-  std::string origin = "<defaults>";      ///< the file it came from
+  std::string origin = "<defaults>";  ///< the file it came from
   /// [trace] file: record a trace from the start and write it (Chrome/Perfetto JSON) when the
   /// runtime ends; HCR_TRACE overrides. [trace] gantt: also write a Gantt chart (SVG) there.
   std::string trace_file;

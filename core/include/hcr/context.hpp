@@ -48,8 +48,9 @@ struct ContextSpec {
   /// Bytes this context's data may hold in each device's own memory (devices working in host
   /// memory: no limit). Over it, the context evicts its own data only (least recently used
   /// first); a task whose buffers alone exceed it runs on none of those devices (it fails with
-  /// ErrorCode::no_device naming the context and its quota when no other device is left). Unset: only the device's memory limit applies. Data counts as the context's whose
-  /// task brought it to the device.
+  /// ErrorCode::no_device naming the context and its quota when no other device is left). Unset:
+  /// only the device's memory limit applies. Data counts as the context's whose task brought it to
+  /// the device.
   std::optional<uint64_t> memory_quota;
   /// Devices held back for this context while it is active (a task of it submitted within the
   /// last 50 ms): the first `reserve` of its devices (lowest ids) give lower priority classes no
@@ -68,8 +69,8 @@ struct ContextStats {
   int priority = 0;
   uint64_t memory_quota = 0;  ///< bytes per device (0: none)
   uint32_t reserve = 0;       ///< devices held back for it while it is active (ContextSpec)
-  uint64_t tasks = 0;   ///< runs that ended with a measured duration (successful launches)
-  uint64_t failed = 0;  ///< runs that ended without one (failed or abandoned launches)
+  uint64_t tasks = 0;         ///< runs that ended with a measured duration (successful launches)
+  uint64_t failed = 0;        ///< runs that ended without one (failed or abandoned launches)
   /// Measured device seconds its tasks used, indexed by Device::id.
   std::vector<double> device_seconds;
   double busy_seconds = 0;  ///< the sum of device_seconds

@@ -27,9 +27,9 @@ struct LinkCounters {
 struct DataCounters {
   std::vector<MemoryNode> nodes;
   std::vector<LinkCounters> links;  ///< only links that carried data
-  uint64_t hits = 0;        ///< a task found its input already valid where it ran
-  uint64_t misses = 0;      ///< a task's input had to be copied in
-  uint64_t evictions = 0;   ///< replicas dropped to make room
+  uint64_t hits = 0;                ///< a task found its input already valid where it ran
+  uint64_t misses = 0;              ///< a task's input had to be copied in
+  uint64_t evictions = 0;           ///< replicas dropped to make room
   uint64_t writebacks = 0;  ///< evictions that had to copy the only valid replica home first
   uint64_t bytes_moved() const {
     uint64_t b = 0;

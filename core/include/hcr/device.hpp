@@ -13,10 +13,10 @@ namespace hcr {
 inline constexpr uint32_t kMaxDevices = 128;
 
 struct Device {
-  uint32_t id = 0;            ///< index in Runtime::devices()
-  std::string name;           ///< e.g. "AMD EPYC (2 threads)"
-  std::string arch;           ///< architecture key: identical devices share a cost model
-  std::string backend;        ///< name of the plugin that exposes it
+  uint32_t id = 0;      ///< index in Runtime::devices()
+  std::string name;     ///< e.g. "AMD EPYC (2 threads)"
+  std::string arch;     ///< architecture key: identical devices share a cost model
+  std::string backend;  ///< name of the plugin that exposes it
   DeviceKind kind = DeviceKind::cpu;
   uint64_t memory_bytes = 0;
   uint32_t compute_units = 0;

@@ -22,11 +22,11 @@ enum class ErrorCode : int {
   internal = 8,
   timeout = 9,
   kernel = 10,
-  config = 100,      ///< a configuration file or value is wrong
-  plugin = 101,      ///< a plugin could not be used
-  dependency = 102,  ///< a task this one depends on failed
-  shutdown = 103,    ///< the runtime has ended
-  no_device = 104,   ///< no device can run the task
+  config = 100,         ///< a configuration file or value is wrong
+  plugin = 101,         ///< a plugin could not be used
+  dependency = 102,     ///< a task this one depends on failed
+  shutdown = 103,       ///< the runtime has ended
+  no_device = 104,      ///< no device can run the task
   communication = 105,  ///< a message between processes (hcr::mpi ranks) failed or never came
 };
 

@@ -38,9 +38,7 @@ class Event {
     if (auto e = error()) std::rethrow_exception(e);
   }
   /// The task's error once it has finished; null on success or while running.
-  std::exception_ptr error() const noexcept {
-    return t_ ? detail::task_error(t_.get()) : nullptr;
-  }
+  std::exception_ptr error() const noexcept { return t_ ? detail::task_error(t_.get()) : nullptr; }
   /// Id of the device that ran it; -1 before it ran or for tasks that run nowhere (joins).
   int device() const noexcept { return t_ ? detail::task_device(t_.get()) : -1; }
 

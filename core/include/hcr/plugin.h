@@ -76,11 +76,11 @@ typedef enum hcr_error_code {
   HCR_ERROR_NOT_FOUND = 3,        /* no such device or kernel */
   HCR_ERROR_UNSUPPORTED = 4,      /* the device cannot do this (kernel kind, operation) */
   HCR_ERROR_OUT_OF_MEMORY = 5,
-  HCR_ERROR_DEVICE_LOST = 6,      /* the device is gone or unusable; do not schedule on it again */
-  HCR_ERROR_BACKEND = 7,          /* a native API (driver, BLAS, compiler) reported a failure */
+  HCR_ERROR_DEVICE_LOST = 6, /* the device is gone or unusable; do not schedule on it again */
+  HCR_ERROR_BACKEND = 7,     /* a native API (driver, BLAS, compiler) reported a failure */
   HCR_ERROR_INTERNAL = 8,
   HCR_ERROR_TIMEOUT = 9,
-  HCR_ERROR_KERNEL = 10           /* the kernel itself reported a failure (user code) */
+  HCR_ERROR_KERNEL = 10 /* the kernel itself reported a failure (user code) */
 } hcr_error_code_t;
 
 /* Opaque error created by the plugin. NULL means success. Ownership passes to whoever receives it
@@ -156,25 +156,26 @@ typedef enum hcr_device_kind {
 } hcr_device_kind_t;
 
 /* Device flags. */
-#define HCR_DEVICE_HOST_MEMORY 0x1u /* kernels read and write host memory directly: no allocation,
+#define HCR_DEVICE_HOST_MEMORY                                                                     \
+  0x1u                              /* kernels read and write host memory directly: no allocation, \
                                        no copies; arguments arrive as host pointers */
 #define HCR_DEVICE_PINNED_HOST 0x2u /* the plugin offers host_alloc (page-locked host memory) */
 
 typedef struct hcr_device_info {
   size_t struct_size;
   void* extension;
-  const char* name;      /* out; owned by the plugin, valid until plugin_destroy */
-  const char* arch;      /* out; architecture key: identical devices share a cost model. Owned by
-                            the plugin, valid until plugin_destroy */
-  hcr_device_kind_t kind;   /* out */
-  uint32_t flags;           /* out; HCR_DEVICE_* */
-  uint64_t memory_bytes;    /* out; usable device memory (host RAM for host-memory devices) */
-  uint32_t compute_units;   /* out; cores, multiprocessors, compute units */
-  uint32_t concurrency;     /* out; tasks the device runs at once (>= 1): CPU worker threads,
-                               GPU streams */
-  double peak_gflops;       /* out; first estimate for the cost model, 0 when unknown */
-  double link_bandwidth;    /* out; bytes/s between host memory and this device, 0 when unknown */
-  double link_latency;      /* out; seconds per transfer, 0 when unknown */
+  const char* name;       /* out; owned by the plugin, valid until plugin_destroy */
+  const char* arch;       /* out; architecture key: identical devices share a cost model. Owned by
+                             the plugin, valid until plugin_destroy */
+  hcr_device_kind_t kind; /* out */
+  uint32_t flags;         /* out; HCR_DEVICE_* */
+  uint64_t memory_bytes;  /* out; usable device memory (host RAM for host-memory devices) */
+  uint32_t compute_units; /* out; cores, multiprocessors, compute units */
+  uint32_t concurrency;   /* out; tasks the device runs at once (>= 1): CPU worker threads,
+                             GPU streams */
+  double peak_gflops;     /* out; first estimate for the cost model, 0 when unknown */
+  double link_bandwidth;  /* out; bytes/s between host memory and this device, 0 when unknown */
+  double link_latency;    /* out; seconds per transfer, 0 when unknown */
 } hcr_device_info_t;
 #define HCR_DEVICE_INFO_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_device_info_t, link_latency)
 
@@ -208,13 +209,13 @@ typedef enum hcr_energy_source {
 
 typedef struct hcr_energy_reading {
   size_t struct_size;
-  uint32_t source;    /* out: hcr_energy_source_t */
-  double joules;      /* out: energy used since the plugin was created; never decreases (the
-                       * plugin unwraps counters that wrap around) */
-  double watts;       /* out: the draw now; < 0 unknown */
-  double idle_watts;  /* out: the draw of the device doing nothing; < 0 unknown */
-  double resolution;  /* out: seconds between updates of `joules` (0: exact; RAPL ~0.001, NVML
-                       * ~0.1): the host attributes readings over intervals at least this long */
+  uint32_t source;   /* out: hcr_energy_source_t */
+  double joules;     /* out: energy used since the plugin was created; never decreases (the
+                      * plugin unwraps counters that wrap around) */
+  double watts;      /* out: the draw now; < 0 unknown */
+  double idle_watts; /* out: the draw of the device doing nothing; < 0 unknown */
+  double resolution; /* out: seconds between updates of `joules` (0: exact; RAPL ~0.001, NVML
+                      * ~0.1): the host attributes readings over intervals at least this long */
 } hcr_energy_reading_t;
 #define HCR_ENERGY_READING_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_energy_reading_t, resolution)
 
@@ -254,7 +255,7 @@ typedef struct hcr_copy_args {
   void* dst_host;           /* borrowed until done */
   uint64_t dst_offset;
   uint64_t dst_pitch;
-  uint64_t width;           /* bytes per row */
+  uint64_t width; /* bytes per row */
   uint64_t rows;
   hcr_done_fn done;
   void* done_user_data;
@@ -306,13 +307,13 @@ typedef struct hcr_exec_context {
   void* extension;
   const hcr_arg_t* args; /* borrowed for the call */
   size_t num_args;
-  const void* params;    /* borrowed for the call: the task's scalar parameters, packed */
+  const void* params; /* borrowed for the call: the task's scalar parameters, packed */
   size_t params_size;
-  void* host_token;      /* the launch's host_token, unchanged */
-  void* native_queue;    /* backend's queue (cudaStream_t, cl_command_queue) or NULL */
-  void* native_device;   /* backend's device handle (what it is, each backend documents) or NULL */
+  void* host_token;    /* the launch's host_token, unchanged */
+  void* native_queue;  /* backend's queue (cudaStream_t, cl_command_queue) or NULL */
+  void* native_device; /* backend's device handle (what it is, each backend documents) or NULL */
   size_t device;
-  uint32_t worker;       /* which of the device's concurrent slots runs this (0..concurrency-1) */
+  uint32_t worker; /* which of the device's concurrent slots runs this (0..concurrency-1) */
   /* The scalar parameters one by one: the i-th starts at byte param_offsets[i] of `params` and
    * runs to the next offset (or to params_size). Borrowed for the call. */
   const uint32_t* param_offsets;
@@ -326,26 +327,26 @@ typedef int (*hcr_kernel_fn)(void* user_data, const hcr_exec_context_t* context,
                              size_t message_size);
 
 typedef enum hcr_impl_kind {
-  HCR_IMPL_BUILTIN = 0,       /* the plugin's own kernel of that name (gemm_f32, ...) */
-  HCR_IMPL_HOST_FUNCTION = 1, /* `fn` runs on a host thread with host pointers (CPU, simulated) */
+  HCR_IMPL_BUILTIN = 0,         /* the plugin's own kernel of that name (gemm_f32, ...) */
+  HCR_IMPL_HOST_FUNCTION = 1,   /* `fn` runs on a host thread with host pointers (CPU, simulated) */
   HCR_IMPL_NATIVE_FUNCTION = 2, /* `fn` runs on a host thread and enqueues native work on
                                    context->native_queue; for the backend named by `api`. On a
                                    device with its own memory each argument's `host` holds the
                                    device address of its data (memory + offset), so `fn` needs no
                                    knowledge of the backend's hcr_memory_t */
-  HCR_IMPL_SOURCE = 3,        /* source text the backend named by `api` compiles */
-  HCR_IMPL_BINARY = 4         /* a prebuilt binary file for the backend named by `api` */
+  HCR_IMPL_SOURCE = 3,          /* source text the backend named by `api` compiles */
+  HCR_IMPL_BINARY = 4           /* a prebuilt binary file for the backend named by `api` */
 } hcr_impl_kind_t;
 
 typedef struct hcr_kernel_desc {
   size_t struct_size;
   void* extension;
-  const char* name;         /* borrowed for the call */
+  const char* name; /* borrowed for the call */
   hcr_impl_kind_t kind;
-  const char* api;          /* borrowed for the call; "host" for HOST_FUNCTION, else e.g. "opencl" */
-  hcr_kernel_fn fn;         /* HOST_FUNCTION, NATIVE_FUNCTION */
-  void* user_data;          /* passed to fn; owned by the host, valid until kernel_release */
-  const char* source;       /* SOURCE: borrowed for the call */
+  const char* api;    /* borrowed for the call; "host" for HOST_FUNCTION, else e.g. "opencl" */
+  hcr_kernel_fn fn;   /* HOST_FUNCTION, NATIVE_FUNCTION */
+  void* user_data;    /* passed to fn; owned by the host, valid until kernel_release */
+  const char* source; /* SOURCE: borrowed for the call */
   size_t source_size;
   const char* build_options; /* SOURCE, BINARY: borrowed for the call; may be NULL */
   const char* binary_path;   /* BINARY: borrowed for the call */
@@ -372,10 +373,10 @@ typedef struct hcr_launch_args {
   hcr_kernel_t* kernel;
   const hcr_arg_t* args; /* borrowed until done: the host keeps them alive */
   size_t num_args;
-  const void* params;    /* borrowed until done */
+  const void* params; /* borrowed until done */
   size_t params_size;
-  void* host_token;      /* opaque; handed to the implementation in hcr_exec_context_t */
-  uint32_t flags;        /* HCR_LAUNCH_* */
+  void* host_token; /* opaque; handed to the implementation in hcr_exec_context_t */
+  uint32_t flags;   /* HCR_LAUNCH_* */
   hcr_done_fn done;
   void* done_user_data;
   /* The scalar parameters one by one: the i-th starts at byte param_offsets[i] of `params` and

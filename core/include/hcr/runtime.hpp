@@ -46,9 +46,9 @@ struct PluginRecord {
   std::string name;     ///< the plugin's name, when it got that far
   std::string version;  ///< the plugin's own version text
   Status status = Status::skipped;
-  std::string reason;   ///< why it was skipped ("no entry symbol hcr_plugin_get_api", ...), or,
-                        ///< loaded with no device, why none (the plugin's own words)
-  size_t devices = 0;   ///< devices it contributed
+  std::string reason;  ///< why it was skipped ("no entry symbol hcr_plugin_get_api", ...), or,
+                       ///< loaded with no device, why none (the plugin's own words)
+  size_t devices = 0;  ///< devices it contributed
 };
 
 /// Everything the loader looked at, in order.
@@ -75,9 +75,9 @@ enum class DeviceHealth : uint8_t {
 /// Per-device counters since the runtime started.
 struct DeviceCounters {
   DeviceHealth health = DeviceHealth::active;
-  std::string last_fault;     ///< the last failure it had, if any
-  uint64_t tasks = 0;         ///< tasks run to completion (successful or not)
-  uint64_t failed = 0;        ///< of which failed
+  std::string last_fault;  ///< the last failure it had, if any
+  uint64_t tasks = 0;      ///< tasks run to completion (successful or not)
+  uint64_t failed = 0;     ///< of which failed
   /// Answers from its plugin that broke the launch protocol and were ignored: done called again
   /// for a launch already answered, or an error returned from launch after calling done. The
   /// first is logged (error level) naming the plugin and the kernel.
@@ -85,15 +85,15 @@ struct DeviceCounters {
   /// Summed execution time its plugin reported (all slots); measured when the policy learns
   /// (dmda), a trace records, or Config::counters is set — else 0.
   double busy_seconds = 0;
-  double idle_seconds = 0;    ///< wall time x slots - busy time
-  uint64_t bytes_in = 0;      ///< copied into its memory node (devices with their own memory)
-  uint64_t bytes_out = 0;     ///< copied out of it
+  double idle_seconds = 0;  ///< wall time x slots - busy time
+  uint64_t bytes_in = 0;    ///< copied into its memory node (devices with their own memory)
+  uint64_t bytes_out = 0;   ///< copied out of it
   /// Energy since the runtime started, joules, and where the figure comes from: "measured" (the
   /// hardware's meter: NVML, RAPL), "modelled" (a simulated device's power model), "declared"
   /// (the [[backend]] table's idle_watts/busy_watts over the device's busy time) or "none".
   double energy_joules = 0;
   std::string energy_source = "none";
-  double watts = -1;          ///< the draw at the last reading (< 0: unknown)
+  double watts = -1;  ///< the draw at the last reading (< 0: unknown)
 };
 
 /// The node arbiter as this runtime sees it ([arbiter] socket, HCR_ARBITER_SOCKET): all zero and
@@ -118,7 +118,7 @@ struct RuntimeStats {
   uint64_t failed = 0;
   /// Submits that waited for room under Config::max_tasks_in_flight.
   uint64_t throttled = 0;
-  double wall_seconds = 0;              ///< since the runtime started
+  double wall_seconds = 0;  ///< since the runtime started
   /// Placement decisions (the policy's push) and the time they took, measured when execution
   /// times are (policies that learn, Config::counters); else 0.
   uint64_t decisions = 0;
@@ -229,9 +229,10 @@ class HCR_API Runtime {
   /// Blocks until every task whose submit() returned before this call began has finished (also
   /// tasks the runtime made for those calls: acquire, partition), and every task those tasks'
   /// kernels submit, at any depth. Tasks other threads submit while it waits may or may not have
-  /// finished when it returns: a thread that never stops submitting does not keep it waiting. Throws Error(invalid_argument) where it would never
-  /// return: from inside a kernel of this runtime, or from a thread that holds a host view
-  /// (Buffer::acquire), which counts as unfinished work until released.
+  /// finished when it returns: a thread that never stops submitting does not keep it waiting.
+  /// Throws Error(invalid_argument) where it would never return: from inside a kernel of this
+  /// runtime, or from a thread that holds a host view (Buffer::acquire), which counts as unfinished
+  /// work until released.
   void wait_all();
 
   /// Holds back every kernel task submitted from now on until resume(), as StarPU's

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -136,7 +136,8 @@ class Context {
   /// Where a buffer's data is (TaskArg::buffer): bit sets over memory nodes (bit n of
   /// word n / 64) of the nodes holding a valid replica, and of those a copy is on its way to.
   /// Lock-free; may be momentarily stale. Without devices of their own memory: host only.
-  virtual void locate(const void* /*buffer*/, uint64_t valid[2], uint64_t arriving[2]) const noexcept {
+  virtual void locate(const void* /*buffer*/, uint64_t valid[2],
+                      uint64_t arriving[2]) const noexcept {
     valid[0] = 1, valid[1] = 0, arriving[0] = arriving[1] = 0;
   }
   /// Whether a copy from memory node `from` to node `to` (both devices' own memories) goes
@@ -204,9 +205,9 @@ using PolicyFactory = std::function<std::unique_ptr<Policy>(const Config&)>;
 struct ModelRow {
   std::string kernel, arch;
   uint64_t footprint = 0;
-  double size = 0;      ///< bytes of the task's buffers
-  double seconds = 0;   ///< robust estimate (median of recent samples)
-  double spread = 0;    ///< standard deviation (from the MAD)
+  double size = 0;     ///< bytes of the task's buffers
+  double seconds = 0;  ///< robust estimate (median of recent samples)
+  double spread = 0;   ///< standard deviation (from the MAD)
   uint32_t samples = 0;
   bool fit_valid = false;  ///< the (kernel, arch) power law t = a * size^b + c
   double fit_a = 0, fit_b = 0, fit_c = 0;
@@ -217,7 +218,8 @@ struct ModelRow {
 HCR_API std::string model_directory(const Config& config);
 /// Every cell in the model files of `dir`; a file that is not a model is skipped with a message
 /// in `warnings` naming it.
-HCR_API std::vector<ModelRow> read_models(const std::string& dir, std::vector<std::string>& warnings);
+HCR_API std::vector<ModelRow> read_models(const std::string& dir,
+                                          std::vector<std::string>& warnings);
 /// Why `text` would not load whole as the file `name` of a model directory, or "" when it would:
 /// the loader's own checks (format and version, every cell's fields), the architecture it holds is
 /// the one whose file is called `name`, and it holds no more bytes or cells than a model keeps. For

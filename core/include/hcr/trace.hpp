@@ -33,8 +33,8 @@ struct TraceEvent {
   uint64_t bytes = 0;         ///< transfer: bytes copied; task: bytes of its buffers
   double start = 0;           ///< seconds since the runtime started
   double end = 0;
-  double predicted = -1;      ///< task: the policy's predicted seconds, -1 when it made none
-  double measured = -1;       ///< task: seconds the device reported, -1 when it did not
+  double predicted = -1;  ///< task: the policy's predicted seconds, -1 when it made none
+  double measured = -1;   ///< task: seconds the device reported, -1 when it did not
   /// task: the priority it was ordered by — the application's (Task::priority), or, under a
   /// policy that derives them (peft), the application's times 4096 plus its upward rank's level
   int priority = 0;

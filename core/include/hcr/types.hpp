@@ -35,21 +35,37 @@ struct bfloat16 {
 template <class T>
 struct dtype_of;
 template <>
-struct dtype_of<float> { static constexpr DType value = DType::f32; };
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
 template <>
-struct dtype_of<double> { static constexpr DType value = DType::f64; };
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
 template <>
-struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
 template <>
-struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
 template <>
-struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
 template <>
-struct dtype_of<std::byte> { static constexpr DType value = DType::bytes; };
+struct dtype_of<std::byte> {
+  static constexpr DType value = DType::bytes;
+};
 template <>
-struct dtype_of<half> { static constexpr DType value = DType::f16; };
+struct dtype_of<half> {
+  static constexpr DType value = DType::f16;
+};
 template <>
-struct dtype_of<bfloat16> { static constexpr DType value = DType::bf16; };
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::bf16;
+};
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <bit>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cmath>
-#include <utility>
 #include <limits>
+#include <utility>
 
 namespace hcr::detail {
 

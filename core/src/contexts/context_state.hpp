@@ -25,7 +25,7 @@ struct ContextState {
   uint64_t memory_quota = 0;  // bytes per device node; 0: none (DataManager enforces it)
   uint32_t reserve = 0;       // devices held back for it while active (ContextPolicy::pop)
   std::atomic<int64_t> active_until_ns{0};  // reserve: a task of it was pushed 50 ms before
-  bool all_devices = false;   // spec.devices was empty: devices that join are its too
+  bool all_devices = false;                 // spec.devices was empty: devices that join are its too
 
   // Its devices. Written under RuntimeCore's add_mutex_; read anywhere, relaxed: a reader that
   // sees a device a moment late places one task by the old set, which set_devices' drain fixes.

@@ -53,9 +53,9 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
     if (c->name == spec.name)
       throw Error(ErrorCode::invalid_argument, what + ": a context of that name exists already");
   if (contexts_.size() >= ContextPolicy::kMaxContexts)
-    throw Error(ErrorCode::invalid_argument,
-                what + ": a runtime holds at most " +
-                    std::to_string(ContextPolicy::kMaxContexts - 1) + " contexts");
+    throw Error(ErrorCode::invalid_argument, what + ": a runtime holds at most " +
+                                                 std::to_string(ContextPolicy::kMaxContexts - 1) +
+                                                 " contexts");
   uint64_t bits[2];
   device_bits(spec.devices, device_count(), what, bits);
 
@@ -70,13 +70,14 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   c->memory_quota = spec.memory_quota.value_or(0);
   c->all_devices = spec.devices.empty();
   {
-    const uint32_t own = spec.devices.empty() ? device_count()
-                                              : static_cast<uint32_t>(std::popcount(bits[0]) +
-                                                                      std::popcount(bits[1]));
+    const uint32_t own =
+        spec.devices.empty()
+            ? device_count()
+            : static_cast<uint32_t>(std::popcount(bits[0]) + std::popcount(bits[1]));
     if (spec.reserve > own)
-      throw Error(ErrorCode::invalid_argument,
-                  what + ": reserve " + std::to_string(spec.reserve) + " is more than its " +
-                      std::to_string(own) + " device(s)");
+      throw Error(ErrorCode::invalid_argument, what + ": reserve " + std::to_string(spec.reserve) +
+                                                   " is more than its " + std::to_string(own) +
+                                                   " device(s)");
   }
   c->reserve = spec.reserve;
   c->bits[0].store(bits[0], std::memory_order_relaxed);
@@ -133,8 +134,8 @@ hcr::Context RuntimeCore::make_context(const ContextConfig& table) {
   spec.priority = table.priority;
   spec.memory_quota = table.memory_quota;
   spec.reserve = table.reserve;
-  const std::string where = (table.origin.empty() ? config_.origin : table.origin) +
-                            ": context '" + table.name + "'";
+  const std::string where =
+      (table.origin.empty() ? config_.origin : table.origin) + ": context '" + table.name + "'";
   for (const std::string& name : table.devices) {
     // An id, or a device's name.
     bool found = false;
@@ -181,7 +182,8 @@ void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_
     const bool grows = (gained[0] | gained[1]) != 0;
     for (uint32_t d = 0, n = device_count(); d < n; ++d)
       if (((lost[d / 64] | (grows ? bits[d / 64] : 0)) >> (d % 64)) & 1u)
-        for (sched::TaskRef t : context_policy_->drain_context(c.index, d)) again.push_back(t.node());
+        for (sched::TaskRef t : context_policy_->drain_context(c.index, d))
+          again.push_back(t.node());
   }
   for (TaskNode* t : again) place_again(t);
   for (uint32_t d = 0, n = device_count(); d < n; ++d)
@@ -195,9 +197,9 @@ hcr::Context RuntimeCore::find_context(std::string_view name) const {
     if (contexts_[i]->name == name) return hcr::Context(contexts_[i]);
     known += (known.empty() ? "" : ", ") + contexts_[i]->name;
   }
-  throw Error(ErrorCode::invalid_argument, "Runtime::find_context: no context '" +
-                                               std::string(name) + "' (the contexts: " +
-                                               (known.empty() ? "none" : known) + ")");
+  throw Error(ErrorCode::invalid_argument,
+              "Runtime::find_context: no context '" + std::string(name) +
+                  "' (the contexts: " + (known.empty() ? "none" : known) + ")");
 }
 
 void RuntimeCore::context_stats(RuntimeStats& s) const {
@@ -253,7 +255,8 @@ void Context::set_devices(std::vector<uint32_t> devices) {
   detail::ContextState& c = state_or_throw(s_.get(), "Context::set_devices");
   std::shared_ptr<detail::RuntimeCore> rt = c.owner.lock();
   if (!rt || !rt->alive())
-    throw Error(ErrorCode::shutdown, "Context::set_devices('" + c.name + "'): the runtime has ended");
+    throw Error(ErrorCode::shutdown,
+                "Context::set_devices('" + c.name + "'): the runtime has ended");
   rt->set_context_devices(c, devices);
 }
 

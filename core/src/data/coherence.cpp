@@ -109,8 +109,7 @@ void Coherence::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies
   auto device_source = [&](bool same_plugin_only) -> int {
     for (uint32_t s = 1; s < d.replicas.size(); ++s) {
       if (s == n || !d.replicas[s].valid) continue;
-      if (same_plugin_only && n != 0 && memory_.node(s).plugin != memory_.node(n).plugin)
-        continue;
+      if (same_plugin_only && n != 0 && memory_.node(s).plugin != memory_.node(n).plugin) continue;
       return static_cast<int>(s);
     }
     return -1;

@@ -25,12 +25,12 @@ class Transfers;
 struct Replica {
   hcr_memory_t* mem = nullptr;  // the allocation on a device node (host: the buffer's memory)
   bool valid = false;
-  bool fetching = false;        // a copy into this replica is in flight
-  bool evicting = false;        // being copied home before it is freed
-  uint32_t pins = 0;            // tasks between acquire and commit, copies reading it
-  uint32_t copies_out = 0;      // copies reading it now: a writer must wait for them
-  uint64_t last_use = 0;        // LRU clock
-  uint32_t owner = 0;           // device nodes: the context whose task allocated it (0: default)
+  bool fetching = false;    // a copy into this replica is in flight
+  bool evicting = false;    // being copied home before it is freed
+  uint32_t pins = 0;        // tasks between acquire and commit, copies reading it
+  uint32_t copies_out = 0;  // copies reading it now: a writer must wait for them
+  uint64_t last_use = 0;    // LRU clock
+  uint32_t owner = 0;       // device nodes: the context whose task allocated it (0: default)
   // While fetching: the priority of the most urgent task waiting for the copy, its source, and
   // its ticket in the lane while it waits there (0: started, or not a lane's to order).
   int fetch_priority = 0;
@@ -41,8 +41,8 @@ struct Replica {
     bool reads;   // needs the replica valid when it goes
     bool writes;  // also waits for copies reading this replica
   };
-  std::vector<Waiter> waiters;  // tasks waiting for copies into (or out of) this replica
-  std::vector<uint32_t> forward;   // host replica: nodes to copy on to once it arrives
+  std::vector<Waiter> waiters;    // tasks waiting for copies into (or out of) this replica
+  std::vector<uint32_t> forward;  // host replica: nodes to copy on to once it arrives
 };
 
 /// Per-buffer replica table, made when a buffer first meets a device with its own memory.
@@ -64,7 +64,7 @@ struct Copy {
   static constexpr int kUrgent = std::numeric_limits<int>::max();
   BufferState* b;
   uint32_t src, dst;
-  bool evict;      // a write-back before freeing the source replica
+  bool evict;              // a write-back before freeing the source replica
   int priority = kUrgent;  // of the task that needs it; write-backs and refetches go first
 };
 

@@ -70,18 +70,18 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         if (coherence_.data(*a.buffer).replicas[n].mem == nullptr) need += a.buffer->bytes();
       if (t->bytes > node.limit) {
         t->transfer_error = std::make_exception_ptr(
-            Error(ErrorCode::out_of_memory,
-                  "the task's buffers take " + std::to_string(t->bytes) + " bytes; '" + node.name +
-                      "' may hold " + std::to_string(node.limit)));
+            Error(ErrorCode::out_of_memory, "the task's buffers take " + std::to_string(t->bytes) +
+                                                " bytes; '" + node.name + "' may hold " +
+                                                std::to_string(node.limit)));
         return Status::failed;
       }
       const ContextState* ctx = t->context;
       if (ctx != nullptr && ctx->memory_quota != 0 && t->bytes > ctx->memory_quota) {
-        t->transfer_error = std::make_exception_ptr(Error(
-            ErrorCode::out_of_memory,
-            "the task's buffers take " + std::to_string(t->bytes) + " bytes; context '" +
-                ctx->name + "' may hold " + std::to_string(ctx->memory_quota) + " on '" +
-                node.name + "' (its memory_quota)"));
+        t->transfer_error = std::make_exception_ptr(
+            Error(ErrorCode::out_of_memory, "the task's buffers take " + std::to_string(t->bytes) +
+                                                " bytes; context '" + ctx->name + "' may hold " +
+                                                std::to_string(ctx->memory_quota) + " on '" +
+                                                node.name + "' (its memory_quota)"));
         return Status::failed;
       }
       if (need > 0 && ((ctx != nullptr && ctx->memory_quota != 0 &&
@@ -103,14 +103,13 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         if (err != nullptr || mem == nullptr) {
           // A device that is gone says so here too: it must be retired as lost (its data
           // reported lost), not counted a memory fault toward quarantine.
-          const ErrorCode code =
-              err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
-                  ? ErrorCode::device_lost
-                  : ErrorCode::out_of_memory;
+          const ErrorCode code = err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
+                                     ? ErrorCode::device_lost
+                                     : ErrorCode::out_of_memory;
           std::string msg = err ? take_error(api, err) : "no allocation returned";
-          t->transfer_error = std::make_exception_ptr(
-              Error(code, "allocating " + std::to_string(b.bytes()) + " bytes on '" + node.name +
-                              "': " + msg));
+          t->transfer_error =
+              std::make_exception_ptr(Error(code, "allocating " + std::to_string(b.bytes()) +
+                                                      " bytes on '" + node.name + "': " + msg));
           status = Status::failed;
           break;
         }
@@ -161,7 +160,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
       Replica& r = coherence_.data(b).replicas[n];
       if (r.fetching) coherence_.urge(b, n, priority);
       if (r.valid || r.fetching || r.evicting) continue;
-      if (n != 0 && r.mem == nullptr) {  // (host memory: the buffer's own)
+      if (n != 0 && r.mem == nullptr) {                    // (host memory: the buffer's own)
         if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
         if (owner != nullptr && owner->memory_quota != 0 &&
             memory_.owned(n, owner->index) + b.bytes() > owner->memory_quota)
@@ -254,7 +253,7 @@ void DataManager::commit(TaskNode* t, bool success) {
           for (uint32_t m = 0; m < d.replicas.size(); ++m)
             if (m != n && d.replicas[m].valid) coherence_.set_valid(b, m, false);
           coherence_.set_valid(b, n, true);
-          d.lost_with.clear();  // written anew
+          d.lost_with.clear();                                                 // written anew
           if (t->written_through && n != 0) coherence_.set_valid(b, 0, true);  // home already, too
         } else if (coherence_.has_other_valid(b, n)) {
           coherence_.set_valid(b, n, false);  // keep the inputs' valid copies for a retry elsewhere

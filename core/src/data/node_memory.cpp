@@ -29,8 +29,8 @@ NodeMemory::NodeMemory(Coherence& coherence) : coherence_(coherence) {
 
 uint32_t NodeMemory::add(NodeState node) {
   if (nodes_.size() >= kMaxNodes)
-    throw Error(ErrorCode::config, "more than " + std::to_string(kMaxNodes - 1) +
-                                       " devices with their own memory");
+    throw Error(ErrorCode::config,
+                "more than " + std::to_string(kMaxNodes - 1) + " devices with their own memory");
   nodes_.push_back(std::move(node));
   return static_cast<uint32_t>(nodes_.size() - 1);
 }
@@ -46,8 +46,7 @@ hcr_error_t* NodeMemory::allocate(uint32_t n, uint64_t bytes, hcr_memory_t*& mem
   return err;
 }
 
-void NodeMemory::keep(BufferState& b, Replica& r, uint32_t n, hcr_memory_t* mem,
-                      uint32_t owner) {
+void NodeMemory::keep(BufferState& b, Replica& r, uint32_t n, hcr_memory_t* mem, uint32_t owner) {
   NodeState& node = nodes_[n];
   r.mem = mem;
   node.used += b.bytes();

@@ -66,8 +66,7 @@ class NodeMemory {
   // copies when that is what it takes. True when the room is there now.
   bool make_room(uint32_t n, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
   // The same within a context's memory quota: only that context's replicas are evicted.
-  bool make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t,
-                          std::vector<Copy>& copies);
+  bool make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
   // Whatever released pins or freed memory may unblock a task waiting on any node.
   void take_memory_waiters(std::vector<TaskNode*>& out);
 

@@ -33,8 +33,8 @@ struct Transfers::Transfer {
   static constexpr unsigned kGenerationShift = 48;
   void* token() const noexcept {
     const uint64_t gen = state.load(std::memory_order_relaxed) >> 1 & 0xFFFF;
-    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(this) |
-                                   static_cast<uintptr_t>(gen) << kGenerationShift);
+    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(this) | static_cast<uintptr_t>(gen)
+                                                                           << kGenerationShift);
   }
   static Transfer* of(void* token) noexcept {
     return reinterpret_cast<Transfer*>(reinterpret_cast<uintptr_t>(token) &
@@ -183,12 +183,11 @@ void Transfers::on_copy_done(void* user, hcr_error_t* error, const hcr_completio
     return;
   }
   if (error == nullptr) {
-    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
-                             info->device_seconds >= 0
-                         ? info->device_seconds
-                         : std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                         tr->start)
-                               .count();
+    double seconds =
+        info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
+                info->device_seconds >= 0
+            ? info->device_seconds
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - tr->start).count();
     tr->owner->events_.transferred(
         {tr->copy.src, tr->copy.dst, tr->bytes, seconds,
          std::chrono::duration_cast<std::chrono::nanoseconds>(tr->start.time_since_epoch())
@@ -202,15 +201,15 @@ void Transfers::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
   BufferState& b = *c.b;
   std::exception_ptr failure;
   const NodeState* lost = nullptr;  // the device that did the copy, when it said it is gone
-  std::string failed;  // what the failure says
+  std::string failed;               // what the failure says
   if (error != nullptr) {
     const NodeState& dev = memory_.node(c.dst != 0 ? c.dst : c.src);
     if (copy_error_code(dev.plugin->api, error) == ErrorCode::device_lost) lost = &dev;
     std::string msg = take_error(dev.plugin->api, error);
     // The tasks waiting on the copy learn which device failed it (the engine charges that
     // device, not theirs); a device that is gone is retired below.
-    failed = "copying a " + shape_of(b) + " buffer from '" + memory_.node(c.src).name +
-             "' to '" + memory_.node(c.dst).name + "' failed: " + msg;
+    failed = "copying a " + shape_of(b) + " buffer from '" + memory_.node(c.src).name + "' to '" +
+             memory_.node(c.dst).name + "' failed: " + msg;
     failure = std::make_exception_ptr(CopyError(failed, dev.device, lost != nullptr));
     HCR_LOG(warn, failed);
   }

@@ -115,8 +115,8 @@ class Transfers {
   DataEvents& events_;
   std::vector<Lanes> lanes_;  // per node, under the lock
   // Every Transfer made, freed with the Transfers only (see Transfer); those not in flight.
-  std::vector<Transfer*> transfers_;    // lock held
-  Transfer* free_transfers_ = nullptr;  // lock held
+  std::vector<Transfer*> transfers_;                                              // lock held
+  Transfer* free_transfers_ = nullptr;                                            // lock held
   std::map<std::pair<uint32_t, uint32_t>, std::pair<uint64_t, uint64_t>> links_;  // bytes, copies
 };
 

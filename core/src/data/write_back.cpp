@@ -68,17 +68,16 @@ bool WriteBack::write_through(TaskNode* t) {
     c.done = &WriteBack::on_stage_done;
     c.done_user_data = &st;
     st.start = std::chrono::steady_clock::now();
-    hcr_error_t* err = st.staging ? dev.plugin->api->copy(dev.plugin->handle, &c)
-                                  : nullptr;
+    hcr_error_t* err = st.staging ? dev.plugin->api->copy(dev.plugin->handle, &c) : nullptr;
     if (st.staging == nullptr || err != nullptr) {
       const ErrorCode code = err ? copy_error_code(dev.plugin->api, err) : ErrorCode::out_of_memory;
       const std::string msg =
           err ? take_error(dev.plugin->api, err) : std::string("no host memory to stage");
       std::lock_guard<std::mutex> g(wt->mutex);
       if (!wt->error)
-        wt->error = std::make_exception_ptr(Error(
-            code, "writing a " + shape_of(b) + " buffer home from '" + dev.name +
-                      "' failed: " + msg));
+        wt->error =
+            std::make_exception_ptr(Error(code, "writing a " + shape_of(b) + " buffer home from '" +
+                                                    dev.name + "' failed: " + msg));
       if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) finish_write_through(wt);
     }
   }
@@ -96,16 +95,15 @@ void WriteBack::on_stage_done(void* user, hcr_error_t* error, const hcr_completi
     std::string msg = take_error(dev.plugin->api, error);
     std::lock_guard<std::mutex> g(wt->mutex);
     if (!wt->error)
-      wt->error = std::make_exception_ptr(
-          Error(code, "writing a " + shape_of(*st->b) + " buffer home from '" + dev.name +
-                          "' failed: " + msg));
+      wt->error = std::make_exception_ptr(Error(
+          code,
+          "writing a " + shape_of(*st->b) + " buffer home from '" + dev.name + "' failed: " + msg));
   } else {
-    double seconds = info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
-                             info->device_seconds >= 0
-                         ? info->device_seconds
-                         : std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                         st->start)
-                               .count();
+    double seconds =
+        info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
+                info->device_seconds >= 0
+            ? info->device_seconds
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - st->start).count();
     // (The trace shows it as long as it took, however long ago it was handed over.)
     wb.events_.transferred(
         {wt->node, 0, st->b->bytes(), seconds, std::numeric_limits<int64_t>::min()});

@@ -16,8 +16,7 @@ constexpr double kMinInterval = 0.05;
 // The table's device_energy entry, where its size reaches it (an ABI 1.0 plugin's does not).
 auto energy_entry(const hcr_plugin_api_t* api) {
   using Fn = decltype(api->device_energy);
-  if (api == nullptr ||
-      api->struct_size < offsetof(hcr_plugin_api_t, device_energy) + sizeof(Fn))
+  if (api == nullptr || api->struct_size < offsetof(hcr_plugin_api_t, device_energy) + sizeof(Fn))
     return Fn{nullptr};
   return api->device_energy;
 }
@@ -27,13 +26,13 @@ struct EnergyAccount::State {
   SpinLock lock;
   DeviceInit init;
   uint8_t source = kNone;
-  double origin = 0;        // steady-clock seconds when the device joined
-  double base = 0;          // the meter's joules then
-  double last_joules = 0;   // since origin, at the last reading
+  double origin = 0;       // steady-clock seconds when the device joined
+  double base = 0;         // the meter's joules then
+  double last_joules = 0;  // since origin, at the last reading
   double last_time = 0;
   double watts = -1, idle = -1;
   double resolution = 0;
-  double busy = 0;          // declared: busy seconds so far (all slots)
+  double busy = 0;  // declared: busy seconds so far (all slots)
   // A measured meter's interval: the tasks done in it, and its reading when it opened.
   struct Pending {
     uint32_t kernel;

@@ -8,8 +8,8 @@
 // A task's share (what a policy learns energy costs from): a plugin that knows it for the task
 // alone reports it with the task's completion; a declared power gives it exactly (the busy draw
 // above idle, per slot, for the task's duration); a measured meter updates every few milliseconds
-// (RAPL) to hundreds (NVML), so its readings are attributed over the tasks of each interval at least
-// that long, by their busy time, after taking off the idle draw.
+// (RAPL) to hundreds (NVML), so its readings are attributed over the tasks of each interval at
+// least that long, by their busy time, after taking off the idle draw.
 //
 // Thread safety: every member may be called concurrently; a device's state has its own lock.
 #pragma once
@@ -51,9 +51,9 @@ class EnergyAccount {
   };
   struct Reading {
     uint8_t source = kNone;
-    double joules = 0;      ///< since the runtime started
-    double watts = -1;      ///< the draw now (< 0: unknown)
-    double idle_watts = -1; ///< (< 0: unknown)
+    double joules = 0;       ///< since the runtime started
+    double watts = -1;       ///< the draw now (< 0: unknown)
+    double idle_watts = -1;  ///< (< 0: unknown)
   };
 
   EnergyAccount();

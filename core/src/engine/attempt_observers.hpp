@@ -26,7 +26,7 @@ struct AttemptRecord {
   TaskNode* task;
   DeviceState& device;
   const hcr_completion_info_t* info;  // what the plugin reported (null: nothing)
-  double measured;   // device seconds the plugin reported; < 0: it did not say
+  double measured;                    // device seconds the plugin reported; < 0: it did not say
   double seconds;    // `measured`, or the wall time when the policy learns times; < 0: unknown
   double predicted;  // the policy's prediction (when an observer wants it); < 0: none
   std::chrono::steady_clock::time_point end;  // set when an observer wants times

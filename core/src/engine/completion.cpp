@@ -12,7 +12,6 @@
 #include "../log_internal.hpp"
 #include "../plugins/plugin_loader.hpp"
 
-
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -30,10 +29,8 @@ bool device_side(ErrorCode c) {
     case ErrorCode::timeout:
     case ErrorCode::out_of_memory:
     case ErrorCode::internal:
-    case ErrorCode::unknown:
-      return true;
-    default:
-      return false;
+    case ErrorCode::unknown: return true;
+    default: return false;
   }
 }
 ErrorCode code_of(const std::exception_ptr& e) {
@@ -84,13 +81,15 @@ bool Completion::fetch_home_again(TaskNode* t) noexcept {
   t->transfer_error = nullptr;
   if (t->data_node >= 0) p_.data.commit(t, false);  // unpins; what is valid elsewhere stays so
   retries_.fetch_add(1, std::memory_order_relaxed);
-  p_.placement.place(t);  // acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
+  // Acquires again: a fresh copy from wherever the data is valid (or: lost, said so)
+  p_.placement.place(t);
   return true;
 }
 
 void Completion::failed_before_launch(TaskNode* t, DeviceState& d, std::exception_ptr e) noexcept {
   Launches::disarm(t);  // the launch never reached the plugin: no answer will come for it
-  p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, -1.0);  // ends the policy's bookkeeping
+  // Ends the policy's bookkeeping
+  p_.placement.policy()->completed(sched::TaskRef(t), d.info.id, -1.0);
   // A copy another device failed (the source's end of a fetch) is that device's fault: it is
   // charged, and the task is placed again with d still allowed. Bounded, in case that device
   // keeps failing without leaving scheduling.
@@ -127,7 +126,7 @@ void Completion::failed_before_launch(TaskNode* t, DeviceState& d, std::exceptio
 }
 
 void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completion_info_t* info,
-                              const char* timed_out) noexcept {
+                             const char* timed_out) noexcept {
   DeviceState& d = p_.devices[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
   double measured = -1, seconds = -1;
   if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE_1_0 &&
@@ -154,15 +153,15 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
     } else {
       code = static_cast<ErrorCode>(api->error_code(error));
       msg = take_error(api, error);
-      e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
-                                                  d.info.name + "': " + msg));
+      e = std::make_exception_ptr(
+          Error(code, "kernel '" + t->kernel->name + "' on device '" + d.info.name + "': " + msg));
     }
     d.failed.fetch_add(1, std::memory_order_relaxed);
   } else if (timed_out != nullptr) {  // the watchdog gave up on it
     code = ErrorCode::timeout;
     msg = timed_out;
-    e = std::make_exception_ptr(Error(code, "kernel '" + t->kernel->name + "' on device '" +
-                                                d.info.name + "': " + msg));
+    e = std::make_exception_ptr(
+        Error(code, "kernel '" + t->kernel->name + "' on device '" + d.info.name + "': " + msg));
     d.failed.fetch_add(1, std::memory_order_relaxed);
   }
   // The prediction is read before completed() ends the policy's bookkeeping of `t`.
@@ -199,7 +198,7 @@ void Completion::written_through(TaskNode* t, std::exception_ptr error) noexcept
 }
 
 bool Completion::place_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
-                                  const std::string& why) noexcept {
+                                 const std::string& why) noexcept {
   if (!device_side(code) || t->data_lost) return false;
   p_.health.note_fault(d, code, why);
   try {

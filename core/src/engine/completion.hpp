@@ -39,7 +39,7 @@ class Completion final : public TaskEnd, public AttemptEnd, public DriverStages 
     TaskGraph& graph;
     HostAccesses& host;
     const AttemptObservers& observers;  // told of each attempt that reached its plugin
-    const std::atomic<bool>& timing;  // execution times are measured (the policy learns them)
+    const std::atomic<bool>& timing;    // execution times are measured (the policy learns them)
   };
   explicit Completion(Parts parts) : p_(parts) {}
   Completion(const Completion&) = delete;
@@ -60,7 +60,8 @@ class Completion final : public TaskEnd, public AttemptEnd, public DriverStages 
  private:
   // After a device-side failure: notes it against the device and places `t` again without that
   // device. False when the error is the task's own (the kernel threw, bad arguments, data lost).
-  bool place_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code, const std::string& why) noexcept;
+  bool place_elsewhere(TaskNode* t, DeviceState& d, ErrorCode code,
+                       const std::string& why) noexcept;
   // Clears `t`'s attempt (errors, device, pinned inputs) and hands it to placement again.
   void place_again(TaskNode* t) noexcept;
   // A copy home failed for a task that runs nowhere: the device that did it is charged and the

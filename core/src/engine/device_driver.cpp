@@ -46,14 +46,15 @@ uint32_t DeviceDriver::pump(DeviceState& d) noexcept {
       d.in_flight.fetch_add(1, std::memory_order_acq_rel);
       ++launched;
       if (!launches_.arm(d, t.node())) {
-        stages_.failed_before_launch(t.node(), d,
-                std::make_exception_ptr(Error(
-                    ErrorCode::internal,
-                    "device '" + d.info.name + "' has " +
-                        std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
-                        " launches outstanding (launches given up on that never came back), or "
-                        "the process has " +
-                        std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
+        stages_.failed_before_launch(
+            t.node(), d,
+            std::make_exception_ptr(
+                Error(ErrorCode::internal,
+                      "device '" + d.info.name + "' has " +
+                          std::to_string(DeviceState::kMaxSlotChunks * LaunchTable::kChunk) +
+                          " launches outstanding (launches given up on that never came back), or "
+                          "the process has " +
+                          std::to_string(LaunchTable::kMaxChunks * LaunchTable::kChunk))));
         continue;
       }
       launch(t.node(), d);
@@ -82,7 +83,9 @@ void DeviceDriver::launch(TaskNode* t, DeviceState& d) noexcept {
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
     switch (s) {
       case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
-      case DataManager::Status::failed: stages_.failed_before_launch(t, d, t->transfer_error); return;
+      case DataManager::Status::failed:
+        stages_.failed_before_launch(t, d, t->transfer_error);
+        return;
       default: break;
     }
   }
@@ -100,12 +103,10 @@ void DeviceDriver::data_ready(TaskNode* t) noexcept {
     // Launched when the window has room (pump), unless the device left scheduling meanwhile:
     // then, never started, it is placed again as its queued tasks were (give_back_landed sees it
     // in the list, or this sees the state that retire() set before it looked).
-    if (d.landed.add(t, [&] {
-          return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive;
-        }))
+    if (d.landed.add(
+            t, [&] { return d.status.load(std::memory_order_seq_cst) != DeviceState::kActive; }))
       pump(d);
-    else
-      stages_.give_back(t, d);
+    else stages_.give_back(t, d);
   } else {
     stages_.host_task_ready(t);
   }
@@ -162,8 +163,7 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     la.global_size[i] = t->global_size[i];
     la.local_size[i] = t->local_size[i];
   }
-  if (timing_.load(std::memory_order_relaxed) || times)
-    t->start = std::chrono::steady_clock::now();
+  if (timing_.load(std::memory_order_relaxed) || times) t->start = std::chrono::steady_clock::now();
   // From now on the watchdog keeps an eye on this launch, and may end the attempt.
   launches_.watch(token);
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la))

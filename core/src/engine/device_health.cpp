@@ -2,9 +2,9 @@
 // withholds for a while.
 #include "device_health.hpp"
 
+#include "device_state.hpp"
 #include "../data/data_manager.hpp"
 #include "../log_internal.hpp"
-#include "device_state.hpp"
 #include "../units.hpp"
 
 namespace hcr::detail {
@@ -54,8 +54,9 @@ void HealthKeeper::retire(DeviceState& d, uint8_t status, const std::string& why
   bool out = d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
   // A withheld device (the node arbiter's) leaves for good too: the tasks parked for it look
   // again (below), and fail if no other device will take them.
-  const bool was_withheld = !out && was == DeviceState::kWithheld &&
-                            d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
+  const bool was_withheld =
+      !out && was == DeviceState::kWithheld &&
+      d.status.compare_exchange_strong(was, status, std::memory_order_seq_cst);
   if (was_withheld) {
     out = true;
     withheld_.fetch_sub(1, std::memory_order_seq_cst);

@@ -24,7 +24,7 @@ struct DeviceState {
   Device info;
   PluginInstance* plugin = nullptr;
   AttemptEnd* attempts = nullptr;  // where its launches end (the engine's completion)
-  size_t index = 0;  // the plugin's device index
+  size_t index = 0;                // the plugin's device index
   uint32_t flags = 0;
   uint32_t window = 1;  // tasks handed to the plugin at once
 

@@ -82,7 +82,7 @@ class DeviceTable {
   std::atomic<uint32_t> count_{0};
   std::unique_ptr<Hot[]> hot_{new Hot[kMaxDevices]};
   // The plugin instance whose device owns each memory node (written once when the device joins).
-  std::unique_ptr<const PluginInstance*[]> node_plugin_{new const PluginInstance*[kMaxNodes]()};
+  std::unique_ptr<const PluginInstance* []> node_plugin_ { new const PluginInstance*[kMaxNodes]() };
   std::atomic<uint32_t> wakes_{0};  // devices asked to wake and not fed yet
 };
 

@@ -53,8 +53,8 @@ void HostAccesses::check_view_conflict(const BufferState& b, Access mode) const 
     } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
       // Partition and unpartition order tiles and the whole by a join that writes both.
       why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +
-            describe(*held.buffer) + (is_tile_of(&b, held.buffer) ? ", which it is a tile of"
-                                                                 : ", one of its tiles");
+            describe(*held.buffer) +
+            (is_tile_of(&b, held.buffer) ? ", which it is a tile of" : ", one of its tiles");
     }
     if (!why.empty())
       throw Error(ErrorCode::invalid_argument,
@@ -168,9 +168,9 @@ void HostAccesses::grant_async(TaskNode* t) noexcept {
   if (!open) {
     release(t);
     // finish() hands the callback this error (the access was never granted).
-    end_.finish(t, std::make_exception_ptr(
-                  Error(ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
-                                                 ": the runtime ended before it was granted")));
+    end_.finish(t, std::make_exception_ptr(Error(
+                       ErrorCode::shutdown, "acquire_async of a " + describe(*t->args[0].buffer) +
+                                                ": the runtime ended before it was granted")));
     return;
   }
   retain(t);  // ours across the call: the callback may release the token at once

@@ -39,13 +39,12 @@ void Launches::watch(void* token) const noexcept {
   // with acquire).
   if (task_timeout_ > 0)
     LaunchTable::slot(LaunchTable::index_of(token))
-        ->deadline_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                (std::chrono::steady_clock::now() + task_timeout_duration_)
-                                    .time_since_epoch())
-                                .count(),
-                            std::memory_order_release);
+        ->deadline_ns.store(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                (std::chrono::steady_clock::now() + task_timeout_duration_).time_since_epoch())
+                .count(),
+            std::memory_order_release);
 }
-
 
 bool Launches::try_arm(uint32_t index, TaskNode* t) noexcept {
   LaunchSlot& s = *LaunchTable::slot(index);
@@ -146,7 +145,7 @@ void Launches::answered(void* token, hcr_error_t* error, const hcr_completion_in
 }
 
 void Launches::protocol_error(LaunchSlot& s, uint64_t gen, hcr_error_t* error,
-                                 bool returned) noexcept {
+                              bool returned) noexcept {
   // The slot's device is valid while its plugin can call (devices outlive their plugins; a plugin
   // left running at shutdown keeps the whole runtime). Its kernel field names this launch's
   // kernel unless the generation has moved on since (see try_arm; kernels outlive plugins too).

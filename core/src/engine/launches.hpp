@@ -61,8 +61,8 @@ class Launches {
   static void for_each_slot(DeviceState& d, F&& f) {
     const uint32_t chunks = d.slot_chunks_used.load(std::memory_order_acquire);
     for (uint32_t c = 0; c < chunks; ++c) {
-      LaunchSlot* s = LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) *
-                                        LaunchTable::kChunk);
+      LaunchSlot* s =
+          LaunchTable::slot(d.slot_chunks[c].load(std::memory_order_relaxed) * LaunchTable::kChunk);
       for (uint32_t i = 0; i < LaunchTable::kChunk; ++i) f(s[i]);
     }
   }

@@ -49,9 +49,8 @@ bool Pause::hold(TaskNode* t, uint64_t seq) noexcept {
 size_t Pause::held_before(uint64_t seq) const {
   if (paused_.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard<std::mutex> g(mutex_);
-  return static_cast<size_t>(
-      std::count_if(tickets_.begin(), tickets_.end(),
-                    [seq](uint64_t ticket) { return ticket < seq; }));
+  return static_cast<size_t>(std::count_if(tickets_.begin(), tickets_.end(),
+                                           [seq](uint64_t ticket) { return ticket < seq; }));
 }
 
 void Pause::let_go(std::vector<TaskNode*> held) noexcept {

@@ -167,7 +167,6 @@ void Placement::dispatch(TaskNode* t) noexcept {
   }
 }
 
-
 void Placement::release_commute(TaskNode* t) noexcept {
   if (!t->commutes) return;
   CommuteResumed resumed;
@@ -237,8 +236,8 @@ std::exception_ptr Placement::no_device_error(const TaskNode& t) const {
         if (at == std::string::npos) return "failed";
         size_t end = t.device_errors.find("; ", at);
         return "failed: " + t.device_errors.substr(at + name.size(), end == std::string::npos
-                                                                          ? std::string::npos
-                                                                          : end - at - name.size());
+                                                                         ? std::string::npos
+                                                                         : end - at - name.size());
       }
     auto last = [&] {
       std::lock_guard<SpinLock> g(devices_[d].fault_lock);
@@ -274,8 +273,8 @@ std::exception_ptr Placement::no_device_error(const TaskNode& t) const {
       if (t.context->has(static_cast<uint32_t>(d))) {
         msg += (any ? "; " : ": ") + devices_[d].info.name + ": " +
                (t.pinned >= 0 && static_cast<size_t>(t.pinned) != d ? "not the device the task "
-                                                                     "is pinned to (Task::on)"
-                                                                   : reason(d));
+                                                                      "is pinned to (Task::on)"
+                                                                    : reason(d));
         any = true;
       }
     if (t.pinned >= 0 && !t.context->has(static_cast<uint32_t>(t.pinned)))
@@ -284,8 +283,8 @@ std::exception_ptr Placement::no_device_error(const TaskNode& t) const {
              "'), which is not in the context";
   } else if (t.pinned >= 0) {
     msg = "kernel '" + k.name + "' cannot run on device " + std::to_string(t.pinned) + " ('" +
-          devices_[t.pinned].info.name + "'), the only one the task allows (Task::on): " +
-          reason(static_cast<size_t>(t.pinned));
+          devices_[t.pinned].info.name +
+          "'), the only one the task allows (Task::on): " + reason(static_cast<size_t>(t.pinned));
   } else if (devices_.count() == 0) {
     msg += ": no devices (no plugin loaded any; run `hcr devices` to see why)";
   } else {

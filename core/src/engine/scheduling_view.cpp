@@ -29,7 +29,7 @@ uint64_t SchedulingView::bytes_to_fetch(sched::TaskRef t, sched::DeviceId d) con
 }
 
 void SchedulingView::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
-                                 uint64_t* bytes) const noexcept {
+                                    uint64_t* bytes) const noexcept {
   std::fill(bytes, bytes + count, uint64_t{0});
   if (!data_.active()) return;  // every device works in host memory
   // Where each input is valid or on its way, read once; then a bit test per device.
@@ -55,7 +55,7 @@ void SchedulingView::bytes_to_fetch(sched::TaskRef t, sched::DeviceId count,
 }
 
 void SchedulingView::capable(sched::TaskRef t, sched::DeviceId count,
-                          std::bitset<kMaxDevices>& out) const noexcept {
+                             std::bitset<kMaxDevices>& out) const noexcept {
   out.reset();
   const TaskNode* n = t.node();
   if (!n->kernel) return;
@@ -68,8 +68,7 @@ void SchedulingView::capable(sched::TaskRef t, sched::DeviceId count,
   const KernelState& k = *n->kernel;
   const bool limited = data_.active();
   for (unsigned w = 0; w < 2 && w * 64 < count; ++w) {
-    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) &
-                    health_.usable_bits(w);
+    uint64_t bits = k.yes_bits[w].load(std::memory_order_acquire) & health_.usable_bits(w);
     if (count < (w + 1) * 64) bits &= (uint64_t{1} << (count - w * 64)) - 1;
     while (bits != 0) {
       const unsigned d = w * 64 + static_cast<unsigned>(__builtin_ctzll(bits));
@@ -85,7 +84,7 @@ void SchedulingView::capable(sched::TaskRef t, sched::DeviceId count,
 }
 
 void SchedulingView::locate(const void* buffer, uint64_t valid[2],
-                         uint64_t arriving[2]) const noexcept {
+                            uint64_t arriving[2]) const noexcept {
   data_.locate(*static_cast<const BufferState*>(buffer), valid, arriving);
 }
 

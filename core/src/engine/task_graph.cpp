@@ -280,8 +280,9 @@ void TaskGraph::settle(TaskNode* t, const std::exception_ptr& e) noexcept {
     if (s.task->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) now_ready.push_back(s.task);
   }
   if (now_ready.size() > 1)
-    std::stable_sort(now_ready.begin(), now_ready.end(),
-                     [](const TaskNode* a, const TaskNode* b) { return a->priority > b->priority; });
+    std::stable_sort(now_ready.begin(), now_ready.end(), [](const TaskNode* a, const TaskNode* b) {
+      return a->priority > b->priority;
+    });
   for (TaskNode* r : now_ready) stages_.ready(r);
   t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
   t->state.notify_all();
@@ -340,8 +341,7 @@ void TaskGraph::wait_for_room(uint64_t seq) {
   };
   // The gate wakes us when it keeps another task: room may have become impossible.
   while (completed_.load(std::memory_order_seq_cst) < target) {
-    if (const size_t held = gate_ != nullptr ? gate_->held_before(seq) : 0;
-        held > seq - target) {
+    if (const size_t held = gate_ != nullptr ? gate_->held_before(seq) : 0; held > seq - target) {
       leave();
       throw Error(ErrorCode::invalid_argument,
                   "Runtime::submit would wait forever: " + std::to_string(held) +

@@ -132,7 +132,7 @@ class TaskGraph {
   const uint64_t max_in_flight_;  // [runtime] max_tasks_in_flight (0: no bound)
   std::mutex room_mutex_;
   std::condition_variable room_cv_;
-  std::multiset<uint64_t> room_targets_;  // completed_ counts blocked submitters wait for
+  std::multiset<uint64_t> room_targets_;    // completed_ counts blocked submitters wait for
   std::atomic<uint64_t> throttled_{0};      // submits that waited for room
   std::atomic<uint32_t> throttled_now_{0};  // submitters waiting for room now
   std::atomic<uint64_t> abandoned_{0};      // tickets retired without a task

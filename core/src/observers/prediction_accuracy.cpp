@@ -29,8 +29,8 @@ void PredictionAccuracy::report(std::vector<ModelAccuracy>& out) const {
   for (auto& [key, a] : errors_) {
     std::vector<float> e = a.errors;
     std::nth_element(e.begin(), e.begin() + static_cast<long>(e.size() / 2), e.end());
-    out.push_back({kernel_name_(key.first), key.second, e[e.size() / 2],
-                   static_cast<uint32_t>(e.size())});
+    out.push_back(
+        {kernel_name_(key.first), key.second, e[e.size() / 2], static_cast<uint32_t>(e.size())});
   }
 }
 

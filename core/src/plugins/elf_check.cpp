@@ -60,7 +60,8 @@ std::string elf_problem(const std::filesystem::path& file) {
     uint16_t x = 1;
     return *reinterpret_cast<unsigned char*>(&x) == 1;
   }();
-  if (ident[EI_DATA] != (little ? ELFDATA2LSB : ELFDATA2MSB)) return "a library of the other byte order";
+  if (ident[EI_DATA] != (little ? ELFDATA2LSB : ELFDATA2MSB))
+    return "a library of the other byte order";
 
   Elf64_Ehdr eh{};
   in.seekg(0);
@@ -68,9 +69,9 @@ std::string elf_problem(const std::filesystem::path& file) {
   if (kHostMachine != 0 && eh.e_machine != kHostMachine)
     return "built for " + machine_name(eh.e_machine) + ", this machine is " +
            machine_name(kHostMachine);
-  if (eh.e_type != ET_DYN) return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
-  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0)
-    return "no usable program headers";
+  if (eh.e_type != ET_DYN)
+    return "not a shared library (ELF type " + std::to_string(eh.e_type) + ")";
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0) return "no usable program headers";
   const uint64_t ph_end = eh.e_phoff + uint64_t{eh.e_phnum} * eh.e_phentsize;
   if (eh.e_phoff > size || ph_end > size)
     return "truncated: program headers end at byte " + std::to_string(ph_end) + ", file has " +

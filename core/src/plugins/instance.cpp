@@ -40,12 +40,10 @@ detail::ConfigProblem option_problem(const BackendConfig& bc, const std::string&
     }
   }
   const std::string table = bc.origin.empty() ? "backend '" + bc.name + "'" : bc.origin;
-  if (best == std::string::npos)
-    return {table, "backend '" + bc.name + "': " + message};
-  const std::string where =
-      which < bc.option_origins.size() ? bc.option_origins[which] : table;
-  return {where, "backend." + bc.options[which].first + ": " + message + " (plugin '" + bc.name +
-                     "')"};
+  if (best == std::string::npos) return {table, "backend '" + bc.name + "': " + message};
+  const std::string where = which < bc.option_origins.size() ? bc.option_origins[which] : table;
+  return {where,
+          "backend." + bc.options[which].first + ": " + message + " (plugin '" + bc.name + "')"};
 }
 
 // A new instance of `lib` for table `bc`, not yet created in the plugin.
@@ -78,8 +76,7 @@ bool create_in_plugin(PluginInstance& inst, const BackendConfig& bc, PluginRecor
                       std::optional<ConfigProblem>* mistake) {
   const std::shared_ptr<LoadedLibrary>& lib = inst.library;
   std::vector<hcr_option_t> options;
-  for (auto& [k, v] : bc.options)
-    options.push_back({HCR_OPTION_STRUCT_SIZE, k.c_str(), v.c_str()});
+  for (auto& [k, v] : bc.options) options.push_back({HCR_OPTION_STRUCT_SIZE, k.c_str(), v.c_str()});
   hcr_plugin_create_args_t a{};
   a.struct_size = HCR_PLUGIN_CREATE_ARGS_STRUCT_SIZE;
   a.services = &inst.services;
@@ -112,16 +109,15 @@ std::optional<PluginInstance::DeviceRecord> device_record(const LoadedLibrary& l
     return std::nullopt;
   }
   if (!(info.flags & HCR_DEVICE_HOST_MEMORY) &&
-      (lib.api->mem_alloc == nullptr || lib.api->mem_free == nullptr ||
-       lib.api->copy == nullptr)) {
+      (lib.api->mem_alloc == nullptr || lib.api->mem_free == nullptr || lib.api->copy == nullptr)) {
     HCR_LOG(warn, lib.path << ": device " << i
                            << " skipped: it has its own memory but the plugin offers no "
                               "mem_alloc/mem_free/copy");
     return std::nullopt;
   }
   Device d;
-  d.name = info.name ? std::string(info.name, strnlen(info.name, 256))
-                     : lib.name + std::to_string(i);
+  d.name =
+      info.name ? std::string(info.name, strnlen(info.name, 256)) : lib.name + std::to_string(i);
   d.arch = info.arch ? std::string(info.arch, strnlen(info.arch, 256)) : d.name;
   d.backend = lib.name;
   d.kind = static_cast<DeviceKind>(info.kind);
@@ -176,8 +172,8 @@ std::unique_ptr<PluginInstance> instantiate(const std::shared_ptr<LoadedLibrary>
   p->services.log_level = static_cast<hcr_log_level_t>(log::level());
   if (p->devices.empty()) {  // why not, in the plugin's own words (its last info line)
     std::lock_guard<std::mutex> g(p->notes_mutex);
-    record.reason = p->notes.empty() ? "the plugin found no device (and said nothing of why)"
-                                     : p->notes.back();
+    record.reason =
+        p->notes.empty() ? "the plugin found no device (and said nothing of why)" : p->notes.back();
   }
   return p;
 }
@@ -217,8 +213,7 @@ class Instantiation {
       create(*it, bc, !used[bc.name]);
       used[bc.name] = true;
     }
-    if (!mistakes_.empty())
-      throw Error(ErrorCode::config, problems_text(std::move(mistakes_)));
+    if (!mistakes_.empty()) throw Error(ErrorCode::config, problems_text(std::move(mistakes_)));
     for (auto& lib : libraries_)
       if (!used[lib->name]) {
         auto& rec = report_.plugins[record_of_[lib->name]];
@@ -251,12 +246,11 @@ class Instantiation {
     const size_t offered = inst->devices.size();
     const size_t keep = budget_.take(*inst);
     if (keep < offered) {
-      const std::string why = std::to_string(offered - keep) + " of its " +
-                              std::to_string(offered) +
-                              " device(s) left out: one runtime takes at most " +
-                              std::to_string(kMaxDevices) + " devices, " +
-                              std::to_string(DeviceBudget::kOwnMemory) +
-                              " of them with their own memory";
+      const std::string why =
+          std::to_string(offered - keep) + " of its " + std::to_string(offered) +
+          " device(s) left out: one runtime takes at most " + std::to_string(kMaxDevices) +
+          " devices, " + std::to_string(DeviceBudget::kOwnMemory) +
+          " of them with their own memory";
       rec.devices = keep;
       if (keep == 0) {  // nothing of it would be used: skipped, its instance ended
         rec.reason = why;
@@ -285,29 +279,29 @@ class Instantiation {
   // (it cannot load here, it is disabled): its name is then no mistake, the machine lacks it. A
   // library named libhcr-<other>.so is taken to be plugin <other>, as its name says.
   std::string why_missing(const BackendConfig& bc, bool& mistake) const {
-  std::string maybe;
-  for (const PluginRecord& r : report_.plugins) {
-    if (r.path.empty() || r.status == PluginRecord::Status::loaded) continue;
-    const std::string file = fs::path(r.path).filename().string();
-    const std::string prefix = "libhcr-";
-    const bool hinted = file.rfind(prefix, 0) == 0;
-    const std::string hint = hinted ? file.substr(prefix.size(), file.find('.') - prefix.size())
-                                    : std::string();
-    const bool could_be = r.name == bc.name || (r.name.empty() && (!hinted || hint == bc.name));
-    if (could_be) maybe += (maybe.empty() ? "" : "; ") + r.path + ": " + r.reason;
-  }
-  mistake = maybe.empty();
-  if (!mistake)
-    return "no usable plugin named '" + bc.name + "' (backend table at " + bc.origin +
-           "): perhaps " + maybe;
-  std::string found, unsearched;
-  for (auto& lib : libraries_) found += (found.empty() ? "" : ", ") + lib->name;
-  for (const LoadReport::Dir& d : report_.dirs)
-    if (!d.used && d.origin != "install" && d.reason != "listed earlier")
-      unsearched += (unsearched.empty() ? "" : ", ") + d.path + " (" + d.reason + ")";
-  return "no plugin named '" + bc.name + "' in the search path (found: " +
-         (found.empty() ? "none" : found) + ")" +
-         (unsearched.empty() ? "" : "; not searched: " + unsearched);
+    std::string maybe;
+    for (const PluginRecord& r : report_.plugins) {
+      if (r.path.empty() || r.status == PluginRecord::Status::loaded) continue;
+      const std::string file = fs::path(r.path).filename().string();
+      const std::string prefix = "libhcr-";
+      const bool hinted = file.rfind(prefix, 0) == 0;
+      const std::string hint =
+          hinted ? file.substr(prefix.size(), file.find('.') - prefix.size()) : std::string();
+      const bool could_be = r.name == bc.name || (r.name.empty() && (!hinted || hint == bc.name));
+      if (could_be) maybe += (maybe.empty() ? "" : "; ") + r.path + ": " + r.reason;
+    }
+    mistake = maybe.empty();
+    if (!mistake)
+      return "no usable plugin named '" + bc.name + "' (backend table at " + bc.origin +
+             "): perhaps " + maybe;
+    std::string found, unsearched;
+    for (auto& lib : libraries_) found += (found.empty() ? "" : ", ") + lib->name;
+    for (const LoadReport::Dir& d : report_.dirs)
+      if (!d.used && d.origin != "install" && d.reason != "listed earlier")
+        unsearched += (unsearched.empty() ? "" : ", ") + d.path + " (" + d.reason + ")";
+    return "no plugin named '" + bc.name +
+           "' in the search path (found: " + (found.empty() ? "none" : found) + ")" +
+           (unsearched.empty() ? "" : "; not searched: " + unsearched);
   }
 
   const Config& config_;

@@ -87,8 +87,8 @@ const char* missing_entry(const hcr_plugin_api_t* api) {
 
 // Loads a checked file and calls its entry point: the plugin's table, or null with
 // record.reason set. The library stays loaded once its code has run (keep_loaded).
-const hcr_plugin_api_t* load_table(const std::shared_ptr<LoadedLibrary>& lib,
-                                   const fs::path& file, PluginRecord& record) {
+const hcr_plugin_api_t* load_table(const std::shared_ptr<LoadedLibrary>& lib, const fs::path& file,
+                                   PluginRecord& record) {
   // From here on the library's own code runs (its static initialisers, then its entry point):
   // said first, so that a library that crashes or hangs the process is named by the last line
   // logged. `hcr devices` reads these lines to name the culprit (tools/cmd_devices.cpp).

@@ -2,8 +2,8 @@
 // library (library.cpp) and the instance (instance.cpp). Private to the loader.
 #pragma once
 
-#include "../config_check.hpp"
 #include "plugin_loader.hpp"
+#include "../config_check.hpp"
 
 #include <filesystem>
 #include <map>

@@ -11,9 +11,9 @@
 #include <boost/dll/shared_library.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,9 +35,9 @@ struct PluginInstance {
   hcr_plugin_t* handle = nullptr;
   std::string name;
   std::string log_prefix;
-  std::string memory_limit;  // the [[backend]] table's, read by the runtime
+  std::string memory_limit;                 // the [[backend]] table's, read by the runtime
   double idle_watts = -1, busy_watts = -1;  // the same: declared power, < 0 none
-  std::string origin;        // where that table is
+  std::string origin;                       // where that table is
   std::vector<std::pair<std::string, std::string>> options;  // the table's, sorted
   // While it starts (create, counting and describing its devices) the plugin is asked for its
   // info lines too, and the last few are kept: a plugin that finds no device says why at info
@@ -89,10 +89,10 @@ struct DeviceBudget {
 /// (if given) gets "where: backend.key: what". An instance in `loaded` of the same plugin with the
 /// same options drives the same devices: the library is then not instantiated again, and
 /// `mistake` says so (as the configuration's loader refuses two such tables).
-std::unique_ptr<PluginInstance> load_one(
-    const std::filesystem::path& file, const BackendConfig& backend, PluginRecord& record,
-    std::string* mistake = nullptr,
-    std::span<const PluginInstance* const> loaded = {});
+std::unique_ptr<PluginInstance> load_one(const std::filesystem::path& file,
+                                         const BackendConfig& backend, PluginRecord& record,
+                                         std::string* mistake = nullptr,
+                                         std::span<const PluginInstance* const> loaded = {});
 
 /// Text of an ABI error, which is then freed through `api`.
 std::string take_error(const hcr_plugin_api_t* api, hcr_error_t* error);

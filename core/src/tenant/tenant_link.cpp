@@ -3,8 +3,8 @@
 // the engine's loops, the same mask test).
 #include "tenant_link.hpp"
 
-#include "../log_internal.hpp"
 #include <hcr/arbiter/protocol.hpp>
+#include "../log_internal.hpp"
 #include "../runtime_core.hpp"
 
 #include <algorithm>

@@ -77,8 +77,8 @@ Event gemm(Runtime& rt, Op trans_a, Op trans_b, Scalar<T> alpha, const Buffer<T>
 /// triangle is neither read nor written); op(A) n x k (A is k x n under Op::trans). Diagonal
 /// tiles are "syrk_<t>" tasks, the others "gemm_<t>". C must not alias A.
 template <Real T>
-Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a,
-           Scalar<T> beta, const Buffer<T>& c, size_t tile);
+Event syrk(Runtime& rt, Uplo uplo, Op trans, Scalar<T> alpha, const Buffer<T>& a, Scalar<T> beta,
+           const Buffer<T>& c, size_t tile);
 
 /// Solves op(A) * X = alpha * B (Side::left, A m x m) or X * op(A) = alpha * B (Side::right, A
 /// n x n) for the m x n matrix X, which overwrites B. Only the `uplo` triangle of A is read, and
@@ -116,16 +116,16 @@ Event potrs(Runtime& rt, Uplo uplo, const Buffer<T>& a, const Buffer<T>& b, size
 template <Real T>
 Event getrf_nopiv(Runtime& rt, const Buffer<T>& a, size_t tile);
 
-#define HCR_LINALG_DECLARE(T)                                                                     \
-  extern template HCR_LINALG_API Event gemm<T>(Runtime&, Op, Op, T, const Buffer<T>&,             \
-                                               const Buffer<T>&, T, const Buffer<T>&, size_t);    \
-  extern template HCR_LINALG_API Event syrk<T>(Runtime&, Uplo, Op, T, const Buffer<T>&, T,        \
-                                               const Buffer<T>&, size_t);                         \
-  extern template HCR_LINALG_API Event trsm<T>(Runtime&, Side, Uplo, Op, Diag, T,                 \
-                                               const Buffer<T>&, const Buffer<T>&, size_t);       \
-  extern template HCR_LINALG_API Event potrf<T>(Runtime&, Uplo, const Buffer<T>&, size_t);        \
-  extern template HCR_LINALG_API Event potrs<T>(Runtime&, Uplo, const Buffer<T>&,                 \
-                                                const Buffer<T>&, size_t);                        \
+#define HCR_LINALG_DECLARE(T)                                                                  \
+  extern template HCR_LINALG_API Event gemm<T>(Runtime&, Op, Op, T, const Buffer<T>&,          \
+                                               const Buffer<T>&, T, const Buffer<T>&, size_t); \
+  extern template HCR_LINALG_API Event syrk<T>(Runtime&, Uplo, Op, T, const Buffer<T>&, T,     \
+                                               const Buffer<T>&, size_t);                      \
+  extern template HCR_LINALG_API Event trsm<T>(Runtime&, Side, Uplo, Op, Diag, T,              \
+                                               const Buffer<T>&, const Buffer<T>&, size_t);    \
+  extern template HCR_LINALG_API Event potrf<T>(Runtime&, Uplo, const Buffer<T>&, size_t);     \
+  extern template HCR_LINALG_API Event potrs<T>(Runtime&, Uplo, const Buffer<T>&,              \
+                                                const Buffer<T>&, size_t);                     \
   extern template HCR_LINALG_API Event getrf_nopiv<T>(Runtime&, const Buffer<T>&, size_t);
 HCR_LINALG_DECLARE(float)
 HCR_LINALG_DECLARE(double)

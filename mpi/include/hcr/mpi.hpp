@@ -89,8 +89,9 @@ struct PeerStats {
 
 /// The layer's counters on this rank.
 struct Stats {
-  std::vector<PeerStats> peers;   ///< by rank
-  uint64_t early_arrivals = 0;    ///< payloads received into a temporary (their receive was not ready)
+  std::vector<PeerStats> peers;  ///< by rank
+  uint64_t early_arrivals =
+      0;  ///< payloads received into a temporary (their receive was not ready)
   uint64_t early_bytes_peak = 0;  ///< the most memory early arrivals held at once
   uint64_t over_cap = 0;          ///< early arrivals let in over the cap (to avoid a deadlock)
   uint64_t tasks_run = 0;         ///< tasks this rank executed
@@ -214,7 +215,8 @@ class HCR_MPI_API Cluster {
   void distribute_weighted(const Tiles<T>& tiles, const std::vector<double>& weights) {
     std::vector<double> credit = check_weights(weights);
     for (size_t i = 0; i < tiles.rows(); ++i)
-      for (size_t j = 0; j < tiles.cols(); ++j) distribute(tiles(i, j), next_weighted(weights, credit));
+      for (size_t j = 0; j < tiles.cols(); ++j)
+        distribute(tiles(i, j), next_weighted(weights, credit));
   }
   /// The owner rank of a registered buffer; throws Error if it was never distributed.
   template <class T>
@@ -258,10 +260,10 @@ class HCR_MPI_API Cluster {
 
 /// How split_node divided this node.
 struct NodeShare {
-  int local_rank = 0;   ///< among the ranks of this node
+  int local_rank = 0;  ///< among the ranks of this node
   int local_size = 1;
-  unsigned cores = 0;   ///< this process may run on (its affinity mask)
-  unsigned threads = 0; ///< given to the cpu backend
+  unsigned cores = 0;    ///< this process may run on (its affinity mask)
+  unsigned threads = 0;  ///< given to the cpu backend
 };
 
 /// Splits the node's resources between the ranks on it (MPI_Comm_split_type SHARED over
@@ -272,7 +274,8 @@ struct NodeShare {
 /// An empty backend list (every plugin found, default options) is refused with an Error
 /// (invalid_argument): options cannot be given to plugins not named. Call it before constructing
 /// the Runtime.
-HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD, NodeShare* share = nullptr);
+HCR_MPI_API Config split_node(Config config, MPI_Comm comm = MPI_COMM_WORLD,
+                              NodeShare* share = nullptr);
 
 /// Shares the ranks' learned cost models (collective over `comm`; call it before the Runtimes
 /// exist, as they load their models when they start). Every rank sends the model files of its

@@ -12,12 +12,11 @@ namespace {
 
 Config cpu_and_sim() {
   Config c = test::cpu_config(2);
-  c.backends.push_back({"sim",
-                        true,
-                        {{"time_scale", "0.001"},
-                         {"device.0.name", "sim-gpu"},
-                         {"device.0.gflops", "1000"}},
-                        "test"});
+  c.backends.push_back(
+      {"sim",
+       true,
+       {{"time_scale", "0.001"}, {"device.0.name", "sim-gpu"}, {"device.0.gflops", "1000"}},
+       "test"});
   return c;
 }
 
@@ -54,8 +53,8 @@ TEST(BlasThreads, TheApplicationsSettingSurvivesARuntime) {
     EXPECT_EQ(openblas_get_num_threads(), set) << "while the runtime is alive, after BLAS tasks";
     // The application's own BLAS call works beside the runtime, with its own setting.
     std::vector<double> x(64 * 64, 1.0), y(64 * 64, 0.0);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0, x.data(), 64,
-                x.data(), 64, 0.0, y.data(), 64);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 64, 64, 64, 1.0, x.data(), 64, x.data(),
+                64, 0.0, y.data(), 64);
     EXPECT_EQ(y[0], 64.0);
   }
   EXPECT_EQ(openblas_get_num_threads(), set) << "after the runtime ended";

@@ -134,7 +134,8 @@ TEST(CpuBackend, GemmWithWrongArgumentsFailsNamingThem) {
   auto a = rt.buffer<float>(2, 3), b = rt.buffer<float>(4, 2), c = rt.buffer<float>(2, 2);
   hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0};
   Kernel g = rt.kernel("gemm_f32");
-  Error e = test::expect_error([&] { rt.submit(Task(g).read(a).read(b).read_write(c).param(p)).get(); });
+  Error e =
+      test::expect_error([&] { rt.submit(Task(g).read(a).read(b).read_write(c).param(p)).get(); });
   EXPECT_NE(std::string(e.what()).find("A is 2x3, B is 4x2, C is 2x2"), std::string::npos)
       << e.what();
   // Fresh outputs below: C now holds what a failed task wrote, and reading it would fail.

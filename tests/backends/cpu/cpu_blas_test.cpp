@@ -78,10 +78,10 @@ TEST(CpuBlas, AnAbi10GemmBlockMeansNoTransposes) {
 TEST(CpuBlas, PotrfOfAMatrixNotPositiveDefiniteNamesTheMinor) {
   Runtime rt(test::cpu_config(1));
   // Leading minors of order 1 and 2 are positive, the one of order 3 is not.
-  std::vector<double> a = {4, 0, 0, 0,  //
-                           2, 5, 0, 0,  //
+  std::vector<double> a = {4, 0, 0,  0,  //
+                           2, 5, 0,  0,  //
                            0, 1, -3, 0,  //
-                           0, 0, 0, 1};
+                           0, 0, 0,  1};
   auto A = rt.wrap(a.data(), 4, 4);
   const hcr_potrf_params_t p{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_LOWER};
   Error e = test::expect_error(
@@ -126,7 +126,8 @@ TEST(CpuBlas, ConcurrentCallsAreExact) {
   const std::vector<std::vector<double>> c0 = c;
   Kernel gemm = rt.kernel("gemm_f64");
   const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, -1.0, 1.0, HCR_TRANS, HCR_NO_TRANS};
-  for (size_t t = 0; t < tasks; ++t) rt.submit(Task(gemm).read(A[t]).read(A[t]).read_write(C[t]).param(p));
+  for (size_t t = 0; t < tasks; ++t)
+    rt.submit(Task(gemm).read(A[t]).read(A[t]).read_write(C[t]).param(p));
   rt.wait_all();
   size_t wrong = 0;
   for (size_t t = 0; t < tasks; ++t) {

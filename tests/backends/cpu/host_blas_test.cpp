@@ -11,8 +11,8 @@
 #include <functional>
 #include <random>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace hcr {
@@ -39,7 +39,8 @@ TEST(HostBlas, CallsFromSeveralThreadsAtOnceAreExact) {
   std::mt19937 g(1);
   std::uniform_real_distribution<double> u(-1, 1);
   // Per thread: its own A and C, and the result of the call made alone.
-  std::vector<std::vector<double>> a(threads, std::vector<double>(n * n)), c0(threads), want(threads);
+  std::vector<std::vector<double>> a(threads, std::vector<double>(n * n)), c0(threads),
+      want(threads);
   for (int t = 0; t < threads; ++t) {
     for (double& x : a[t]) x = u(g);
     c0[t].assign(n * n, 0);

@@ -42,7 +42,7 @@ TEST(RaplMeter, SumsPackagesUnwrapsCountersAndSkipsWhatCannotBeRead) {
   p.domain("intel-rapl:1", 5'000'000, 10'000'000);
   p.domain("intel-rapl:0:0", 400'000, 10'000'000);  // a subzone (the cores): inside package 0
   fs::create_directories(p.root / "intel-rapl:2" / "energy_uj");  // unreadable: a directory
-  fs::create_directories(p.root / "intel-rapl-mmio:0");            // another control type
+  fs::create_directories(p.root / "intel-rapl-mmio:0");           // another control type
   cpu::RaplMeter m(p.root);
   ASSERT_FALSE(m.empty());
   EXPECT_EQ(m.domains(), 2u);
@@ -53,7 +53,7 @@ TEST(RaplMeter, SumsPackagesUnwrapsCountersAndSkipsWhatCannotBeRead) {
   EXPECT_NEAR(m.read().joules, 3.0, 1e-9);
   p.set("intel-rapl:0", 9'900'000);  // +6.4 J
   EXPECT_NEAR(m.read().joules, 9.4, 1e-9);
-  p.set("intel-rapl:0", 400'000);    // wrapped at 10 J: +0.1 + 0.4
+  p.set("intel-rapl:0", 400'000);  // wrapped at 10 J: +0.1 + 0.4
   const cpu::RaplMeter::Reading r = m.read();
   EXPECT_NEAR(r.joules, 9.9, 1e-9);
   EXPECT_GT(r.watts, 0.0);

@@ -199,7 +199,8 @@ TEST_P(CudaAbi, DevicesShareSplitsTheGpusBetweenRanks) {
       std::vector<int> want;
       for (int i = k; i < count; i += n) want.push_back(i);
       if (want.empty()) want.push_back(k % count);
-      auto share = make(Options{{"devices", "share:" + std::to_string(k) + "/" + std::to_string(n)}});
+      auto share =
+          make(Options{{"devices", "share:" + std::to_string(k) + "/" + std::to_string(n)}});
       ASSERT_TRUE(share->ok()) << share->create_error();
       ASSERT_EQ(share->device_count(), want.size()) << k << "/" << n;
       for (size_t d = 0; d < want.size(); ++d)
@@ -397,8 +398,7 @@ void store(const Precision& pr, double x, unsigned char* at) {
       std::memcpy(at, &f, 4);
       break;
     }
-    default:
-      std::memcpy(at, &x, 8);
+    default: std::memcpy(at, &x, 8);
   }
 }
 
@@ -443,7 +443,8 @@ void check_gemm(Plugin& p, const Precision& pr, uint64_t m, uint64_t k, uint64_t
   for (uint64_t i = 0; i < k; ++i)
     for (uint64_t j = 0; j < n; ++j) store(pr, b[i * n + j], &hb[(i * ldb + j) * pr.bytes]);
   for (uint64_t i = 0; i < m; ++i)
-    for (uint64_t j = 0; j < n; ++j) store(pr, c0[i * n + j], &hc[c_off + (i * ldc + j) * pr.bytes]);
+    for (uint64_t j = 0; j < n; ++j)
+      store(pr, c0[i * n + j], &hc[c_off + (i * ldc + j) * pr.bytes]);
   hcr_memory_t* A = p.alloc(0, ha.size());
   hcr_memory_t* B = p.alloc(0, hb.size());
   hcr_memory_t* C = p.alloc(0, hc.size());
@@ -487,8 +488,9 @@ void check_gemm(Plugin& p, const Precision& pr, uint64_t m, uint64_t k, uint64_t
         scale += std::abs(alpha * a[i * k + q] * b[q * n + j]);
       }
       const double got = load(pr, &out[c_off + (i * ldc + j) * pr.bytes]);
-      const double tol = half ? 2 * pr.unit * std::abs(want) + (k + 2) * std::ldexp(1.0, -18) * scale
-                              : 2.0 * (k + 2) * pr.unit * scale + 1e-300;
+      const double tol = half
+                             ? 2 * pr.unit * std::abs(want) + (k + 2) * std::ldexp(1.0, -18) * scale
+                             : 2.0 * (k + 2) * pr.unit * scale + 1e-300;
       if (!(std::abs(got - want) <= tol) && bad++ < 5)
         ADD_FAILURE() << "C(" << i << "," << j << ") = " << got << ", want " << want << " +- "
                       << tol;
@@ -497,8 +499,8 @@ void check_gemm(Plugin& p, const Precision& pr, uint64_t m, uint64_t k, uint64_t
   // The padding between C's rows is untouched.
   size_t pad = 0;
   for (uint64_t i = 0; i + 1 < m; ++i)
-    pad += std::memcmp(&out[c_off + (i * ldc + n) * pr.bytes], &hc[c_off + (i * ldc + n) * pr.bytes],
-                       (ldc - n) * pr.bytes) != 0;
+    pad += std::memcmp(&out[c_off + (i * ldc + n) * pr.bytes],
+                       &hc[c_off + (i * ldc + n) * pr.bytes], (ldc - n) * pr.bytes) != 0;
   EXPECT_EQ(pad, 0u);
 }
 
@@ -555,9 +557,10 @@ TEST_P(CudaAbi, GemmMistakesNameTheShapes) {
 
 TEST_P(CudaAbi, EstimatesGemm) {
   hcr_kernel_t* k = p().builtin(0, "gemm_f32");
-  hcr_arg_t args[3] = {matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ, 1024, 1024, 1024),
-                       matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ, 1024, 1024, 1024),
-                       matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ_WRITE, 1024, 1024, 1024)};
+  hcr_arg_t args[3] = {
+      matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ, 1024, 1024, 1024),
+      matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ, 1024, 1024, 1024),
+      matrix_arg(nullptr, 0, HCR_DTYPE_F32, HCR_ACCESS_READ_WRITE, 1024, 1024, 1024)};
   hcr_launch_args_t la{};
   la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
   la.kernel = k;
@@ -664,8 +667,8 @@ std::string nvrtc_missing(const std::string& file) {
   return why;
 }
 
-#define HCR_NEED_NVRTC()                                                 \
-  do {                                                                   \
+#define HCR_NEED_NVRTC()                                                                          \
+  do {                                                                                            \
     if (std::string why_ = nvrtc_missing(GetParam().file()); !why_.empty()) GTEST_SKIP() << why_; \
   } while (0)
 
@@ -816,7 +819,8 @@ template <class T> __global__ void fill2d(T* m, unsigned long long rows, unsigne
   Outcome o = p().launch(la);
   ASSERT_TRUE(o.ok) << o.message;
   std::vector<double> out(rows * ld);
-  ASSERT_TRUE(p().download(0, out.data(), out.size() * 8, m, 0, out.size() * 8, out.size() * 8, 1).ok);
+  ASSERT_TRUE(
+      p().download(0, out.data(), out.size() * 8, m, 0, out.size() * 8, out.size() * 8, 1).ok);
   size_t wrong = 0;
   for (uint64_t r = 0; r < rows; ++r)
     for (uint64_t c = 0; c < cols; ++c) wrong += out[r * ld + c] != 0.5 + r * 1000 + c;
@@ -909,13 +913,14 @@ extern "C" __global__ void scale_n(float* x, float a, int n) {
 TEST_P(CudaAbi, CompileErrorsCarryTheLog) {
   HCR_NEED_NVRTC();
   CallError e;
-  hcr_kernel_t* k = p().source(0, "broken", "__global__ void broken(float* x) { x[0] = y; }",
-                               nullptr, &e);
+  hcr_kernel_t* k =
+      p().source(0, "broken", "__global__ void broken(float* x) { x[0] = y; }", nullptr, &e);
   EXPECT_EQ(k, nullptr);
   EXPECT_EQ(e.code, HCR_ERROR_BACKEND);
   EXPECT_NE(e.message.find("NVRTC could not compile kernel 'broken'"), std::string::npos)
       << e.message;
-  EXPECT_NE(e.message.find("\"y\""), std::string::npos) << "the log names the culprit: " << e.message;
+  EXPECT_NE(e.message.find("\"y\""), std::string::npos)
+      << "the log names the culprit: " << e.message;
 }
 
 TEST_P(CudaAbi, OtherKernelKindsAreRefused) {
@@ -1029,7 +1034,8 @@ TEST_P(CudaAbi, DestroyWaitsForOutstandingWork) {
     la.done_user_data = &tickets[i];
     ASSERT_TRUE(p().check(p().api()->launch(p().get(), &la)).ok);
   }
-  // And a pageable download (of A and B, which nothing writes) in flight through the staging thread.
+  // And a pageable download (of A and B, which nothing writes) in flight through the staging
+  // thread.
   std::vector<unsigned char> host(2 * mat);
   tickets[kLaunches] = {&tally, kLaunches, p().api()};
   hcr_copy_args_t c{};
@@ -1149,8 +1155,8 @@ TEST_P(CudaRuntime, Bf16GemmTask) {
         scale += std::abs(a[i * k + q] * b[q * n + j]);
       }
       const double got = test_bf16_to_f32(c[i * n + j].bits);
-      bad += !(std::abs(got - want) <= std::ldexp(2.0, -8) * std::abs(want) +
-                                          (k + 2) * std::ldexp(1.0, -18) * scale);
+      bad += !(std::abs(got - want) <=
+               std::ldexp(2.0, -8) * std::abs(want) + (k + 2) * std::ldexp(1.0, -18) * scale);
     }
   EXPECT_EQ(bad, 0u);
 }
@@ -1192,8 +1198,12 @@ TEST_P(CudaRuntime, SourceKernelTasksChainAcrossDevices) {
   const size_t ndev = rt().devices().size();
   const int kSteps = 60;
   for (int s = 0; s < kSteps; ++s)
-    rt().submit(Task(axpy).read_write(y).read(x).param(1.0f).param(
-        static_cast<unsigned long long>(n)).on(static_cast<uint32_t>(s % ndev)));
+    rt().submit(Task(axpy)
+                    .read_write(y)
+                    .read(x)
+                    .param(1.0f)
+                    .param(static_cast<unsigned long long>(n))
+                    .on(static_cast<uint32_t>(s % ndev)));
   auto out = y.to_vector();
   size_t wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += out[i] != 1.0f + kSteps * xs[i];
@@ -1211,8 +1221,13 @@ extern "C" __global__ void iota(unsigned long long* out, unsigned long long n, i
   unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x;
   if (i < n) out[i] = i * mul;
 })");
-  rt().submit(Task(iota).write(out).param(static_cast<unsigned long long>(n)).param(int{3})
-                  .grid(n).block(128).on(0))
+  rt().submit(Task(iota)
+                  .write(out)
+                  .param(static_cast<unsigned long long>(n))
+                  .param(int{3})
+                  .grid(n)
+                  .block(128)
+                  .on(0))
       .get();
   auto v = out.to_vector();
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<int64_t>(3 * i)) << i;

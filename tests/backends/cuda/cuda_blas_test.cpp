@@ -31,9 +31,7 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ---- element types -----------------------------------------------------------------------------
 
-size_t esize(hcr_dtype_t t) {
-  return t == HCR_DTYPE_F64 ? 8 : t == HCR_DTYPE_F32 ? 4 : 2;
-}
+size_t esize(hcr_dtype_t t) { return t == HCR_DTYPE_F64 ? 8 : t == HCR_DTYPE_F32 ? 4 : 2; }
 
 /// The unit roundoff of the storage type.
 double unit(hcr_dtype_t t) {
@@ -252,8 +250,8 @@ void check_gemm(Plugin& p, hcr_dtype_t dt, uint64_t m, uint64_t k, uint64_t n, b
   DevMat C = upload(p, dt, m, n, 5, [&](auto, auto) { return beta == 0 ? kNaN : uniform(); });
   hcr_gemm_params_t params{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta, ta ? HCR_TRANS : HCR_NO_TRANS,
                            tb ? HCR_TRANS : HCR_NO_TRANS};
-  Outcome o = run({A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ), C.arg(HCR_ACCESS_READ_WRITE)},
-                  params);
+  Outcome o =
+      run({A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ), C.arg(HCR_ACCESS_READ_WRITE)}, params);
   ASSERT_TRUE(o.ok) << o.message;
   DevMat out = download(p, C);
   const bool half = dt == HCR_DTYPE_F16 || dt == HCR_DTYPE_BF16;
@@ -305,8 +303,8 @@ TEST_P(CudaBlas, GemmAcceptsTheAbi10ParameterBlock) {
   for (size_t size : {size_t{HCR_GEMM_PARAMS_STRUCT_SIZE_1_0}, sizeof params}) {
     SCOPED_TRACE("params_size " + std::to_string(size));
     DevMat C = upload(p(), HCR_DTYPE_F64, m, n, 1, [](auto, auto) { return kNaN; });
-    Outcome o = run("gemm_f64", {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ),
-                                 C.arg(HCR_ACCESS_READ_WRITE)},
+    Outcome o = run("gemm_f64",
+                    {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ), C.arg(HCR_ACCESS_READ_WRITE)},
                     &params, size);
     ASSERT_TRUE(o.ok) << o.message;
     DevMat out = download(p(), C);
@@ -322,8 +320,8 @@ TEST_P(CudaBlas, GemmAcceptsTheAbi10ParameterBlock) {
   }
   // No parameters at all: C = A B.
   DevMat C = upload(p(), HCR_DTYPE_F64, m, n, 0, [](auto, auto) { return kNaN; });
-  ASSERT_TRUE(run("gemm_f64", {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ),
-                               C.arg(HCR_ACCESS_READ_WRITE)},
+  ASSERT_TRUE(run("gemm_f64",
+                  {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ), C.arg(HCR_ACCESS_READ_WRITE)},
                   nullptr, 0)
                   .ok);
   DevMat out = download(p(), C);
@@ -409,10 +407,10 @@ TEST_P(CudaBlas, TrsmInEverySideUploTransAndDiag) {
                 return (upper ? i < j : i > j) ? uniform() : kNaN;
               });
               DevMat B = upload(p(), dt, m, n, 2, [](auto, auto) { return uniform(); });
-              hcr_trsm_params_t params{HCR_TRSM_PARAMS_STRUCT_SIZE, alpha,
-                                       right ? HCR_RIGHT : HCR_LEFT, upper ? HCR_UPPER : HCR_LOWER,
-                                       trans ? HCR_TRANS : HCR_NO_TRANS,
-                                       unit_diag ? HCR_UNIT : HCR_NON_UNIT};
+              hcr_trsm_params_t params{
+                  HCR_TRSM_PARAMS_STRUCT_SIZE,      alpha,
+                  right ? HCR_RIGHT : HCR_LEFT,     upper ? HCR_UPPER : HCR_LOWER,
+                  trans ? HCR_TRANS : HCR_NO_TRANS, unit_diag ? HCR_UNIT : HCR_NON_UNIT};
               Outcome o = run(kernel_name("trsm", dt),
                               {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ_WRITE)}, params);
               ASSERT_TRUE(o.ok) << o.message;
@@ -580,17 +578,17 @@ TEST_P(CudaBlas, GetrfWithoutPivoting) {
       SCOPED_TRACE(kernel_name("getrf_nopiv", dt) + " n " + std::to_string(n));
       DevMat S = spd(q, dt, n, false);
       hcr_potrf_params_t lower{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_LOWER};
-      ASSERT_TRUE(run_on(q, kernel_name("potrf", dt), {S.arg(HCR_ACCESS_READ_WRITE)}, &lower,
-                         sizeof lower)
-                      .ok);
+      ASSERT_TRUE(
+          run_on(q, kernel_name("potrf", dt), {S.arg(HCR_ACCESS_READ_WRITE)}, &lower, sizeof lower)
+              .ok);
       q.free(0, S.mem);
       // Diagonally dominant: no pivoting needed. Unsymmetric, so a transposed factorization
       // (A^T = L U) would not pass for A's.
       DevMat A = upload(q, dt, n, n, 2, [&](uint64_t i, uint64_t j) {
         return i == j ? n + 2.0 : uniform() + (i < j ? 0.5 : 0.0);
       });
-      Outcome o = run_on(q, kernel_name("getrf_nopiv", dt), {A.arg(HCR_ACCESS_READ_WRITE)},
-                         nullptr, 0);
+      Outcome o =
+          run_on(q, kernel_name("getrf_nopiv", dt), {A.arg(HCR_ACCESS_READ_WRITE)}, nullptr, 0);
       ASSERT_TRUE(o.ok) << o.message;
       DevMat F = download(q, A);
       auto L = [&](uint64_t i, uint64_t j) { return i == j ? 1.0 : i > j ? F(i, j) : 0.0; };
@@ -678,8 +676,8 @@ TEST_P(CudaBlas, MistakesAreRefusedNamingThem) {
   expect(run("syrk_f32", {a, A.arg(HCR_ACCESS_READ_WRITE)}, &s, 24),
          "syrk_f32 parameters: 24 bytes, expected an hcr_syrk_params_t of at least 32 bytes");
 
-  hcr_trsm_params_t t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_LOWER, HCR_NO_TRANS,
-                      HCR_NON_UNIT};
+  hcr_trsm_params_t t{
+      HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_LOWER, HCR_NO_TRANS, HCR_NON_UNIT};
   expect(run("trsm_f32", {a, b}, t),
          "trsm_f32 shapes do not match: A is 4x4, B is 4x6 (A must be square with B's columns as "
          "its order: side is right)");
@@ -762,8 +760,8 @@ TEST_P(CudaBlasRuntime, BlockCholeskyAsTasks) {
   };
   auto A11 = tile(0, b1, 0, b1), A21 = tile(b1, b2, 0, b1), A22 = tile(b1, b2, b1, b2);
   const hcr_potrf_params_t lower{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_LOWER};
-  const hcr_trsm_params_t solve{HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_RIGHT, HCR_LOWER, HCR_TRANS,
-                                HCR_NON_UNIT};
+  const hcr_trsm_params_t solve{
+      HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_RIGHT, HCR_LOWER, HCR_TRANS, HCR_NON_UNIT};
   const hcr_syrk_params_t update{HCR_SYRK_PARAMS_STRUCT_SIZE, -1.0, 1.0, HCR_LOWER, HCR_NO_TRANS};
   rt().submit(Task(rt().kernel("potrf_f64")).read_write(A11).param(lower));
   rt().submit(Task(rt().kernel("trsm_f64")).read(A11).read_write(A21).param(solve));
@@ -833,8 +831,8 @@ TEST(FakeCudaPlugin, WithoutCusolverTheFactorizationsAreDeclined) {
     Error e = test::expect_error(
         [&] { rt.submit(Task(rt.kernel("potrf_f64")).read_write(A).param(lower)).get(); });
     EXPECT_EQ(e.code(), ErrorCode::no_device) << e.what();
-    const hcr_trsm_params_t solve{HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER,
-                                  HCR_NO_TRANS, HCR_NON_UNIT};
+    const hcr_trsm_params_t solve{
+        HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER, HCR_NO_TRANS, HCR_NON_UNIT};
     auto A2 = rt.buffer<double>(3, 3);
     {
       auto v = A2.acquire(Access::write);

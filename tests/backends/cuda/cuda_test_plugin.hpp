@@ -4,8 +4,8 @@
 // everything is in an anonymous namespace, so each source has its own copy.
 #pragma once
 
-#include "../../test_support.hpp"
 #include "test_kernels.hpp"
+#include "../../test_support.hpp"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -41,14 +41,14 @@ inline bool require_gpu() {
   return v != nullptr && std::string(v) == "1";
 }
 
-#define HCR_NEED_GPU()                                                                   \
-  do {                                                                                   \
-    if (gpus() == 0) {                                                                   \
-      std::string why_;                                                                  \
-      test_gpu_count(&why_);                                                             \
-      if (require_gpu()) FAIL() << "HCR_CUDA_TESTS_REQUIRE_GPU=1 but no GPU: " << why_;  \
-      GTEST_SKIP() << "no CUDA GPU: " << why_;                                           \
-    }                                                                                    \
+#define HCR_NEED_GPU()                                                                  \
+  do {                                                                                  \
+    if (gpus() == 0) {                                                                  \
+      std::string why_;                                                                 \
+      test_gpu_count(&why_);                                                            \
+      if (require_gpu()) FAIL() << "HCR_CUDA_TESTS_REQUIRE_GPU=1 but no GPU: " << why_; \
+      GTEST_SKIP() << "no CUDA GPU: " << why_;                                          \
+    }                                                                                   \
   } while (0)
 
 /// The fake libraries' folder (fake cuBLAS, cuSOLVER and NVML under the real sonames).
@@ -350,7 +350,7 @@ class Plugin {
 };
 
 inline hcr_arg_t matrix_arg(hcr_memory_t* m, uint64_t offset, hcr_dtype_t t, hcr_access_t access,
-                     uint64_t rows, uint64_t cols, uint64_t ld) {
+                            uint64_t rows, uint64_t cols, uint64_t ld) {
   hcr_arg_t a{};
   a.struct_size = HCR_ARG_STRUCT_SIZE;
   a.memory = m;

@@ -1,10 +1,11 @@
 // The CUDA backend's energy meter (nvml_meter.cpp, the plugin's device_energy). FakeCudaNvml/...
-// run the fake-runtime plugin against a fake NVML (fake/fake_nvml.cpp) whose counters each test sets:
-// the figures are measured, equal the fake's counters less their values when the plugin started,
-// belong to the board at the device's PCI bus id (the fake lists its boards in another order than
-// CUDA, behind one CUDA does not see), come from integrated power where a board has no energy
-// counter; a missing library, a failing nvmlInit or the option "off" leave no meter and a working
-// plugin. CudaGpuNvml/... reads a real GPU's meter over a busy second (skipped without a GPU).
+// run the fake-runtime plugin against a fake NVML (fake/fake_nvml.cpp) whose counters each test
+// sets: the figures are measured, equal the fake's counters less their values when the plugin
+// started, belong to the board at the device's PCI bus id (the fake lists its boards in another
+// order than CUDA, behind one CUDA does not see), come from integrated power where a board has no
+// energy counter; a missing library, a failing nvmlInit or the option "off" leave no meter and a
+// working plugin. CudaGpuNvml/... reads a real GPU's meter over a busy second (skipped without a
+// GPU).
 #include "cuda_test_plugin.hpp"
 
 #include <dlfcn.h>
@@ -314,7 +315,7 @@ TEST_F(FakeCudaNvml, TheRuntimeReportsEachGpusJoulesAsMeasured) {
   EXPECT_NEAR(total, 3.5, 1e-9);
 }
 
-// ---- a real GPU ----------------------------------------------------------------------------------
+// ---- a real GPU ---------------------------------------------------------------------------------
 
 TEST(CudaGpuNvml, JoulesGrowOverABusySecond) {
   HCR_NEED_GPU();

@@ -11,8 +11,8 @@
 /// What hcr_test_scale saw of its context, for the test to check.
 struct NativeSeen {
   int calls = 0;
-  int ordinal = -1;          ///< *(int*)native_device
-  int current_device = -1;   ///< cudaGetDevice() inside the function
+  int ordinal = -1;         ///< *(int*)native_device
+  int current_device = -1;  ///< cudaGetDevice() inside the function
   uint32_t worker = 0;
   void* stream = nullptr;
 };

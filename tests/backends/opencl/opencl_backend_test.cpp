@@ -62,9 +62,9 @@ std::optional<Device> any_opencl_device() {
   return found;
 }
 
-#define REQUIRE_OPENCL_DEVICE()                                                     \
-  do {                                                                              \
-    if (!any_opencl_device()) GTEST_SKIP() << "no OpenCL device on this machine";  \
+#define REQUIRE_OPENCL_DEVICE()                                                   \
+  do {                                                                            \
+    if (!any_opencl_device()) GTEST_SKIP() << "no OpenCL device on this machine"; \
   } while (0)
 
 uint32_t first_opencl(const Runtime& rt) {
@@ -107,8 +107,8 @@ void check_gemm(const std::vector<T>& a, const std::vector<T>& b, const std::vec
         scale += std::abs(alpha * static_cast<double>(a[i * k + q]) * b[q * n + j]);
       }
       ASSERT_LE(std::abs(c[i * n + j] - want), 2.0 * (k + 2) * eps * scale + 1e-30)
-          << m << "x" << k << "x" << n << " at " << i << "," << j << ": " << c[i * n + j]
-          << " vs " << want;
+          << m << "x" << k << "x" << n << " at " << i << "," << j << ": " << c[i * n + j] << " vs "
+          << want;
     }
 }
 
@@ -149,7 +149,8 @@ TEST(OpenClBackend, NoPlatformMeansNoDevicesAndAReason) {
   const std::string cmd = "OCL_ICD_VENDORS='" + empty.path().string() +
                           "' HCR_TEST_NO_PLATFORM_CHILD=1 /proc/" + std::to_string(::getpid()) +
                           "/exe --gtest_filter=OpenClBackend.NoPlatformMeansNoDevicesAndAReason "
-                          "> '" + (empty.path() / "child.log").string() + "' 2>&1";
+                          "> '" +
+                          (empty.path() / "child.log").string() + "' 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream logf(empty.path() / "child.log");
   std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
@@ -270,8 +271,11 @@ void gemm_odd_sizes() {
     }
   }
   unsigned seed = 1;
-  for (auto [m, k, n] : {std::tuple<size_t, size_t, size_t>{1, 1, 1}, {3, 5, 7}, {33, 17, 65},
-                         {127, 64, 129}, {200, 1, 3}}) {
+  for (auto [m, k, n] : {std::tuple<size_t, size_t, size_t>{1, 1, 1},
+                         {3, 5, 7},
+                         {33, 17, 65},
+                         {127, 64, 129},
+                         {200, 1, 3}}) {
     for (auto [alpha, beta] : {std::pair{1.0, 0.0}, std::pair{1.5, -0.5}}) {
       auto a = random_values<T>(m * k, ++seed), b = random_values<T>(k * n, ++seed),
            c0 = random_values<T>(m * n, ++seed);
@@ -305,8 +309,12 @@ TEST(OpenClBackend, GemmWithBetaZeroIgnoresOldC) {
   hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, 1.0, 0.0};
   for (int round = 0; round < 2; ++round) {
     fill(C, nans);  // the host copy holds NaNs; a read_write C brings them to the device
-    rt.submit(Task(gemm).read(A).read(B).arg(C, round == 0 ? Access::write : Access::read_write)
-                  .param(p).on(dev))
+    rt.submit(Task(gemm)
+                  .read(A)
+                  .read(B)
+                  .arg(C, round == 0 ? Access::write : Access::read_write)
+                  .param(p)
+                  .on(dev))
         .get();
     check_gemm(a, b, std::vector<float>(m * n, 0.0f), C.to_vector(), m, k, n, 1.0, 0.0);
   }
@@ -347,8 +355,8 @@ TEST(OpenClBackend, TrsmAndSyrkRunAsTasksFactorizationsFindNoDevice) {
   // C = A A^T on the lower triangle (read_write: the upper one is kept), then B = L^-1 B.
   const hcr_syrk_params_t update{HCR_SYRK_PARAMS_STRUCT_SIZE, 1.0, 0.0, HCR_LOWER, HCR_NO_TRANS};
   rt.submit(Task(rt.kernel("syrk_f32")).read(B).read_write(C).param(update)).get();
-  const hcr_trsm_params_t solve{HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER,
-                                HCR_NO_TRANS, HCR_NON_UNIT};
+  const hcr_trsm_params_t solve{
+      HCR_TRSM_PARAMS_STRUCT_SIZE, 1.0, HCR_LEFT, HCR_LOWER, HCR_NO_TRANS, HCR_NON_UNIT};
   fill(B, ones);
   rt.submit(Task(rt.kernel("trsm_f32")).read(L).read_write(B).param(solve)).get();
   auto c = C.to_vector(), x = B.to_vector();
@@ -423,8 +431,7 @@ TEST(OpenClBackend, SourceKernelWithScalarsAndGeometry) {
   Error err = test::expect_error([&] {
     rt.submit(Task(grid).write(M).param(cols).param(5).grid(cols, rows).block(7).on(dev)).get();
   });
-  EXPECT_NE(std::string(err.what()).find("grid 40 is not a multiple of block 7"),
-            std::string::npos)
+  EXPECT_NE(std::string(err.what()).find("grid 40 is not a multiple of block 7"), std::string::npos)
       << err.what();
   // Too few arguments: the message counts them.
   err = test::expect_error([&] { rt.submit(Task(axpb).write(Y).read(X).on(dev)).get(); });
@@ -728,8 +735,7 @@ TEST(OpenClBackend, ADefaultRuntimeLeavesNothingOfItsOwnInTheUsersCaches) {
   std::filesystem::create_directory(home);
   std::filesystem::create_directory(cache);
   const std::string cmd = "HOME='" + home.string() + "' XDG_CACHE_HOME='" + cache.string() +
-                          "' HCR_TEST_DEFAULT_RUNTIME_CHILD=1 /proc/" +
-                          std::to_string(::getpid()) +
+                          "' HCR_TEST_DEFAULT_RUNTIME_CHILD=1 /proc/" + std::to_string(::getpid()) +
                           "/exe --gtest_filter=OpenClBackend."
                           "ADefaultRuntimeLeavesNothingOfItsOwnInTheUsersCaches > '" +
                           (tmp.path() / "child.log").string() + "' 2>&1";
@@ -855,9 +861,9 @@ TEST(OpenClBackend, BrokenConfiguredBinaryFallsBackToTheSource) {
   REQUIRE_OPENCL_DEVICE();
   test::TempDir dir;
   test::LogCapture log(LogLevel::warn);
-  Runtime rt(ocl_config({{"binary.0.kernel", "add_one"},
-                         {"binary.0.path", (dir.path() / "missing.bin").string()}},
-                        dir.path().string()));
+  Runtime rt(ocl_config(
+      {{"binary.0.kernel", "add_one"}, {"binary.0.path", (dir.path() / "missing.bin").string()}},
+      dir.path().string()));
   Kernel k = rt.kernel("add_one").source("opencl", kKernels);
   auto v = rt.vector<float>(16);
   rt.submit(Task(k).read_write(v).on(first_opencl(rt))).get();

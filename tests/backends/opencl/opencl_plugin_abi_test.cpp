@@ -19,10 +19,10 @@
 #include <functional>
 #include <limits>
 #include <mutex>
-#include <random>
-#include <tuple>
 #include <numeric>
+#include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -141,8 +141,8 @@ class Ocl {
     uint64_t offset = 0;
     uint64_t pitch = 0;
   };
-  static hcr_copy_args_t copy_args(End src, End dst, uint64_t width, uint64_t rows,
-                                   hcr_done_fn fn, void* user) {
+  static hcr_copy_args_t copy_args(End src, End dst, uint64_t width, uint64_t rows, hcr_done_fn fn,
+                                   void* user) {
     hcr_copy_args_t a{};
     a.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
     a.src_memory = src.memory;
@@ -205,10 +205,10 @@ class Ocl {
 Options all_types() { return {{"device_types", "all"}, {"cache_dir", ""}}; }
 
 /// A plugin instance with at least one device, or skip.
-#define OPEN_DEVICE(name)                                                      \
-  ASSERT_NE(ocl_api(), nullptr) << dlerror();                                  \
-  Ocl name(all_types());                                                       \
-  ASSERT_EQ(name.created().code, 0) << name.created().message;                 \
+#define OPEN_DEVICE(name)                                      \
+  ASSERT_NE(ocl_api(), nullptr) << dlerror();                  \
+  Ocl name(all_types());                                       \
+  ASSERT_EQ(name.created().code, 0) << name.created().message; \
   if (name.count() == 0) GTEST_SKIP() << "no OpenCL device on this machine"
 
 hcr_arg_t arg(hcr_memory_t* m, hcr_dtype_t t, hcr_access_t access, uint64_t rows, uint64_t cols,
@@ -302,9 +302,9 @@ TEST(OpenClPluginAbi, DoneMayCallBackIntoThePluginAndSynchronizeWaitsForAll) {
   std::iota(host.begin(), host.end(), 1000u);
   hcr_memory_t* mem = p.alloc(n * 4);
   Chain c{&p, mem, &host, {n}};
-  auto a = Ocl::copy_args({nullptr, host.data() + n - 1, 0, 0},
-                          {mem, nullptr, static_cast<uint64_t>(n - 1) * 4, 0}, 4, 1, &Chain::step,
-                          &c);
+  auto a =
+      Ocl::copy_args({nullptr, host.data() + n - 1, 0, 0},
+                     {mem, nullptr, static_cast<uint64_t>(n - 1) * 4, 0}, 4, 1, &Chain::step, &c);
   ASSERT_EQ(take(p.api()->copy(p.plugin(), &a)).code, 0);
   // synchronize() returns only once the whole chain has run, each link started from a done.
   ASSERT_EQ(p.synchronize().code, 0);
@@ -325,9 +325,8 @@ TEST(OpenClPluginAbi, DestructionWaitsForOutstandingOperations) {
   hcr_memory_t* mem = p->alloc(host.size() * 4);
   std::vector<Done> done(50);
   for (auto& d : done)
-    ASSERT_EQ(p->copy({nullptr, host.data(), 0, 0}, {mem, nullptr, 0, 0}, host.size() * 4, 1, d)
-                  .code,
-              0);
+    ASSERT_EQ(
+        p->copy({nullptr, host.data(), 0, 0}, {mem, nullptr, 0, 0}, host.size() * 4, 1, d).code, 0);
   p->destroy();  // without synchronize, and leaving the allocation to the plugin to free
   for (auto& d : done) EXPECT_EQ(d.calls(), 1);
 }
@@ -611,8 +610,11 @@ class OpenClBlas : public ::testing::Test {
 
 TEST_F(OpenClBlas, GemmWithEveryTranspose) {
   for (hcr_dtype_t dt : types())
-    for (auto [m, k, n] : {std::tuple<uint64_t, uint64_t, uint64_t>{1, 1, 1}, {7, 5, 3},
-                           {33, 17, 65}, {65, 40, 33}, {5, 0, 7}})
+    for (auto [m, k, n] : {std::tuple<uint64_t, uint64_t, uint64_t>{1, 1, 1},
+                           {7, 5, 3},
+                           {33, 17, 65},
+                           {65, 40, 33},
+                           {5, 0, 7}})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (double beta : {-0.5, 0.0}) {
@@ -624,14 +626,14 @@ TEST_F(OpenClBlas, GemmWithEveryTranspose) {
             Mat A = upload(p(), dt, ta ? k : m, ta ? m : k, 3, random);
             Mat B = upload(p(), dt, tb ? n : k, tb ? k : n, 1, random);
             // With beta = 0, C starts as NaN: it must not be read.
-            Mat C = upload(p(), dt, m, n, 5,
-                           [&](auto, auto) { return beta == 0 ? kNaN : uniform(); });
+            Mat C =
+                upload(p(), dt, m, n, 5, [&](auto, auto) { return beta == 0 ? kNaN : uniform(); });
             hcr_gemm_params_t params{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta,
                                      ta ? HCR_TRANS : HCR_NO_TRANS, tb ? HCR_TRANS : HCR_NO_TRANS};
-            Status s = run(kernel_name("gemm", dt),
-                           {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ),
-                            C.arg(HCR_ACCESS_READ_WRITE)},
-                           params);
+            Status s =
+                run(kernel_name("gemm", dt),
+                    {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ), C.arg(HCR_ACCESS_READ_WRITE)},
+                    params);
             ASSERT_EQ(s.code, 0) << s.message;
             Mat out = download(p(), C);
             Mismatches bad;
@@ -746,10 +748,10 @@ TEST_F(OpenClBlas, TrsmInEverySideUploTransAndDiag) {
                 return (upper ? i < j : i > j) ? uniform() : kNaN;
               });
               Mat B = upload(p(), dt, m, n, 2, [](auto, auto) { return uniform(); });
-              hcr_trsm_params_t params{HCR_TRSM_PARAMS_STRUCT_SIZE, alpha,
-                                       right ? HCR_RIGHT : HCR_LEFT, upper ? HCR_UPPER : HCR_LOWER,
-                                       trans ? HCR_TRANS : HCR_NO_TRANS,
-                                       unit_diag ? HCR_UNIT : HCR_NON_UNIT};
+              hcr_trsm_params_t params{
+                  HCR_TRSM_PARAMS_STRUCT_SIZE,      alpha,
+                  right ? HCR_RIGHT : HCR_LEFT,     upper ? HCR_UPPER : HCR_LOWER,
+                  trans ? HCR_TRANS : HCR_NO_TRANS, unit_diag ? HCR_UNIT : HCR_NON_UNIT};
               Status s = run(kernel_name("trsm", dt),
                              {A.arg(HCR_ACCESS_READ), B.arg(HCR_ACCESS_READ_WRITE)}, params);
               ASSERT_EQ(s.code, 0) << s.message;
@@ -826,8 +828,8 @@ TEST_F(OpenClBlas, MistakesAreRefusedNamingThem) {
          "syrk_f32 parameter uplo = 5: must be HCR_LOWER (0) or HCR_UPPER (1)");
   expect(run("syrk_f32", {a, A.arg(HCR_ACCESS_READ_WRITE)}, &s, 24),
          "syrk_f32 parameters: 24 bytes, expected an hcr_syrk_params_t of at least 32 bytes");
-  hcr_trsm_params_t t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_LOWER, HCR_NO_TRANS,
-                      HCR_NON_UNIT};
+  hcr_trsm_params_t t{
+      HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_LOWER, HCR_NO_TRANS, HCR_NON_UNIT};
   expect(run("trsm_f32", {a, b}, t),
          "trsm_f32 shapes do not match: A is 4x4, B is 4x6 (A must be square with B's columns as "
          "its order: side is right)");

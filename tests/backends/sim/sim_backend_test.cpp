@@ -226,7 +226,8 @@ TEST(SimBackend, BadOptionsAreConfigErrorsNamingTheKey) {
     Error e = test::expect_error([&] { Runtime rt(sim_config(k.options)); });
     EXPECT_EQ(e.code(), ErrorCode::config) << k.why;
     const std::string what = e.what();
-    EXPECT_NE(what.find(k.why), std::string::npos) << "wanted '" << k.why << "' in '" << what << "'";
+    EXPECT_NE(what.find(k.why), std::string::npos)
+        << "wanted '" << k.why << "' in '" << what << "'";
     EXPECT_EQ(what.rfind("sim.toml:3: backend." + k.options[0].first + ": ", 0), 0u) << what;
   }
 }
@@ -449,33 +450,46 @@ TEST(SimBackend, BuiltinBlasKernelsCostTheirFlops) {
   const std::vector<Case> cases = {
       {"gemm_f64",  // A and B given transposed: m 4, n 6, k 5
        [&] {
-         return std::move(Task(rt.kernel("gemm_f64")).read(a45).read(b56).write(c46).param(
-             hcr_gemm_params_t{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0, HCR_TRANS, HCR_TRANS}));
+         return std::move(Task(rt.kernel("gemm_f64"))
+                              .read(a45)
+                              .read(b56)
+                              .write(c46)
+                              .param(hcr_gemm_params_t{HCR_GEMM_PARAMS_STRUCT_SIZE, 1, 0, HCR_TRANS,
+                                                       HCR_TRANS}));
        },
        2.0 * 4 * 6 * 5},
       {"syrk_f64",  // n 6, k 5
        [&] {
-         return std::move(Task(rt.kernel("syrk_f64")).read(b56).read_write(s66)
-                              .param(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0,
-                                                       HCR_LOWER, HCR_NO_TRANS}));
+         return std::move(Task(rt.kernel("syrk_f64"))
+                              .read(b56)
+                              .read_write(s66)
+                              .param(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, HCR_LOWER,
+                                                       HCR_NO_TRANS}));
        },
        6.0 * 6 * 5},
       {"trsm_f32",  // left: m 4, n 6; the device's factor halves its speed
        [&] {
-         return std::move(Task(rt.kernel("trsm_f32")).read(f44).read_write(f46).param(
-             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_LEFT, HCR_LOWER, 0, 0}));
+         return std::move(Task(rt.kernel("trsm_f32"))
+                              .read(f44)
+                              .read_write(f46)
+                              .param(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_LEFT,
+                                                       HCR_LOWER, 0, 0}));
        },
        2.0 * 4 * 4 * 6},  // twice the flops: half the speed
-      {"trsm_f32",  // right: m 4, n 6, at half speed too
+      {"trsm_f32",        // right: m 4, n 6, at half speed too
        [&] {
-         return std::move(Task(rt.kernel("trsm_f32")).read(f66).read_write(f46).param(
-             hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, HCR_UPPER, 1, 1}));
+         return std::move(Task(rt.kernel("trsm_f32"))
+                              .read(f66)
+                              .read_write(f46)
+                              .param(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT,
+                                                       HCR_UPPER, 1, 1}));
        },
        2.0 * 4 * 6 * 6},
       {"potrf_f64",
        [&] {
-         return std::move(Task(rt.kernel("potrf_f64")).read_write(s66).param(
-             hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_UPPER}));
+         return std::move(Task(rt.kernel("potrf_f64"))
+                              .read_write(s66)
+                              .param(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, HCR_UPPER}));
        },
        6.0 * 6 * 6 / 3},
       {"getrf_nopiv_f64",
@@ -763,9 +777,10 @@ TEST(SimBackend, WarnsOnceWhenTheHostsComputationOutrunsTheModel) {
 TEST(SimBackend, NoWarningWhileTheModelSetsThePace) {
   // The same number of launches, modelled at 30 ms each, computing next to nothing; and a slow
   // kernel on a timing-only device (compute = false runs nothing).
-  for (const Options& o : {Options{{"device.0.launch_overhead", "30ms"}},
-                           Options{{"compute", "false"}}}) {
-    Options options = {{"device.0.name", "paced"}, {"device.0.host_memory", "true"},
+  for (const Options& o :
+       {Options{{"device.0.launch_overhead", "30ms"}}, Options{{"compute", "false"}}}) {
+    Options options = {{"device.0.name", "paced"},
+                       {"device.0.host_memory", "true"},
                        {"device.0.concurrency", "4"}};
     options.insert(options.end(), o.begin(), o.end());
     test::LogCapture log(LogLevel::warn);

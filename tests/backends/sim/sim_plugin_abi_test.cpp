@@ -301,8 +301,8 @@ TEST_F(SimPlugin, TwoDimensionalCopiesInOutAndBetweenDevices) {
   ASSERT_EQ(s1.code, 0);
   sim.copy_sync(0, {nullptr, in.data(), 0, 9 * sizeof(float)}, {m0, nullptr, 16, 8 * sizeof(float)},
                 width, rows);
-  sim.copy_sync(0, {m0, nullptr, 16, 8 * sizeof(float)}, {nullptr, out.data(), 0, 10 * sizeof(float)},
-                width, rows);
+  sim.copy_sync(0, {m0, nullptr, 16, 8 * sizeof(float)},
+                {nullptr, out.data(), 0, 10 * sizeof(float)}, width, rows);
   // Device to device (d0's memory to d1's, packed), on d1's engine; then out of d1.
   sim.copy_sync(1, {m0, nullptr, 16, 8 * sizeof(float)}, {m1, nullptr, 0, width}, width, rows);
   sim.copy_sync(1, {m1, nullptr, 0, width}, {nullptr, back.data(), 0, width}, width, rows);
@@ -340,7 +340,8 @@ TEST_F(SimPlugin, BadCopiesAreRefusedNamingTheValues) {
 }
 
 TEST_F(SimPlugin, CopyTimeIsLatencyPlusBytesOverBandwidth) {
-  Sim sim({{"device.0.name", "link"}, {"device.0.bandwidth", "1MB/s"}, {"device.0.latency", "2ms"}});
+  Sim sim(
+      {{"device.0.name", "link"}, {"device.0.bandwidth", "1MB/s"}, {"device.0.latency", "2ms"}});
   EXPECT_DOUBLE_EQ(sim.info(0).link_bandwidth, 1e6);
   EXPECT_DOUBLE_EQ(sim.info(0).link_latency, 2e-3);
   auto [s, m] = sim.alloc(0, 3000);
@@ -366,7 +367,9 @@ TEST_F(SimPlugin, CopyTimeIsLatencyPlusBytesOverBandwidth) {
 }
 
 TEST_F(SimPlugin, CopyFaultsAreInjected) {
-  Sim sim({{"time_scale", "0.001"}, {"device.0.name", "leaky"}, {"device.0.copy_fail_probability", "1"}});
+  Sim sim({{"time_scale", "0.001"},
+           {"device.0.name", "leaky"},
+           {"device.0.copy_fail_probability", "1"}});
   auto [s, m] = sim.alloc(0, 64);
   std::vector<char> host(64);
   Done d;
@@ -428,8 +431,12 @@ void gemm_on_device_memory(hcr_dtype_t dtype, const char* name) {
   sim.free(0, mem);
 }
 
-TEST_F(SimPlugin, GemmF32OnDeviceMemory) { gemm_on_device_memory<float>(HCR_DTYPE_F32, "gemm_f32"); }
-TEST_F(SimPlugin, GemmF64OnDeviceMemory) { gemm_on_device_memory<double>(HCR_DTYPE_F64, "gemm_f64"); }
+TEST_F(SimPlugin, GemmF32OnDeviceMemory) {
+  gemm_on_device_memory<float>(HCR_DTYPE_F32, "gemm_f32");
+}
+TEST_F(SimPlugin, GemmF64OnDeviceMemory) {
+  gemm_on_device_memory<double>(HCR_DTYPE_F64, "gemm_f64");
+}
 
 // Doubles a 1 x n float vector in place; records the pointer it was given.
 int doubler(void* user, const hcr_exec_context_t* ctx, char* message, size_t size) {
@@ -521,32 +528,50 @@ TEST_F(SimPlugin, BuiltinLaunchesAreCheckedAgainstTheirContract) {
   hcr_gemm_params_t bad_size{HCR_GEMM_PARAMS_STRUCT_SIZE + 8, 1, 0};
   const std::vector<Case> cases = {
       // An ABI 1.0 block: 24 bytes, no transposes; A 2x3 . B 3x4.
-      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)},
-       bytes(g10, HCR_GEMM_PARAMS_STRUCT_SIZE_1_0), ""},
+      {"gemm_f64",
+       {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(g10, HCR_GEMM_PARAMS_STRUCT_SIZE_1_0),
+       ""},
       // The same shapes are wrong once trans_a says A is k x m.
-      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(gt),
+      {"gemm_f64",
+       {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(gt),
        "gemm_f64: shapes do not match: A is 2x3, B is 3x4, C is 2x4 (trans_a 1, trans_b 0"},
       {"gemm_f64", {m(3, 2), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(gt), ""},
-      {"gemm_f64", {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)}, bytes(bad_size),
+      {"gemm_f64",
+       {m(2, 3), m(3, 4), m(2, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(bad_size),
        "hcr_gemm_params_t: struct_size 40 in 32 bytes of parameters"},
-      {"syrk_f64", {m(3, 2), m(3, 3, HCR_ACCESS_READ_WRITE)},
+      {"syrk_f64",
+       {m(3, 2), m(3, 3, HCR_ACCESS_READ_WRITE)},
        bytes(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, 3, 0}),
        "syrk_f64: uplo 3 is neither HCR_LOWER (0) nor HCR_UPPER (1)"},
-      {"syrk_f64", {m(2, 3), m(3, 3, HCR_ACCESS_READ_WRITE)},
-       bytes(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, HCR_UPPER, HCR_TRANS}), ""},
-      {"trsm_f64", {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
+      {"syrk_f64",
+       {m(2, 3), m(3, 3, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_syrk_params_t{HCR_SYRK_PARAMS_STRUCT_SIZE, 1, 0, HCR_UPPER, HCR_TRANS}),
+       ""},
+      {"trsm_f64",
+       {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
        bytes(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_LEFT, 0, 0, 0}),
        "trsm_f64: shapes do not match: A is 4x4, B is 3x4 (side left"},
-      {"trsm_f64", {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
-       bytes(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, 0, 0, 0}), ""},
-      {"potrf_f64", {m(3, 3, HCR_ACCESS_READ_WRITE)}, {},
+      {"trsm_f64",
+       {m(4, 4), m(3, 4, HCR_ACCESS_READ_WRITE)},
+       bytes(hcr_trsm_params_t{HCR_TRSM_PARAMS_STRUCT_SIZE, 1, HCR_RIGHT, 0, 0, 0}),
+       ""},
+      {"potrf_f64",
+       {m(3, 3, HCR_ACCESS_READ_WRITE)},
+       {},
        "potrf_f64: parameters: 0 bytes, expected an hcr_potrf_params_t"},
-      {"getrf_nopiv_f64", {m(3, 3, HCR_ACCESS_READ_WRITE)},
+      {"getrf_nopiv_f64",
+       {m(3, 3, HCR_ACCESS_READ_WRITE)},
        bytes(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 0}),
        "getrf_nopiv_f64: takes no parameters, got 16 bytes of them"},
-      {"getrf_nopiv_f64", {m(3, 2, HCR_ACCESS_READ_WRITE)}, {},
+      {"getrf_nopiv_f64",
+       {m(3, 2, HCR_ACCESS_READ_WRITE)},
+       {},
        "getrf_nopiv_f64: A is 3x2, not square"},
-      {"potrf_f32", {m(3, 3, HCR_ACCESS_READ_WRITE)},
+      {"potrf_f32",
+       {m(3, 3, HCR_ACCESS_READ_WRITE)},
        bytes(hcr_potrf_params_t{HCR_POTRF_PARAMS_STRUCT_SIZE, 0}),
        "potrf_f32: A (argument 0, 3x3 f64) is not an f32 matrix"},
   };
@@ -576,7 +601,8 @@ int count_calls(void* user, const hcr_exec_context_t*, char*, size_t) {
 }
 
 TEST_F(SimPlugin, HungLaunchesEndWithATimeoutAtSynchronize) {
-  Sim sim({{"device.0.name", "stuck"}, {"device.0.host_memory", "true"},
+  Sim sim({{"device.0.name", "stuck"},
+           {"device.0.host_memory", "true"},
            {"device.0.hang_probability", "1"}});
   std::atomic<int> runs{0};
   auto [ks, k] = sim.kernel(0, "k", HCR_IMPL_HOST_FUNCTION, &count_calls, &runs);
@@ -637,11 +663,14 @@ TEST_F(SimPlugin, KernelsOutsideTheListAreNotFound) {
 }
 
 TEST_F(SimPlugin, EstimatesAreTheNoiselessModelWhenEnabled) {
-  std::vector<hcr_arg_t> args = {matrix(nullptr, 0, HCR_DTYPE_F32, 64, 32, 32, HCR_ACCESS_READ),
-                                 matrix(nullptr, 0, HCR_DTYPE_F32, 32, 16, 16, HCR_ACCESS_READ),
-                                 matrix(nullptr, 0, HCR_DTYPE_F32, 64, 16, 16, HCR_ACCESS_READ_WRITE)};
+  std::vector<hcr_arg_t> args = {
+      matrix(nullptr, 0, HCR_DTYPE_F32, 64, 32, 32, HCR_ACCESS_READ),
+      matrix(nullptr, 0, HCR_DTYPE_F32, 32, 16, 16, HCR_ACCESS_READ),
+      matrix(nullptr, 0, HCR_DTYPE_F32, 64, 16, 16, HCR_ACCESS_READ_WRITE)};
   {
-    Sim sim({{"estimates", "true"}, {"device.0.gflops", "50"}, {"device.0.noise", "0.5"},
+    Sim sim({{"estimates", "true"},
+             {"device.0.gflops", "50"},
+             {"device.0.noise", "0.5"},
              {"device.0.factors.gemm_f32", "2"}});
     auto [ks, k] = sim.kernel(0, "gemm_f32", HCR_IMPL_BUILTIN);
     auto [st, seconds] = sim.estimate(sim.launch_args(0, k, args, nullptr, 0, nullptr));
@@ -699,7 +728,9 @@ TEST_F(SimPlugin, DoneHandlersMayCallBackIn) {
 }
 
 std::vector<double> copy_times(const std::string& seed) {
-  Sim sim({{"seed", seed}, {"time_scale", "0.001"}, {"device.0.name", "jittery"},
+  Sim sim({{"seed", seed},
+           {"time_scale", "0.001"},
+           {"device.0.name", "jittery"},
            {"device.0.noise", "0.5"}});
   auto [s, m] = sim.alloc(0, 1024);
   std::vector<char> host(1024);

@@ -34,7 +34,7 @@ std::optional<Kind> parse_kind(std::string_view s) noexcept;
 /// One device as a tenant reports it. Two tenants reporting the same key report the same node
 /// device (the same sim devices from the same TOML give the same keys in both processes).
 struct DeviceReport {
-  std::string key;      ///< node-level identity: backend/index/name/architecture
+  std::string key;  ///< node-level identity: backend/index/name/architecture
   Kind kind = Kind::cpu;
   uint64_t memory = 0;  ///< bytes of its own memory (0: works in host memory)
   uint32_t cores = 1;   ///< compute units (a cpu device: its cores)
@@ -92,11 +92,11 @@ class Arbitration {
     DeviceReport info;
     std::vector<std::pair<TenantId, uint32_t>> local;  // tenants that have it, its index in each
     TenantId holder = 0;                               // 0: free
-    bool releasing = false;   // revoked from holder, not yet released
-    uint64_t revoke_seq = 0;  // the holder's grant that revoked it
-    double revoked_at = 0;    // tick() time of the revoke
-    TenantId owner = 0;       // own share: whose it is when everyone is busy
-    TenantId target = 0;      // who should hold it, as the last pass chose
+    bool releasing = false;                            // revoked from holder, not yet released
+    uint64_t revoke_seq = 0;                           // the holder's grant that revoked it
+    double revoked_at = 0;                             // tick() time of the revoke
+    TenantId owner = 0;   // own share: whose it is when everyone is busy
+    TenantId target = 0;  // who should hold it, as the last pass chose
   };
   struct Tenant {
     double weight = 1;
@@ -116,8 +116,8 @@ class Arbitration {
   // Devices by key (the map gives the deterministic order every pass walks them in) and their
   // state by place: a pass works on places and vectors, never on keys.
   std::map<std::string, uint32_t> slots_;
-  std::vector<NodeDevice> pool_;     // by place; a place whose device went is reused
-  std::vector<uint32_t> free_;       // places to reuse
+  std::vector<NodeDevice> pool_;  // by place; a place whose device went is reused
+  std::vector<uint32_t> free_;    // places to reuse
   std::map<TenantId, Tenant> tenants_;
   TenantId next_ = 1;
   double now_ = 0;

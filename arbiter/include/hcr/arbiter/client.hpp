@@ -63,16 +63,16 @@ struct ClientOptions {
 };
 
 struct ClientStats {
-  bool joined = false;      ///< start() joined an arbiter
-  bool connected = false;   ///< and the connection is still up
-  uint64_t tenant = 0;      ///< the arbiter's id for it
-  uint64_t grants = 0;      ///< GRANT messages applied
-  uint64_t gained = 0;      ///< devices allowed by a grant (again)
-  uint64_t revoked = 0;     ///< devices a grant took away
-  uint64_t released = 0;    ///< of which released (nothing ran on them any more)
-  uint32_t held = 0;        ///< devices usable now
-  uint32_t own = 0;         ///< devices of its own share
-  uint32_t borrowed = 0;    ///< usable now and not its own
+  bool joined = false;             ///< start() joined an arbiter
+  bool connected = false;          ///< and the connection is still up
+  uint64_t tenant = 0;             ///< the arbiter's id for it
+  uint64_t grants = 0;             ///< GRANT messages applied
+  uint64_t gained = 0;             ///< devices allowed by a grant (again)
+  uint64_t revoked = 0;            ///< devices a grant took away
+  uint64_t released = 0;           ///< of which released (nothing ran on them any more)
+  uint32_t held = 0;               ///< devices usable now
+  uint32_t own = 0;                ///< devices of its own share
+  uint32_t borrowed = 0;           ///< usable now and not its own
   double max_release_seconds = 0;  ///< longest revoke -> release (reclaim latency, this side)
 };
 
@@ -118,8 +118,8 @@ class Client {
   bool reported_busy_ = false;
   std::chrono::steady_clock::time_point idle_since_{};
   std::chrono::steady_clock::time_point starved_since_{};  // with work and no device since
-  bool starved_said_ = false;      // this episode was reported
-  bool starved_warned_ = false;    // a warning was given (later episodes: info)
+  bool starved_said_ = false;                              // this episode was reported
+  bool starved_warned_ = false;  // a warning was given (later episodes: info)
   bool fell_back_ = false;
   mutable std::mutex stats_mutex_;
   ClientStats stats_;

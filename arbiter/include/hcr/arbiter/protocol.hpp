@@ -34,15 +34,31 @@ inline constexpr size_t kMaxDevicesPerTenant = 128;
 inline constexpr size_t kMaxKey = 256;
 
 namespace msg {
-struct Hello { int version = 0; double weight = 1; };
-struct Device { DeviceReport report; };
+struct Hello {
+  int version = 0;
+  double weight = 1;
+};
+struct Device {
+  DeviceReport report;
+};
 struct Joined {};
 struct Busy {};
 struct Idle {};
-struct Released { uint32_t index = 0; uint64_t seq = 0; };
-struct Welcome { int version = 0; uint64_t tenant = 0; };
-struct GrantMsg { uint64_t seq = 0; std::vector<uint32_t> held, own; };
-struct Error { std::string text; };
+struct Released {
+  uint32_t index = 0;
+  uint64_t seq = 0;
+};
+struct Welcome {
+  int version = 0;
+  uint64_t tenant = 0;
+};
+struct GrantMsg {
+  uint64_t seq = 0;
+  std::vector<uint32_t> held, own;
+};
+struct Error {
+  std::string text;
+};
 }  // namespace msg
 
 using Message = std::variant<msg::Hello, msg::Device, msg::Joined, msg::Busy, msg::Idle,

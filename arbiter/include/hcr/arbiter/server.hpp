@@ -27,7 +27,7 @@
 namespace hcr::arbiter {
 
 struct ServerOptions {
-  std::string socket;           ///< the socket file's path (made absolute)
+  std::string socket;  ///< the socket file's path (made absolute)
   /// A listening socket handed over already bound (systemd's socket activation: `hcr serve` takes
   /// fd 3 when LISTEN_PID and LISTEN_FDS say so), or -1: the server binds `socket` itself. A
   /// handed-over socket must be a listening AF_UNIX stream socket whose file is `socket` (empty:
@@ -35,8 +35,8 @@ struct ServerOptions {
   /// its access as for its own and closes it at the end, but never removes its file (the one who
   /// bound it does). The server owns the descriptor from construction, even when it refuses it.
   int listen_fd = -1;
-  std::vector<uid_t> users;     ///< peers allowed by uid (with groups empty too: our own uid)
-  std::vector<gid_t> groups;    ///< peers allowed by group (primary or supplementary)
+  std::vector<uid_t> users;   ///< peers allowed by uid (with groups empty too: our own uid)
+  std::vector<gid_t> groups;  ///< peers allowed by group (primary or supplementary)
   /// A tenant that has not released a revoked device this many seconds after the revoke is
   /// dropped (its devices return to the pool; it falls back to its own share). 0: never. Set it
   /// above the longest task the tenants run: a release waits for the running task.
@@ -55,7 +55,7 @@ struct ServerCounters {
   uint64_t joined = 0, left = 0, refused = 0;
   uint64_t dropped = 0;      ///< for a bad message, a join not finished or a release overdue
   uint64_t turned_away = 0;  ///< at max_connections, or out of file descriptors
-  size_t tenants = 0;  ///< connected now (joined or joining)
+  size_t tenants = 0;        ///< connected now (joined or joining)
   ArbitrationCounters arbitration;
 };
 
@@ -96,17 +96,17 @@ class Server {
   void say(const std::string& line);
 
   ServerOptions options_;
-  int dir_fd_ = -1;         // the socket's directory, checked (hcr::files::TrustedDir)
-  std::string name_;        // the socket's name in it
-  ino_t inode_ = 0;         // the socket file bound (removed at the end only if still there)
+  int dir_fd_ = -1;           // the socket's directory, checked (hcr::files::TrustedDir)
+  std::string name_;          // the socket's name in it
+  ino_t inode_ = 0;           // the socket file bound (removed at the end only if still there)
   bool handed_over_ = false;  // listen_fd_ came bound (ServerOptions::listen_fd): never unlinked
   int listen_fd_ = -1;
-  int spare_fd_ = -1;       // closed to accept (and turn away) a peer when out of descriptors
+  int spare_fd_ = -1;  // closed to accept (and turn away) a peer when out of descriptors
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<Conn>> conns_;
   std::chrono::steady_clock::time_point accept_paused_until_{};
-  std::string away_;        // why peers are being turned away now ("": they are not)
+  std::string away_;  // why peers are being turned away now ("": they are not)
   uint64_t away_count_ = 0;
   Arbitration arb_;
   mutable std::mutex counters_mutex_;

@@ -71,10 +71,10 @@ class Operands {
       try {
         Task(probe).read(p.buffer);  // never submitted
       } catch (const Error& e) {
-        throw Error(e.code(), std::string(fn_) + ": " + p.name + " (" + describe(p.buffer) +
-                                  ") belongs to " +
-                                  (e.code() == ErrorCode::shutdown ? "a runtime that has ended"
-                                                                   : "another runtime"));
+        throw Error(
+            e.code(),
+            std::string(fn_) + ": " + p.name + " (" + describe(p.buffer) + ") belongs to " +
+                (e.code() == ErrorCode::shutdown ? "a runtime that has ended" : "another runtime"));
       }
     }
     for (Part& p : parts_) {

@@ -139,8 +139,7 @@ void store(cudaDataType t, void* base, size_t i, double v) {
       std::memcpy(p, &f, 4);
       break;
     }
-    default:
-      std::memcpy(p, &v, 8);
+    default: std::memcpy(p, &v, 8);
   }
 }
 
@@ -174,8 +173,8 @@ struct Gemm {
         double acc_d = 0;
         float acc_f = 0;
         for (int p = 0; p < g->k; ++p) {
-          const double x = at(g->type, g->a, g->lda, g->ta, i, p) *
-                           at(g->type, g->b, g->ldb, g->tb, p, j);
+          const double x =
+              at(g->type, g->a, g->lda, g->ta, i, p) * at(g->type, g->b, g->ldb, g->tb, p, j);
           if (g->wide) acc_d += x;
           else acc_f += static_cast<float>(x);
         }
@@ -231,8 +230,8 @@ struct Syrk {
       for (int i = s->upper ? 0 : j; i < (s->upper ? j + 1 : s->n); ++i) {
         double acc = 0;
         for (int p = 0; p < s->k; ++p)
-          acc += at(s->type, s->a, s->lda, s->trans, i, p) *
-                 at(s->type, s->a, s->lda, s->trans, j, p);
+          acc +=
+              at(s->type, s->a, s->lda, s->trans, i, p) * at(s->type, s->a, s->lda, s->trans, j, p);
         const size_t to = i + static_cast<size_t>(j) * s->ldc;
         double r = s->alpha * acc;
         if (s->beta != 0) r += s->beta * load(s->type, s->c, to);
@@ -259,9 +258,9 @@ cublasStatus_t syrk(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t
     hcr_fake_fault();
     return CUBLAS_STATUS_SUCCESS;
   }
-  hcr_fake_enqueue(h->stream, &Syrk::run,
-                   new Syrk{uplo == CUBLAS_FILL_MODE_UPPER, tr, n, k, alpha, beta, A, lda, C, ldc,
-                            type});
+  hcr_fake_enqueue(
+      h->stream, &Syrk::run,
+      new Syrk{uplo == CUBLAS_FILL_MODE_UPPER, tr, n, k, alpha, beta, A, lda, C, ldc, type});
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -395,8 +394,7 @@ cublasStatus_t geam(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const size_t es = type_size(type);
   if (!on_device(A, tra ? n : m, tra ? m : n, lda, es) ||
-      !on_device(B, trb ? n : m, trb ? m : n, ldb, es) ||
-      !on_device(C, m, n, ldc, es)) {
+      !on_device(B, trb ? n : m, trb ? m : n, ldb, es) || !on_device(C, m, n, ldc, es)) {
     hcr_fake_fault();
     return CUBLAS_STATUS_SUCCESS;
   }
@@ -432,8 +430,7 @@ __attribute__((visibility("default"))) cublasStatus_t cublasSetMathMode(cublasHa
   return CUBLAS_STATUS_SUCCESS;
 }
 
-__attribute__((visibility("default"))) cublasStatus_t cublasGetVersion_v2(cublasHandle_t,
-                                                                          int* v) {
+__attribute__((visibility("default"))) cublasStatus_t cublasGetVersion_v2(cublasHandle_t, int* v) {
   *v = CUBLAS_VERSION;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -509,9 +506,8 @@ __attribute__((visibility("default"))) cublasStatus_t cublasSgeam(
 }
 
 __attribute__((visibility("default"))) cublasStatus_t cublasDgeam(
-    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-    const double* alpha, const double* A, int lda, const double* beta, const double* B, int ldb,
-    double* C, int ldc) {
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, const double* alpha,
+    const double* A, int lda, const double* beta, const double* B, int ldb, double* C, int ldc) {
   return geam(h, ta, tb, m, n, *alpha, A, lda, *beta, B, ldb, C, ldc, CUDA_R_64F);
 }
 

@@ -4,20 +4,20 @@
 // "Device" memory is host memory (mmap); every stream has a worker thread that runs its operations
 // in order, so copies, kernels and events complete asynchronously as on a GPU; events complete when
 // their stream reaches them. Misuse the real runtime would punish is caught: an access outside a
-// live allocation, or to freed memory (kept mapped PROT_NONE so its address is never reused), sets a
-// sticky cudaErrorIllegalAddress. Source kernels: the test kernels (axpy, fill2d<double>, iota) are
-// emulated on the host by name, so launches, geometry and argument passing are checked for real;
-// the image must be one NVRTC produced (an ELF cubin or PTX) that names the kernel.
+// live allocation, or to freed memory (kept mapped PROT_NONE so its address is never reused), sets
+// a sticky cudaErrorIllegalAddress. Source kernels: the test kernels (axpy, fill2d<double>, iota)
+// are emulated on the host by name, so launches, geometry and argument passing are checked for
+// real; the image must be one NVRTC produced (an ELF cubin or PTX) that names the kernel.
 //
 // The number of devices: HCR_FAKE_CUDA_DEVICES (default 2), 1 GiB each, compute capability 9.0.
 // Device d sits at PCI bus id 0000:<0x17 + 0x20·d>:00.0 (0000:17:00.0, 0000:37:00.0, ...), which
 // the fake NVML (fake_nvml.cpp) lists in another order.
 // Even-numbered devices have stream-ordered memory pools (cudaMallocAsync), odd ones do not, so
 // that both allocation paths of the plugin run.
-#include <cuda_runtime_api.h>
-#include <sys/mman.h>
 #include <algorithm>
 #include <cstdio>
+#include <cuda_runtime_api.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -215,7 +215,7 @@ cudaError_t copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, siz
 
 }  // namespace
 
-// ---- source kernels emulated on the host ----------------------------------------------------------
+// ---- source kernels emulated on the host --------------------------------------------------------
 
 struct FakeKernel {
   std::string name;
@@ -636,7 +636,10 @@ cudaError_t cudaLibraryLoadData(cudaLibrary_t* lib, const void* code, cudaJitOpt
                                 unsigned int, cudaLibraryOption*, void**, unsigned int) {
   const char* c = static_cast<const char*>(code);
   // A cubin is an ELF file; PTX is text. Anything else is not what NVRTC produced.
-  const bool elf = std::memcmp(c, "\x7f" "ELF", 4) == 0;
+  const bool elf = std::memcmp(c,
+                               "\x7f"
+                               "ELF",
+                               4) == 0;
   const bool ptx = std::strstr(c, ".version") != nullptr && std::strstr(c, ".target") != nullptr;
   if (!elf && !ptx) return fail(cudaErrorInvalidKernelImage);
   auto* l = new CUlib_st;

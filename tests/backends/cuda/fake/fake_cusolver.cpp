@@ -172,18 +172,16 @@ FAKE_EXPORT cusolverStatus_t cusolverDnSetStream(cusolverDnHandle_t h, cudaStrea
   return CUSOLVER_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cusolverStatus_t cusolverDnSpotrf_bufferSize(cusolverDnHandle_t h,
-                                                         cublasFillMode_t, int n, float*,
-                                                         int lda, int* lwork) {
+FAKE_EXPORT cusolverStatus_t cusolverDnSpotrf_bufferSize(cusolverDnHandle_t h, cublasFillMode_t,
+                                                         int n, float*, int lda, int* lwork) {
   if (h == nullptr) return CUSOLVER_STATUS_NOT_INITIALIZED;
   if (n < 0 || lda < std::max(1, n)) return CUSOLVER_STATUS_INVALID_VALUE;
   *lwork = potrf_lwork(n);
   return CUSOLVER_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cusolverStatus_t cusolverDnDpotrf_bufferSize(cusolverDnHandle_t h,
-                                                         cublasFillMode_t, int n, double*,
-                                                         int lda, int* lwork) {
+FAKE_EXPORT cusolverStatus_t cusolverDnDpotrf_bufferSize(cusolverDnHandle_t h, cublasFillMode_t,
+                                                         int n, double*, int lda, int* lwork) {
   if (h == nullptr) return CUSOLVER_STATUS_NOT_INITIALIZED;
   if (n < 0 || lda < std::max(1, n)) return CUSOLVER_STATUS_INVALID_VALUE;
   *lwork = potrf_lwork(n);
@@ -204,8 +202,8 @@ FAKE_EXPORT cusolverStatus_t cusolverDnDpotrf(cusolverDnHandle_t h, cublasFillMo
 }
 #endif
 
-FAKE_EXPORT cusolverStatus_t cusolverDnSgetrf_bufferSize(cusolverDnHandle_t h, int m, int n,
-                                                         float*, int lda, int* lwork) {
+FAKE_EXPORT cusolverStatus_t cusolverDnSgetrf_bufferSize(cusolverDnHandle_t h, int m, int n, float*,
+                                                         int lda, int* lwork) {
   if (h == nullptr) return CUSOLVER_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || lda < std::max(1, m)) return CUSOLVER_STATUS_INVALID_VALUE;
   *lwork = getrf_lwork(m, n);
@@ -220,8 +218,8 @@ FAKE_EXPORT cusolverStatus_t cusolverDnDgetrf_bufferSize(cusolverDnHandle_t h, i
   return CUSOLVER_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cusolverStatus_t cusolverDnSgetrf(cusolverDnHandle_t h, int m, int n, float* A,
-                                              int lda, float* work, int* ipiv, int* info) {
+FAKE_EXPORT cusolverStatus_t cusolverDnSgetrf(cusolverDnHandle_t h, int m, int n, float* A, int lda,
+                                              float* work, int* ipiv, int* info) {
   return getrf(h, m, n, A, lda, work, ipiv, info);
 }
 

@@ -57,10 +57,12 @@ struct Init {
 
 // "domain:bus:device.function" (NVML's own form has an 8-digit domain, CUDA's a 4-digit one; NVML
 // accepts either) or "bus:device.function"; hex, either case.
-bool parse(const char* text, unsigned& domain, unsigned& bus, unsigned& device, unsigned& function) {
+bool parse(const char* text, unsigned& domain, unsigned& bus, unsigned& device,
+           unsigned& function) {
   if (text == nullptr) return false;
   char tail = 0;
-  if (std::sscanf(text, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) == 4) return true;
+  if (std::sscanf(text, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) == 4)
+    return true;
   domain = 0;
   return std::sscanf(text, "%x:%x.%x%c", &bus, &device, &function, &tail) == 3;
 }

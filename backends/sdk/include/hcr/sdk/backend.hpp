@@ -221,13 +221,14 @@ class Options {
     for (auto& it : items_)
       if (!it.used) unknown += std::string(n++ ? ", '" : "'") + it.key + "'";
     if (n > 0)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, (n == 1 ? "unknown option " : "unknown options ") + unknown);
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  (n == 1 ? "unknown option " : "unknown options ") + unknown);
   }
 
  private:
   [[noreturn]] static void bad(std::string_view key, const std::string& value, const char* want) {
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, "option '" + std::string(key) + "' = '" + value +
-                                                "' is not " + want);
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                "option '" + std::string(key) + "' = '" + value + "' is not " + want);
   }
   struct Item {
     std::string key, value;
@@ -267,12 +268,11 @@ template <class T>
 std::optional<T> read_params(const std::string& kernel, const char* type,
                              const hcr_launch_args_t& a, size_t min_size) {
   if (a.params_size == 0) return std::nullopt;
-  const std::string expected = std::string("expected an ") + type + " of at least " +
-                               std::to_string(min_size) + " bytes";
+  const std::string expected =
+      std::string("expected an ") + type + " of at least " + std::to_string(min_size) + " bytes";
   if (a.params == nullptr || a.params_size < min_size)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT, kernel + " parameters: " +
-                                                std::to_string(a.params_size) + " bytes, " +
-                                                expected);
+    throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                kernel + " parameters: " + std::to_string(a.params_size) + " bytes, " + expected);
   size_t declared = 0;
   std::memcpy(&declared, a.params, sizeof declared);
   if (declared < min_size || declared > a.params_size)
@@ -303,9 +303,9 @@ K& launch_kernel(const hcr_launch_args_t& a) {
   if (a.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
   K& k = *reinterpret_cast<K*>(a.kernel);
   if (k.device != a.device)
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                "kernel '" + k.name + "' was made for device " + std::to_string(k.device) +
-                    ", not device " + std::to_string(a.device));
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, "kernel '" + k.name + "' was made for device " +
+                                                std::to_string(k.device) + ", not device " +
+                                                std::to_string(a.device));
   if (a.num_args > 0 && a.args == nullptr)
     throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch of '" + k.name + "': args is NULL");
   return k;
@@ -396,8 +396,8 @@ class Backend {
     std::lock_guard<std::mutex> lock(kept_mutex_);
     for (auto& k : kept_)
       if (k->first == name && k->second == arch) return *k;
-    kept_.push_back(std::make_unique<std::pair<std::string, std::string>>(std::move(name),
-                                                                          std::move(arch)));
+    kept_.push_back(
+        std::make_unique<std::pair<std::string, std::string>>(std::move(name), std::move(arch)));
     return *kept_.back();
   }
 
@@ -536,8 +536,7 @@ struct Adapter {
     return guard([&] {
       self(p)->check_device(device);
       hcr_energy_reading_t r{HCR_ENERGY_READING_STRUCT_SIZE, HCR_ENERGY_NONE, 0, -1, -1, 0};
-      if (!self(p)->device_energy(device, r))
-        throw Error(HCR_ERROR_UNSUPPORTED, "no energy meter");
+      if (!self(p)->device_energy(device, r)) throw Error(HCR_ERROR_UNSUPPORTED, "no energy meter");
       write_struct(out, r);
     });
   }
@@ -582,7 +581,7 @@ const hcr_plugin_api_t* plugin_api(const char* name, const char* version) noexce
 }  // namespace hcr::sdk
 
 /// Defines the plugin's one exported entry point for backend class `Class`.
-#define HCR_SDK_PLUGIN(Class, name, version)                                    \
+#define HCR_SDK_PLUGIN(Class, name, version)                                      \
   extern "C" HCR_PLUGIN_EXPORT const hcr_plugin_api_t* hcr_plugin_get_api(void) { \
-    return ::hcr::sdk::plugin_api<Class>(name, version);                        \
+    return ::hcr::sdk::plugin_api<Class>(name, version);                          \
   }

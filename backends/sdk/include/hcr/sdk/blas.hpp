@@ -68,11 +68,11 @@ inline std::string blas_builtin_name(BlasBuiltin b) {
 
 /// The buffers an operation takes, in order (the launch's arguments), and its parameter block.
 struct BlasOperands {
-  const char* names[3];   ///< "A", "B", "C"; null past `count`
-  size_t count;           ///< gemm 3; syrk, trsm 2; potrf, getrf_nopiv 1
-  const char* list;       ///< "A, B, C"
-  const char* params;     ///< "hcr_gemm_params_t"; null for getrf_nopiv, which takes none
-  size_t params_min_size; ///< the block's size in the oldest ABI that has it
+  const char* names[3];    ///< "A", "B", "C"; null past `count`
+  size_t count;            ///< gemm 3; syrk, trsm 2; potrf, getrf_nopiv 1
+  const char* list;        ///< "A, B, C"
+  const char* params;      ///< "hcr_gemm_params_t"; null for getrf_nopiv, which takes none
+  size_t params_min_size;  ///< the block's size in the oldest ABI that has it
 };
 
 inline BlasOperands blas_operands(BlasOp op) noexcept {
@@ -125,8 +125,8 @@ template <class T>
 T read_host_block(const std::string& kernel, const char* type, const void* params, size_t size,
                   size_t min_size) {
   if (size < sizeof(size_t) || params == nullptr)
-    blas_params_invalid(kernel, std::string("parameters: ") + std::to_string(size) +
-                                    " bytes, expected an " + type);
+    blas_params_invalid(
+        kernel, std::string("parameters: ") + std::to_string(size) + " bytes, expected an " + type);
   size_t struct_size = 0;
   std::memcpy(&struct_size, params, sizeof struct_size);
   if (struct_size < min_size || struct_size > size)
@@ -175,15 +175,15 @@ inline BlasParams read_blas_params(BlasOp op, const std::string& kernel, const v
   BlasParams r;
   if (op == BlasOp::getrf_nopiv) {
     if (rules == BlasParamsRules::host && params_size != 0)
-      detail::blas_params_invalid(kernel, "takes no parameters, got " +
-                                              std::to_string(params_size) + " bytes of them");
+      detail::blas_params_invalid(
+          kernel, "takes no parameters, got " + std::to_string(params_size) + " bytes of them");
     return r;
   }
   if (params_size == 0 && (rules == BlasParamsRules::device || op == BlasOp::gemm)) return r;
   switch (op) {
     case BlasOp::gemm:
       if (auto p = detail::read_block<hcr_gemm_params_t>(rules, kernel, o.params, params,
-                                                          params_size, o.params_min_size)) {
+                                                         params_size, o.params_min_size)) {
         r.alpha = p->alpha;
         r.beta = p->beta;
         r.trans_a = blas_flag(rules, kernel, "trans_a", p->trans_a, "HCR_NO_TRANS", "HCR_TRANS");
@@ -192,7 +192,7 @@ inline BlasParams read_blas_params(BlasOp op, const std::string& kernel, const v
       break;
     case BlasOp::syrk:
       if (auto p = detail::read_block<hcr_syrk_params_t>(rules, kernel, o.params, params,
-                                                          params_size, o.params_min_size)) {
+                                                         params_size, o.params_min_size)) {
         r.alpha = p->alpha;
         r.beta = p->beta;
         r.upper = blas_flag(rules, kernel, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
@@ -201,7 +201,7 @@ inline BlasParams read_blas_params(BlasOp op, const std::string& kernel, const v
       break;
     case BlasOp::trsm:
       if (auto p = detail::read_block<hcr_trsm_params_t>(rules, kernel, o.params, params,
-                                                          params_size, o.params_min_size)) {
+                                                         params_size, o.params_min_size)) {
         r.alpha = p->alpha;
         r.right = blas_flag(rules, kernel, "side", p->side, "HCR_LEFT", "HCR_RIGHT");
         r.upper = blas_flag(rules, kernel, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
@@ -211,7 +211,7 @@ inline BlasParams read_blas_params(BlasOp op, const std::string& kernel, const v
       break;
     case BlasOp::potrf:
       if (auto p = detail::read_block<hcr_potrf_params_t>(rules, kernel, o.params, params,
-                                                           params_size, o.params_min_size))
+                                                          params_size, o.params_min_size))
         r.upper = blas_flag(rules, kernel, "uplo", p->uplo, "HCR_LOWER", "HCR_UPPER");
       break;
     case BlasOp::getrf_nopiv: break;

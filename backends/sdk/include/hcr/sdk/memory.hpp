@@ -63,10 +63,10 @@ inline void check_copy_ends(const hcr_copy_args_t& a, const char* host_to_host) 
   if (a.src_host != nullptr && a.dst_host != nullptr)
     throw Error(HCR_ERROR_INVALID_ARGUMENT, std::string("copy: host to host; ") + host_to_host);
   if (a.rows > 1 && (a.src_pitch < a.width || a.dst_pitch < a.width))
-    throw Error(HCR_ERROR_INVALID_ARGUMENT,
-                "copy: pitches " + std::to_string(a.src_pitch) + " (source) and " +
-                    std::to_string(a.dst_pitch) + " (destination) must be at least the width " +
-                    std::to_string(a.width));
+    throw Error(HCR_ERROR_INVALID_ARGUMENT, "copy: pitches " + std::to_string(a.src_pitch) +
+                                                " (source) and " + std::to_string(a.dst_pitch) +
+                                                " (destination) must be at least the width " +
+                                                std::to_string(a.width));
 }
 
 }  // namespace hcr::sdk

@@ -61,8 +61,8 @@ class TileTasks {
   /// memory then needs no copy of C's old contents (the kernel must not read them).
   void gemm(Op ta, Op tb, double alpha, const Buffer<T>& a, const Buffer<T>& b, double beta,
             const Buffer<T>& c, int priority = 0) {
-    const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta,
-                              static_cast<int32_t>(ta), static_cast<int32_t>(tb)};
+    const hcr_gemm_params_t p{HCR_GEMM_PARAMS_STRUCT_SIZE, alpha, beta, static_cast<int32_t>(ta),
+                              static_cast<int32_t>(tb)};
     TaskType t(gemm_kernel());
     t.read(a).read(b);
     if (beta == 0) t.write(c);
@@ -71,10 +71,10 @@ class TileTasks {
   }
   /// The `uplo` triangle of C = alpha op(A) op(A)^T + beta C. Read-write even with beta == 0:
   /// the other triangle must come back as it was.
-  void syrk(Uplo uplo, Op trans, double alpha, const Buffer<T>& a, double beta,
-            const Buffer<T>& c, int priority = 0) {
-    const hcr_syrk_params_t p{HCR_SYRK_PARAMS_STRUCT_SIZE, alpha, beta,
-                              static_cast<int32_t>(uplo), static_cast<int32_t>(trans)};
+  void syrk(Uplo uplo, Op trans, double alpha, const Buffer<T>& a, double beta, const Buffer<T>& c,
+            int priority = 0) {
+    const hcr_syrk_params_t p{HCR_SYRK_PARAMS_STRUCT_SIZE, alpha, beta, static_cast<int32_t>(uplo),
+                              static_cast<int32_t>(trans)};
     TaskType t(syrk_kernel());
     sink_.submit(t.read(a).read_write(c).param(p).priority(priority));
   }
@@ -82,7 +82,7 @@ class TileTasks {
   void trsm(Side side, Uplo uplo, Op trans, Diag diag, double alpha, const Buffer<T>& a,
             const Buffer<T>& b, int priority = 0) {
     const hcr_trsm_params_t p{HCR_TRSM_PARAMS_STRUCT_SIZE, alpha,
-                              static_cast<int32_t>(side), static_cast<int32_t>(uplo),
+                              static_cast<int32_t>(side),  static_cast<int32_t>(uplo),
                               static_cast<int32_t>(trans), static_cast<int32_t>(diag)};
     TaskType t(trsm_kernel());
     sink_.submit(t.read(a).read_write(b).param(p).priority(priority));
@@ -113,8 +113,8 @@ void gemm_tiles(TileTasks<T, S>& t, Op ta, Op tb, double alpha, const Tiles<T>& 
   for (size_t i = 0; i < c.rows(); ++i)
     for (size_t j = 0; j < c.cols(); ++j)
       for (size_t k = 0; k < kt; ++k)
-        t.gemm(ta, tb, alpha, na ? a(i, k) : a(k, i), nb ? b(k, j) : b(j, k),
-               k == 0 ? beta : 1.0, c(i, j));
+        t.gemm(ta, tb, alpha, na ? a(i, k) : a(k, i), nb ? b(k, j) : b(j, k), k == 0 ? beta : 1.0,
+               c(i, j));
 }
 
 /// The `uplo` triangle of C = alpha op(A) op(A)^T + beta C over tiles: syrk on the diagonal
@@ -214,23 +214,18 @@ void potrf_tiles(TileTasks<T, S>& t, Uplo uplo, const Tiles<T>& a) {
       const int p = critical_path_priority(n, k, m, 0);
       if (lower)
         t.trsm(Side::right, Uplo::lower, Op::trans, Diag::non_unit, 1.0, a(k, k), a(m, k), p);
-      else
-        t.trsm(Side::left, Uplo::upper, Op::trans, Diag::non_unit, 1.0, a(k, k), a(k, m), p);
+      else t.trsm(Side::left, Uplo::upper, Op::trans, Diag::non_unit, 1.0, a(k, k), a(k, m), p);
     }
     // The trailing matrix, tile (m, j) with m >= j > k of the lower triangle (its mirror (j, m)
     // for upper): minus L(m, k) L(j, k)^T, or U(k, j)^T U(k, m).
     for (size_t j = k + 1; j < n; ++j) {
       const int pd = update_priority(n, k, j, j, j == k + 1, t.look_ahead_only());
-      if (lower)
-        t.syrk(Uplo::lower, Op::no_trans, -1.0, a(j, k), 1.0, a(j, j), pd);
-      else
-        t.syrk(Uplo::upper, Op::trans, -1.0, a(k, j), 1.0, a(j, j), pd);
+      if (lower) t.syrk(Uplo::lower, Op::no_trans, -1.0, a(j, k), 1.0, a(j, j), pd);
+      else t.syrk(Uplo::upper, Op::trans, -1.0, a(k, j), 1.0, a(j, j), pd);
       for (size_t m = j + 1; m < n; ++m) {
         const int p = update_priority(n, k, m, j, j == k + 1, t.look_ahead_only());
-        if (lower)
-          t.gemm(Op::no_trans, Op::trans, -1.0, a(m, k), a(j, k), 1.0, a(m, j), p);
-        else
-          t.gemm(Op::trans, Op::no_trans, -1.0, a(k, j), a(k, m), 1.0, a(j, m), p);
+        if (lower) t.gemm(Op::no_trans, Op::trans, -1.0, a(m, k), a(j, k), 1.0, a(m, j), p);
+        else t.gemm(Op::trans, Op::no_trans, -1.0, a(k, j), a(k, m), 1.0, a(j, m), p);
       }
     }
   }
@@ -261,8 +256,7 @@ void getrf_tiles(TileTasks<T, S>& t, const Tiles<T>& a) {
     for (size_t m = k + 1; m < n; ++m)
       for (size_t j = k + 1; j < n; ++j)
         t.gemm(Op::no_trans, Op::no_trans, -1.0, a(m, k), a(k, j), 1.0, a(m, j),
-               update_priority(n, k, m, j, m == k + 1 || j == k + 1,
-                               t.look_ahead_only()));
+               update_priority(n, k, m, j, m == k + 1 || j == k + 1, t.look_ahead_only()));
   }
 }
 
