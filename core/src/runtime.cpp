@@ -1,5 +1,5 @@
-// Runtime construction and shutdown, kernel resolution, and the public Runtime/Task/Event entry
-// points that hand work to the engine in runtime_core.cpp.
+// Runtime construction and shutdown, kernel resolution, and the public Runtime entry points
+// that hand work to the engine in runtime_core.cpp (tasks are built in task.cpp).
 #include "buffer_state.hpp"
 #include "builtin_check.hpp"
 #include "contexts/context_policy.hpp"
@@ -143,7 +143,7 @@ void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
                       std::memory_order_relaxed);
   placement_.measure_decisions(timing || config_.counters);
   for (const ContextConfig& c : config_.contexts) make_context(c);
-  if (!config_.trace_file.empty() || !config_.gantt_file.empty()) begin_trace();
+  if (!config_.trace_file.empty() || !config_.gantt_file.empty()) traces_.begin();
   if (!config_.arbiter_socket.empty()) tenant_ = TenantLink::join(*this);  // before any task
   HCR_LOG(info,
           "runtime started: " << device_count() << " device(s), policy '" << pol()->name() << "'");
@@ -192,20 +192,7 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
   }
-  {
-    std::lock_guard<std::mutex> lock(kernels_mutex_);
-    for (auto& [name, k] : kernels_) {
-      std::lock_guard<std::mutex> klock(k->mutex);
-      for (size_t d = 0, n = device_count(); d < n; ++d) {
-        if (device_stuck[d]) continue;  // a stuck launch may still use the handle: it stays
-        KernelDevice& kd = k->devices[d];
-        if (kd.handle)
-          devices_[d].plugin->api->kernel_release(devices_[d].plugin->handle, kd.handle);
-        kd.handle = nullptr;
-        k->set_capability(d, Capability::no);
-      }
-    }
-  }
+  kernels_.release_handles(device_stuck);
   placement_.set_policy(nullptr);
   policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
@@ -229,7 +216,6 @@ void RuntimeCore::shutdown() noexcept {
     d->slot_chunks_used.store(0, std::memory_order_release);
   }
   if (stuck.empty()) {
-    std::lock_guard<std::mutex> lock(kernels_mutex_);
     kernels_.clear();
     return;
   }
@@ -313,242 +299,9 @@ std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
 
 // ---- kernels --------------------------------------------------------------------------------
 
-std::string RuntimeCore::kernel_name(uint32_t id) const {
-  std::lock_guard<std::mutex> lock(kernels_mutex_);
-  for (auto& [name, k] : kernels_)
-    if (k->id == id) return name;
-  return "?";
-}
-
 Ref<KernelState> RuntimeCore::kernel(std::string_view name) {
   check_alive("kernel");
-  if (name.empty()) throw Error(ErrorCode::invalid_argument, "a kernel needs a name");
-  std::lock_guard<std::mutex> lock(kernels_mutex_);
-  auto it = kernels_.find(name);
-  if (it != kernels_.end()) return it->second;
-  auto* k = new KernelState();
-  k->rt = self();
-  k->name = std::string(name);
-  k->id = static_cast<uint32_t>(kernels_.size());
-  k->builtin = find_builtin(name);
-  k->num_devices = kMaxDevices;
-  k->devices = std::make_unique<KernelDevice[]>(k->num_devices);
-  Ref<KernelState> ref = Ref<KernelState>::adopt(k);
-  kernels_.emplace(k->name, ref);
-  return ref;
-}
-
-void RuntimeCore::resolve(KernelState& k) {
-  if (k.resolved.load(std::memory_order_acquire)) return;
-  std::lock_guard<std::mutex> lock(k.mutex);
-  if (k.resolved.load(std::memory_order_relaxed)) return;
-  bool any = false;
-  for (size_t d = 0, n = device_count(); d < n; ++d) {
-    KernelDevice& kd = k.devices[d];
-    if (kd.capability.load(std::memory_order_relaxed) == Capability::unknown) {
-      DeviceState& ds = devices_[d];
-      const hcr_plugin_api_t* api = ds.plugin->api;
-      std::string why;
-      auto try_desc = [&](const hcr_kernel_desc_t& desc) {
-        hcr_kernel_get_args_t a{};
-        a.struct_size = HCR_KERNEL_GET_ARGS_STRUCT_SIZE;
-        a.device = ds.index;
-        a.desc = &desc;
-        hcr_error_t* err = api->kernel_get(ds.plugin->handle, &a);
-        if (err == nullptr && a.kernel != nullptr) {
-          kd.handle = a.kernel;
-          return true;
-        }
-        if (err == nullptr) {
-          why += (why.empty() ? "" : ", ") + std::string("plugin returned no kernel");
-          return false;
-        }
-        auto code = api->error_code(err);
-        std::string msg = take_error(api, err);
-        if (code != HCR_ERROR_NOT_FOUND && code != HCR_ERROR_UNSUPPORTED)
-          HCR_LOG(warn, "kernel '" << k.name << "' on device '" << ds.info.name << "': " << msg);
-        why += (why.empty() ? "" : "; ") + msg;
-        return false;
-      };
-      hcr_kernel_desc_t builtin{};
-      builtin.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
-      builtin.name = k.name.c_str();
-      builtin.kind = HCR_IMPL_BUILTIN;
-      bool ok = try_desc(builtin);
-      for (size_t i = 0; !ok && i < k.impls.size(); ++i) {
-        const KernelImpl& im = *k.impls[i];
-        hcr_kernel_desc_t desc{};
-        desc.struct_size = HCR_KERNEL_DESC_STRUCT_SIZE;
-        desc.name = k.name.c_str();
-        desc.kind = im.kind;
-        desc.api = im.api.c_str();
-        desc.fn = im.fn;
-        desc.user_data = im.user_data;
-        desc.source = im.source.empty() ? nullptr : im.source.c_str();
-        desc.source_size = im.source.size();
-        desc.build_options = im.build_options.empty() ? nullptr : im.build_options.c_str();
-        desc.binary_path = im.binary_path.empty() ? nullptr : im.binary_path.c_str();
-        desc.entry = im.entry.empty() ? nullptr : im.entry.c_str();
-        ok = try_desc(desc);
-      }
-      kd.why_not = ok ? std::string() : why;
-      k.set_capability(d, ok ? Capability::yes : Capability::no);
-      HCR_LOG(debug, "kernel '" << k.name << "' on device '" << ds.info.name
-                                << "': " << (ok ? "available" : "unavailable (" + why + ")"));
-    }
-    any = any || kd.capability.load(std::memory_order_relaxed) == Capability::yes;
-  }
-  k.any_capable.store(any, std::memory_order_relaxed);
-  k.resolved.store(true, std::memory_order_release);
-}
-
-// ---- tasks ----------------------------------------------------------------------------------
-
-TaskNode* task_create(KernelState* kernel) {
-  if (kernel == nullptr)
-    throw Error(ErrorCode::invalid_argument,
-                "Task: a task needs a valid kernel, not an empty Kernel handle");
-  if (!kernel->rt->alive())  // the message is built only then: this is the submit path
-    kernel->rt->check_alive("Task: kernel '" + kernel->name + "'");
-  auto* t = new TaskNode;
-  t->rt = kernel->rt.get();
-  retain(kernel);
-  t->kernel = kernel;
-  return t;
-}
-
-// The same buffer twice in one task is allowed, whatever the modes (an in-place kernel given its
-// input and output as one buffer): dependencies and data movement use the union of the modes, and
-// every argument sees the same memory.
-void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
-  // The checks are a few compares; messages are only built on failure (the submit path).
-  auto call = [&] {
-    return std::string("Task::") + access_name(mode) + ": argument " +
-           std::to_string(t->args.size());
-  };
-  if (mode != Access::read && mode != Access::write && mode != Access::read_write &&
-      mode != Access::commute)
-    throw Error(ErrorCode::invalid_argument, "Task::arg: argument " +
-                                                 std::to_string(t->args.size()) + ": access mode " +
-                                                 std::to_string(static_cast<int>(mode)) +
-                                                 " is not read, write, read_write or commute");
-  if (b == nullptr) throw Error(ErrorCode::invalid_argument, call() + " is an empty Buffer handle");
-  if (b->rt.get() != t->rt) {
-    if (!b->rt->alive())
-      throw Error(ErrorCode::shutdown,
-                  call() + " (a " + describe(*b) + ") belongs to a runtime that has ended");
-    throw Error(ErrorCode::invalid_argument, call() + " (a " + describe(*b) +
-                                                 ") belongs to another runtime than kernel '" +
-                                                 t->kernel->name + "'");
-  }
-  retain(b);
-  t->args.push_back({b, mode});
-}
-
-void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
-  if (t->param_offsets.size() >= 64)
-    throw Error(ErrorCode::invalid_argument, "Task::param: parameter " +
-                                                 std::to_string(t->param_offsets.size()) +
-                                                 " is one too many (at most 64)");
-  size_t off = (t->params.size() + align - 1) / align * align;
-  if (off + size > 0xffff)
-    throw Error(ErrorCode::invalid_argument, "Task::param: a " + std::to_string(size) +
-                                                 "-byte parameter after " + std::to_string(off) +
-                                                 " bytes of them exceeds 64 KiB");
-  t->params.resize(off + size);
-  std::memcpy(t->params.data() + off, data, size);
-  t->param_offsets.push_back(static_cast<uint32_t>(off));
-}
-
-void task_set_priority(TaskNode* t, int priority) noexcept {
-  t->priority = t->user_priority = priority;
-}
-
-void task_pin(TaskNode* t, uint32_t device) {
-  const uint32_t n = t->rt->device_count();
-  if (device >= n)
-    throw Error(ErrorCode::invalid_argument,
-                "Task::on: device " + std::to_string(device) + " does not exist (the runtime has " +
-                    std::to_string(n) + (n == 1 ? " device)" : " devices)"));
-  t->pinned = static_cast<int32_t>(device);
-}
-
-void task_set_context(TaskNode* t, ContextState* context) {
-  if (context == nullptr)
-    throw Error(ErrorCode::invalid_argument, "Task::in: an empty Context handle");
-  if (context->rt != t->rt)
-    throw Error(ErrorCode::invalid_argument,
-                "Task::in: context '" + context->name + "' belongs to another runtime");
-  t->context = context;
-}
-
-// An empty Event stands for work that is already done (Event::ready() is true): after() ignores
-// it, so that `Event last; ... Task(k).after(last)` chains need no special first step.
-void task_add_dependency(TaskNode* t, TaskNode* before) {
-  if (before == nullptr) return;
-  if (before->rt != t->rt)
-    throw Error(ErrorCode::invalid_argument,
-                std::string("Task::after: the event is of a task of another runtime") +
-                    (before->kernel ? " (kernel '" + before->kernel->name + "')" : std::string()));
-  if (!before->submitted)
-    throw Error(ErrorCode::invalid_argument, "Task::after: a task that was never submitted");
-  retain(before);
-  t->after.push_back(before);
-}
-
-bool task_done(const TaskNode* t) noexcept {
-  return t->state.load(std::memory_order_acquire) != kPending;
-}
-void task_wait(const TaskNode* t) {
-  if (t->state.load(std::memory_order_acquire) == kPending && t->rt != nullptr)
-    t->rt->check_wait(t);
-  for (uint32_t s; (s = t->state.load(std::memory_order_acquire)) == kPending;)
-    t->state.wait(s, std::memory_order_acquire);
-}
-std::exception_ptr task_error(const TaskNode* t) noexcept {
-  return t->state.load(std::memory_order_acquire) == kFailed ? t->error : nullptr;
-}
-int task_device(const TaskNode* t) noexcept { return t->device.load(std::memory_order_relaxed); }
-
-const void* task_param(const TaskNode* t, size_t index, size_t size) {
-  if (index >= t->param_offsets.size())
-    throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) +
-                                                 " requested; the task has " +
-                                                 std::to_string(t->param_offsets.size()));
-  const size_t off = t->param_offsets[index];
-  const bool last = index + 1 == t->param_offsets.size();
-  const size_t end = last ? t->params.size() : t->param_offsets[index + 1];
-  auto refuse = [&](const char* why) {
-    throw Error(ErrorCode::invalid_argument,
-                "parameter " + std::to_string(index) + " holds " + std::to_string(end - off) +
-                    " bytes" + (last ? "" : " (up to the next)") + "; " + std::to_string(size) +
-                    " requested" + why +
-                    ": Task::param passes a value's bytes unconverted, so read it as the type it "
-                    "was given as (a float given as 2.0 is a double; give 2.0f)");
-  };
-  if (size > end - off) refuse("");
-  // What lies beyond the value read may only be the zero padding that aligns the next parameter
-  // (to a power of two dividing its offset): else a double given for a float would be read as its
-  // low half, 0 for 2.0, without a word.
-  if (size < end - off) {
-    bool padding = !last;
-    for (size_t i = off + size; padding && i < end; ++i) padding = t->params[i] == std::byte{0};
-    bool aligns = false;
-    for (size_t align = 1; padding && !aligns && align <= (end & (~end + 1)); align *= 2)
-      aligns = (off + size + align - 1) / align * align == end;
-    if (!aligns) refuse(", and the rest is not the padding before the next parameter");
-  }
-  return t->params.data() + off;
-}
-
-void bad_arg_type(size_t index, DType have, DType want) {
-  throw Error(ErrorCode::invalid_argument, "argument " + std::to_string(index) + " holds " +
-                                               std::string(dtype_name(have)) + ", not " +
-                                               std::string(dtype_name(want)));
-}
-void bad_arg_index(size_t index, size_t count) {
-  throw Error(ErrorCode::invalid_argument, "argument " + std::to_string(index) +
-                                               " requested; the task has " + std::to_string(count));
+  return kernels_.get(name, self());
 }
 
 }  // namespace hcr::detail
@@ -556,76 +309,6 @@ void bad_arg_index(size_t index, size_t count) {
 namespace hcr {
 
 using detail::TaskNode;
-
-// ---- Task -----------------------------------------------------------------------------------
-
-Task::Task(const Kernel& kernel) : t_(detail::task_create(kernel.state())) {}
-Task::Task(Task&& o) noexcept : t_(std::exchange(o.t_, nullptr)) {}
-Task& Task::operator=(Task&& o) noexcept {
-  if (this != &o) {
-    if (t_) detail::release(t_);
-    t_ = std::exchange(o.t_, nullptr);
-  }
-  return *this;
-}
-Task::~Task() {
-  if (t_) detail::release(t_);
-}
-TaskNode* Task::node_or_throw(const char* what) const {
-  if (!t_)
-    throw Error(ErrorCode::invalid_argument,
-                std::string(what) + ": the task is empty (already submitted, or moved from)");
-  return t_;
-}
-Task& Task::arg(detail::BufferState* b, Access mode) {
-  detail::task_add_arg(node_or_throw("Task::arg"), b, mode);
-  return *this;
-}
-// Any int is a priority: higher runs earlier, negative ones after the default 0.
-Task& Task::priority(int p) {
-  detail::task_set_priority(node_or_throw("Task::priority"), p);
-  return *this;
-}
-Task& Task::after(const Event& e) {
-  detail::task_add_dependency(node_or_throw("Task::after"), e.node());
-  return *this;
-}
-Task& Task::grid(uint64_t x, uint64_t y, uint64_t z) {
-  detail::TaskNode* t = node_or_throw("Task::grid");
-  if (x == 0 || y == 0 || z == 0)
-    throw Error(ErrorCode::invalid_argument, "Task::grid: " + std::to_string(x) + "x" +
-                                                 std::to_string(y) + "x" + std::to_string(z) +
-                                                 ": every dimension must be at least 1");
-  t->global_size[0] = x;
-  t->global_size[1] = y;
-  t->global_size[2] = z;
-  return *this;
-}
-// block(0) lets the backend choose and a 0 in y or z counts as 1 (every backend agrees). A 0 in x
-// beside a y or z above 1 is contradictory, and backends read it differently (OpenCL chooses,
-// CUDA takes 1 x y x z): refused.
-Task& Task::block(uint32_t x, uint32_t y, uint32_t z) {
-  detail::TaskNode* t = node_or_throw("Task::block");
-  if (x == 0 && (y > 1 || z > 1))
-    throw Error(ErrorCode::invalid_argument,
-                "Task::block: " + std::to_string(x) + "x" + std::to_string(y) + "x" +
-                    std::to_string(z) +
-                    ": x = 0 lets the backend choose the whole block, so y "
-                    "and z must be 1");
-  t->local_size[0] = x;
-  t->local_size[1] = y;
-  t->local_size[2] = z;
-  return *this;
-}
-Task& Task::on(uint32_t device) {
-  detail::task_pin(node_or_throw("Task::on"), device);
-  return *this;
-}
-Task& Task::in(const Context& ctx) {
-  detail::task_set_context(node_or_throw("Task::in"), ctx.state());
-  return *this;
-}
-TaskNode* Task::release() noexcept { return std::exchange(t_, nullptr); }
 
 // ---- Runtime --------------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@
 #include "buffer_state.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
-#include "safe_file.hpp"
 #include "units.hpp"
 
 #include <hcr/error.hpp>
@@ -162,8 +161,7 @@ PluginRecord RuntimeCore::load_plugin(const std::string& path, const BackendConf
     add_devices(p);
     last = device_count();
     warn_if_oversubscribed();
-    std::lock_guard<std::mutex> k(kernels_mutex_);
-    for (auto& [name, ref] : kernels_) kernels.push_back(ref);
+    kernels = kernels_.all();
   }
   // Kernels known so far learn whether the new devices run them (the new devices' answers are
   // unknown until asked); then the new devices take work waiting in shared queues.
@@ -215,18 +213,7 @@ void RuntimeCore::wait_all() noexcept {
 
 void RuntimeCore::transferred(const Transferred& copy) noexcept {
   if (sched::Policy* p = pol()) p->transferred(copy.from, copy.to, copy.bytes, copy.seconds);
-  if (trace_.on()) {
-    RawEvent ev{};
-    ev.kind = static_cast<uint8_t>(TraceEvent::Kind::transfer);
-    ev.a = copy.from;
-    ev.b = copy.to;
-    ev.bytes = copy.bytes;
-    ev.end_ns = TraceRecorder::now_ns();
-    ev.start_ns =
-        std::max(copy.earliest_start, ev.end_ns - static_cast<int64_t>(copy.seconds * 1e9));
-    ev.predicted = ev.measured = static_cast<float>(copy.seconds);
-    trace_.add(ev);
-  }
+  traces_.transferred(copy);
 }
 
 static_assert(DeviceBudget::kOwnMemory == DataManager::kMaxNodes - 1,
@@ -287,102 +274,14 @@ void RuntimeCore::time_executions() noexcept {
   observers_.attach(&accuracy_, AttemptObservers::kTimes | AttemptObservers::kPrediction);
 }
 
-void RuntimeCore::begin_trace() {
-  trace_.start();
-  observers_.attach(&task_trace_, AttemptObservers::kTimes);
-}
+void RuntimeCore::start_trace() { traces_.start(); }
+void RuntimeCore::stop_trace() { traces_.stop(); }
 
-void RuntimeCore::start_trace() {
-  begin_trace();
-  energy_.record_power(true);
-}
-
-void RuntimeCore::stop_trace() {
-  observers_.detach(&task_trace_);
-  trace_.stop();
-  energy_.record_power(false);
-}
-
-std::vector<TraceEvent> RuntimeCore::trace_events() const {
-  std::map<uint32_t, std::string> names;
-  {
-    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(kernels_mutex_));
-    for (auto& [name, k] : kernels_) names[k->id] = name;
-  }
-  std::vector<std::string> contexts;  // by index; the default context's name stays empty
-  {
-    std::lock_guard<std::mutex> g(contexts_mutex_);
-    for (const auto& c : contexts_) contexts.push_back(c->index == 0 ? std::string() : c->name);
-  }
-  std::vector<TraceEvent> out;
-  for (const RawEvent& r : trace_.snapshot()) {
-    TraceEvent e;
-    e.kind = static_cast<TraceEvent::Kind>(r.kind);
-    e.failed = r.failed;
-    if (e.kind == TraceEvent::Kind::task) {
-      e.device = r.a;
-      e.priority = static_cast<int32_t>(r.b);
-      e.kernel = names[r.kernel];
-      e.footprint = r.footprint;
-      if (r.context != 0 && r.context < contexts.size()) e.context = contexts[r.context];
-    } else {
-      e.from = r.a;
-      e.to = r.b;
-    }
-    e.bytes = r.bytes;
-    e.start = static_cast<double>(r.start_ns - origin_ns_) * 1e-9;
-    e.end = static_cast<double>(r.end_ns - origin_ns_) * 1e-9;
-    e.predicted = r.predicted;
-    e.measured = r.measured;
-    out.push_back(std::move(e));
-  }
-  const double origin = static_cast<double>(origin_ns_) * 1e-9;
-  for (const EnergyAccount::PowerPoint& p : energy_.power()) {
-    if (!(p.watts >= 0)) continue;
-    TraceEvent e;
-    e.kind = TraceEvent::Kind::power;
-    e.device = p.device;
-    e.start = e.end = p.time - origin;
-    e.measured = p.watts;
-    out.push_back(std::move(e));
-  }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
-  return out;
-}
-
-namespace {
-// Replaced whole through a unique temporary (a link planted there is never followed), every
-// write error (a full disk) reported naming the file, the old file intact then.
-void write_file(const std::string& path, const std::string& text) {
-  try {
-    files::write_file(path, text);
-  } catch (const files::FileError& e) {
-    throw Error(ErrorCode::invalid_argument, std::string("cannot write the file: ") + e.what());
-  }
-}
-}  // namespace
-
-void RuntimeCore::write_trace(const std::string& path) const {
-  std::vector<std::string> names, nodes;
-  std::vector<uint32_t> slots;
-  for (const Device& d : devices()) {
-    names.push_back(d.name);
-    slots.push_back(d.concurrency);
-  }
-  for (const MemoryNode& n : data_.counters().nodes) nodes.push_back(n.name);
-  write_file(path, trace_json(trace_events(), names, slots, nodes));
-}
-
-void RuntimeCore::write_gantt(const std::string& path) const {
-  std::vector<std::string> names, nodes;
-  std::vector<uint32_t> slots;
-  for (const Device& d : devices()) {
-    names.push_back(d.name);
-    slots.push_back(d.concurrency);
-  }
-  for (const MemoryNode& n : data_.counters().nodes) nodes.push_back(n.name);
-  write_file(path, gantt_svg(trace_events(), names, slots, nodes));
+std::vector<std::string> RuntimeCore::context_names() const {
+  std::vector<std::string> names;  // by index; the default context's name stays empty
+  std::lock_guard<std::mutex> g(contexts_mutex_);
+  for (const auto& c : contexts_) names.push_back(c->index == 0 ? std::string() : c->name);
+  return names;
 }
 
 }  // namespace hcr::detail

@@ -18,6 +18,7 @@
 #include "engine/scheduling_view.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
+#include "kernel_registry.hpp"
 #include "kernel_state.hpp"
 #include "launch_slots.hpp"
 #include "observers/energy_share.hpp"
@@ -25,7 +26,7 @@
 #include "observers/task_trace.hpp"
 #include "plugins/plugin_loader.hpp"
 #include "task_node.hpp"
-#include "trace_recorder.hpp"
+#include "traces.hpp"
 
 #include <hcr/runtime.hpp>
 #include <hcr/sched.hpp>
@@ -99,9 +100,10 @@ class RuntimeCore final : public GraphStages,
   // HealthListener: a device left scheduling, or came back.
   void left_scheduling(DeviceState& d) noexcept override;
   void back_in_scheduling(DeviceState& d) noexcept override;
+  /// The kernel of that name, made on first use (kernel_registry.hpp).
   Ref<KernelState> kernel(std::string_view name);
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
-  void resolve(KernelState& k);
+  void resolve(KernelState& k) { kernels_.resolve(k); }
 
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
@@ -177,12 +179,11 @@ class RuntimeCore final : public GraphStages,
                           t->bytes <= t->context->memory_quota));
   }
 
-  TraceRecorder& trace() noexcept { return trace_; }
   void start_trace();
   void stop_trace();
-  std::vector<TraceEvent> trace_events() const;
-  void write_trace(const std::string& path) const;
-  void write_gantt(const std::string& path) const;
+  std::vector<TraceEvent> trace_events() const { return traces_.events(); }
+  void write_trace(const std::string& path) const { traces_.write_json(path); }
+  void write_gantt(const std::string& path) const { traces_.write_gantt(path); }
 
   std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
 
@@ -219,10 +220,12 @@ class RuntimeCore final : public GraphStages,
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
+  const int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   TaskGraph graph_{this, *this, config_.max_tasks_in_flight};
   Pause pause_{graph_, *this};
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
+  KernelRegistry kernels_{devices_};
   Launches launches_{devices_, completion_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
@@ -247,28 +250,25 @@ class RuntimeCore final : public GraphStages,
   DataManager data_{*this, *this};
   mutable EnergyAccount energy_;  // joules per device and per task (energy/); reading updates it
   SchedulingView view_{devices_, devices_, data_, health_, graph_, energy_};
-  TraceRecorder trace_;
   // Features that watch attempts end attach here while they are on (engine/attempt_observers.hpp).
   AttemptObservers observers_;
-  TaskTrace task_trace_{trace_};  // while a trace records
   PredictionAccuracy accuracy_{[this](uint32_t id) { return kernel_name(id); }};  // timing on
   EnergyShare energy_share_{energy_, placement_, [this] { return now(); },        // figures known
                             [this](uint32_t id) { return kernel_name(id); }};
   // The policy learns execution times from now on: start times are taken, predictions checked.
   void time_executions() noexcept;
-  // Starts recording a trace (its task bars included).
-  void begin_trace();
+  Traces traces_{{observers_, energy_, kernels_, devices_, data_,
+                  [this] { return context_names(); }, origin_ns_}};
+  // The contexts' names by index (traces); the default context's is empty.
+  std::vector<std::string> context_names() const;
   DeviceDriver driver_{devices_,    placement_, data_,         launches_,
                        completion_, observers_, launch_flags_, timing_};
   Completion completion_{
       {devices_, placement_, driver_, health_, data_, graph_, host_, observers_, timing_}};
-  int64_t origin_ns_ = TraceRecorder::now_ns();  // "since the runtime started"
   std::weak_ptr<RuntimeCore> self_;
 
   // A kernel's name by its id (traces, accuracy, energy).
-  std::string kernel_name(uint32_t id) const;
-  mutable std::mutex kernels_mutex_;
-  std::map<std::string, Ref<KernelState>, std::less<>> kernels_;
+  std::string kernel_name(uint32_t id) const { return kernels_.name(id); }
 
   HostAccesses host_{completion_};
 
