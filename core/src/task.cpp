@@ -61,6 +61,25 @@ void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
   t->args.push_back({b, mode});
 }
 
+void task_add_scratch(TaskNode* t, DType dtype, size_t rows, size_t cols) {
+  const size_t position = t->args.size() + t->scratch.size();
+  auto call = [&] { return "Task::scratch: argument " + std::to_string(position); };
+  const size_t esize = dtype_size(dtype);
+  if (esize == 0)
+    throw Error(ErrorCode::invalid_argument,
+                call() + ": unknown dtype " + std::to_string(static_cast<int>(dtype)));
+  uint64_t bytes = 0;
+  if (rows == 0 || cols == 0 || __builtin_mul_overflow(uint64_t{rows}, uint64_t{cols}, &bytes) ||
+      __builtin_mul_overflow(bytes, uint64_t{esize}, &bytes) ||
+      __builtin_add_overflow(t->bytes, bytes, &t->bytes))
+    throw Error(ErrorCode::invalid_argument,
+                call() + ": a workspace of " + std::to_string(rows) + "x" + std::to_string(cols) +
+                    " " + std::string(dtype_name(dtype)) +
+                    (rows == 0 || cols == 0 ? " is empty" : " is implausibly large"));
+  t->scratch.push_back({static_cast<uint32_t>(position), dtype, rows, cols, bytes, nullptr});
+  t->scratch_bytes += bytes;
+}
+
 void task_add_param(TaskNode* t, const void* data, size_t size, size_t align) {
   if (t->param_offsets.size() >= 64)
     throw Error(ErrorCode::invalid_argument, "Task::param: parameter " +

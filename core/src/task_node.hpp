@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <vector>
 
 namespace hcr::detail {
 
@@ -31,6 +32,18 @@ enum class TaskKind : uint8_t {
 struct ArgRec {
   BufferState* buffer;  // `args` hold a reference each; `uargs` borrow those
   Access access;
+};
+
+// A workspace (Task::scratch): memory for one attempt of the task alone, never copied, on the node
+// of the device that runs it (data/node_memory.hpp keeps the free blocks). `position` is its place
+// among the arguments the kernel sees; `block` what the attempt holds (host memory on node 0, else
+// the plugin's hcr_memory_t*), null between attempts.
+struct ScratchRec {
+  uint32_t position;
+  DType dtype;
+  uint64_t rows, cols;
+  uint64_t bytes;
+  void* block = nullptr;
 };
 
 struct Edge {
@@ -68,7 +81,10 @@ struct TaskNode {
   // Buffer::acquire_async (host_access): called once, when granted or when failed before that.
   void (*grant_fn)(void* user, void* data, TaskNode* token, std::exception_ptr error) = nullptr;
   void* grant_user = nullptr;
-  uint64_t bytes = 0;                                     // of the distinct buffers
+  uint64_t bytes = 0;          // what it needs where it runs: its distinct buffers and its scratch
+  uint64_t scratch_bytes = 0;  // of those, its scratch
+  std::vector<ScratchRec> scratch;  // in the order Task::scratch added them
+  int32_t scratch_node = -1;        // the node its scratch blocks are held on, while held
   boost::container::small_vector<hcr_arg_t, 3> abi_args;  // filled at launch, alive until done
   boost::container::small_vector<std::byte, 32> params;
   boost::container::small_vector<uint32_t, 4> param_offsets;

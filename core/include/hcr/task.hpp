@@ -36,11 +36,13 @@ HCR_API void task_set_priority(TaskNode* t, int priority) noexcept;
 HCR_API void task_add_dependency(TaskNode* t, TaskNode* before);
 HCR_API void task_pin(TaskNode* t, uint32_t device);
 HCR_API void task_set_context(TaskNode* t, ContextState* context);
+HCR_API void task_add_scratch(TaskNode* t, DType dtype, size_t rows, size_t cols);
 }  // namespace detail
 
 /// A task under construction; Runtime::submit() consumes it. Move-only.
 /// read(), write(), read_write(), commute(), arg(buffer, mode) and param(value) are its builder
-/// (detail::TaskBuilder, which hcr::mpi::Task shares); each returns the Task.
+/// (detail::TaskBuilder, which hcr::mpi::Task shares); each returns the Task. scratch() adds a
+/// workspace argument (hcr::Task only).
 class HCR_API Task : public detail::TaskBuilder<Task> {
  public:
   explicit Task(const Kernel& kernel);
@@ -54,6 +56,24 @@ class HCR_API Task : public detail::TaskBuilder<Task> {
   Task& param_bytes(const void* data, size_t size, size_t align) {
     detail::task_add_param(node_or_throw("Task::param"), data, size, align);
     return *this;
+  }
+  /// Appends a workspace of `bytes` bytes for this task alone (StarPU's STARPU_SCRATCH): the
+  /// kernel receives it as its next argument, in order with the buffers, a 1 x `bytes` buffer of
+  /// DType::bytes (`ctx.arg<std::byte>(i)`), read_write. It lives in the memory of the device the
+  /// task runs on, taken from that node's pool of free blocks when the task's inputs are, counted
+  /// against the node's memory limit and the context's quota, and given back when the attempt
+  /// ends. Its contents are undefined at the start of each attempt; nothing is copied to or from
+  /// it; it creates no dependency. Throws Error(invalid_argument) for 0 bytes.
+  Task& scratch(size_t bytes) { return scratch(DType::bytes, 1, bytes); }
+  /// The same as a rows x cols matrix of `dtype` (contiguous: ld = cols).
+  Task& scratch(DType dtype, size_t rows, size_t cols) {
+    detail::task_add_scratch(node_or_throw("Task::scratch"), dtype, rows, cols);
+    return *this;
+  }
+  /// The same as a rows x cols matrix of T (`ctx.arg<T>(i)` in the kernel).
+  template <class T>
+  Task& scratch(size_t rows, size_t cols) {
+    return scratch(dtype_of_v<T>, rows, cols);
   }
   /// Higher runs earlier among ready tasks, where the policy honours priorities.
   Task& priority(int p);

@@ -5,10 +5,13 @@
 
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
+#include "../kernel_state.hpp"
 #include "../log_internal.hpp"
 #include "../plugins/plugin_loader.hpp"
 
 #include <hcr/error.hpp>
+
+#include <utility>
 
 namespace hcr::detail {
 
@@ -68,25 +71,32 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
       uint64_t need = 0;
       for (const ArgRec& a : t->uargs)
         if (coherence_.data(*a.buffer).replicas[n].mem == nullptr) need += a.buffer->bytes();
+      // Scratch the pool has in the sizes asked needs no room; all of it counts to the context.
+      const uint64_t quota_need = need + t->scratch_bytes;
+      need += t->scratch.empty() ? 0 : memory_.scratch_short(n, t);
+      auto takes = [&] {  // (built only on failure: this is every task's path)
+        return t->scratch_bytes == 0
+                   ? "the task's buffers take " + std::to_string(t->bytes) + " bytes"
+                   : "task of kernel '" + t->kernel->name + "' takes " + std::to_string(t->bytes) +
+                         " bytes (" + std::to_string(t->scratch_bytes) + " of them scratch)";
+      };
       if (t->bytes > node.limit) {
         t->transfer_error = std::make_exception_ptr(
-            Error(ErrorCode::out_of_memory, "the task's buffers take " + std::to_string(t->bytes) +
-                                                " bytes; '" + node.name + "' may hold " +
-                                                std::to_string(node.limit)));
+            Error(ErrorCode::out_of_memory,
+                  takes() + "; '" + node.name + "' may hold " + std::to_string(node.limit)));
         return Status::failed;
       }
       const ContextState* ctx = t->context;
       if (ctx != nullptr && ctx->memory_quota != 0 && t->bytes > ctx->memory_quota) {
         t->transfer_error = std::make_exception_ptr(
-            Error(ErrorCode::out_of_memory, "the task's buffers take " + std::to_string(t->bytes) +
-                                                " bytes; context '" + ctx->name + "' may hold " +
+            Error(ErrorCode::out_of_memory, takes() + "; context '" + ctx->name + "' may hold " +
                                                 std::to_string(ctx->memory_quota) + " on '" +
                                                 node.name + "' (its memory_quota)"));
         return Status::failed;
       }
-      if (need > 0 && ((ctx != nullptr && ctx->memory_quota != 0 &&
-                        !memory_.make_room_in_quota(n, need, t, copies)) ||
-                       !memory_.make_room(n, need, t, copies))) {
+      if ((quota_need > 0 && ctx != nullptr && ctx->memory_quota != 0 &&
+           !memory_.make_room_in_quota(n, quota_need, t, copies)) ||
+          (need > 0 && !memory_.make_room(n, need, t, copies))) {
         node.waiting_for_memory.push_back(t);
         status = Status::blocked;
       }
@@ -114,6 +124,12 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
           break;
         }
         memory_.keep(b, r, n, mem, t->context != nullptr ? t->context->index : 0);
+      }
+    }
+    if (status != Status::blocked && status != Status::failed && !t->scratch.empty()) {
+      if (std::exception_ptr e = take_scratch(t, n)) {
+        t->transfer_error = std::move(e);
+        status = Status::failed;
       }
     }
     if (status == Status::pending) {
@@ -236,13 +252,75 @@ void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After
   coherence_.update_hold(b, after.drop);
 }
 
+// Scratch is taken last, after the buffers' allocations: a failure gives back what it took, so an
+// attempt holds all its blocks or none.
+std::exception_ptr DataManager::take_scratch(TaskNode* t, uint32_t n) {
+  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch) {
+    if (std::exception_ptr e = memory_.take_scratch(n, s.bytes, owner, s.block)) {
+      for (ScratchRec& x : t->scratch)
+        if (x.block != nullptr)
+          memory_.give_back_scratch(n, x.bytes, owner, std::exchange(x.block, nullptr));
+      return e;
+    }
+  }
+  t->scratch_node = static_cast<int32_t>(n);
+  return nullptr;
+}
+
+void DataManager::give_back_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept {
+  if (t->scratch_node < 0) return;
+  const auto n = static_cast<uint32_t>(t->scratch_node);
+  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch)
+    if (s.block != nullptr)
+      memory_.give_back_scratch(n, s.bytes, owner, std::exchange(s.block, nullptr));
+  t->scratch_node = -1;
+  if (n != 0) memory_.take_memory_waiters(retry);  // a pooled block may be freed for them now
+}
+
+bool DataManager::take_host_scratch(TaskNode* t) {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    e = take_scratch(t, 0);
+  }
+  if (!e) return true;
+  t->transfer_error = std::move(e);
+  return false;
+}
+
+void DataManager::release_scratch(TaskNode* t) {
+  if (t->scratch_node < 0) return;
+  std::vector<TaskNode*> retry;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    give_back_scratch(t, retry);
+  }
+  for (TaskNode* w : retry) events_.retry_acquire(w);
+}
+
+bool DataManager::evacuate(uint32_t n, double timeout_s) noexcept {
+  const bool done = write_back_.evacuate(n, timeout_s);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (n < memory_.count()) {
+    memory_.node(n).lost = true;  // (nothing runs there any more: scratch given back is freed)
+    free_scratch_pool(n);
+  }
+  return done;
+}
+
 void DataManager::commit(TaskNode* t, bool success) {
-  if (t->data_node < 0) return;
+  if (t->data_node < 0) {
+    release_scratch(t);
+    return;
+  }
   const auto n = static_cast<uint32_t>(t->data_node);
   std::vector<TaskNode*> retry;
   std::vector<BufferState*> drop;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    give_back_scratch(t, retry);
     for (const ArgRec& a : t->uargs) {
       BufferState& b = *a.buffer;
       BufferData& d = coherence_.data(b);
@@ -278,7 +356,9 @@ void DataManager::node_lost(uint32_t n, const std::string& device) noexcept {
   std::vector<BufferState*> drop;
   std::unique_lock<std::mutex> lock(mutex_);
   if (n >= memory_.count()) return;
-  const NodeState& node = memory_.node(n);
+  NodeState& node = memory_.node(n);
+  node.lost = true;
+  free_scratch_pool(n);  // (abandoned: forgotten, not freed)
   std::vector<BufferState*> resident(node.resident.begin(), node.resident.end());
   for (BufferState* b : resident) {
     BufferData& d = coherence_.data(*b);
@@ -314,8 +394,9 @@ void DataManager::forget(BufferState& b) noexcept {
 }
 
 void DataManager::shutdown() noexcept {
-  if (!active()) return;
-  write_back_.shutdown(active_);
+  if (active()) write_back_.shutdown(active_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint32_t n = 0; n < memory_.count(); ++n) free_scratch_pool(n);
 }
 
 DataCounters DataManager::counters() const {
@@ -323,8 +404,11 @@ DataCounters DataManager::counters() const {
   DataCounters c;
   for (uint32_t n = 0; n < memory_.count(); ++n) {
     const NodeState& node = memory_.node(n);
-    c.nodes.push_back({n, node.name, n == 0 ? 0 : node.limit, node.used});
+    c.nodes.push_back({n, node.name, n == 0 ? 0 : node.limit, node.used, node.scratch_bytes,
+                       node.scratch_pooled});
   }
+  c.scratch_allocations = memory_.scratch_allocations();
+  c.scratch_reuses = memory_.scratch_reuses();
   transfers_.links(c);
   c.hits = hits_;
   c.misses = misses_;

@@ -70,8 +70,15 @@ class DataManager final : private CopyLanding {
     blocked,  // not enough memory until other tasks release theirs; retried automatically
     failed,   // cannot ever fit: t->transfer_error says why
   };
-  /// Makes every argument of `t` valid (read) or allocated (write) on `node`, and pins them.
+  /// Makes every argument of `t` valid (read) or allocated (write) on `node`, and pins them; takes
+  /// its scratch blocks there (Task::scratch), room for them made as for its buffers.
   Status acquire(TaskNode* t, uint32_t node);
+  /// While no device has its own memory (!active(), so acquire is not called): takes `t`'s
+  /// scratch blocks in host memory. False (t->transfer_error says why) when it could not.
+  bool take_host_scratch(TaskNode* t);
+  /// `t`'s attempt has ended: its scratch blocks go back to their node's pool (commit does this
+  /// too). For tasks that acquired nothing else (!active()).
+  void release_scratch(TaskNode* t);
   /// Starts copying a placed task's inputs to `node` if there is free memory (host memory, node 0:
   /// home from the device that holds them); pins nothing. The caller holds the references: by now
   /// the task may have run elsewhere and let its buffers go.
@@ -89,9 +96,7 @@ class DataManager final : private CopyLanding {
   /// A device was removed (no longer scheduled, nothing running on it): writes home every buffer
   /// whose only valid copy is on `node` and frees the node's allocations. Waits for copies in
   /// flight; false (with the node's leftovers logged) when that took longer than `timeout_s`.
-  bool evacuate(uint32_t node, double timeout_s) noexcept {
-    return write_back_.evacuate(node, timeout_s);
-  }
+  bool evacuate(uint32_t node, double timeout_s) noexcept;
   /// A device and its memory are gone: its replicas are invalid, and data whose only valid copy
   /// was there is lost (readers fail, saying so).
   void node_lost(uint32_t node, const std::string& device) noexcept;
@@ -128,6 +133,14 @@ class DataManager final : private CopyLanding {
 
  private:
   void landed(const Copy& c, const std::exception_ptr& failure, After& after) noexcept override;
+  // Under the lock: takes each of `t`'s scratch blocks on `n` (all or none).
+  std::exception_ptr take_scratch(TaskNode* t, uint32_t n);
+  // Under the lock: gives `t`'s scratch blocks back; memory waiters may go on (into `retry`).
+  void give_back_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept;
+  // Under the lock: frees every pooled scratch block on `n`.
+  void free_scratch_pool(uint32_t n) noexcept {
+    memory_.free_pooled_scratch(n, UINT64_MAX, nullptr);
+  }
 
   DataEvents& events_;
   const DeviceStatusView& devices_;

@@ -10,6 +10,8 @@
 #include <hcr/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace hcr::detail {
 
@@ -80,11 +82,125 @@ uint64_t NodeMemory::context_bytes(uint32_t n, uint32_t context) const {
   return context < node.owned.size() ? node.owned[context] : 0;
 }
 
+// Free scratch blocks go first: nobody holds them, and a pool is only worth keeping while memory is
+// not short.
 bool NodeMemory::make_room(uint32_t n, uint64_t need, const TaskNode* t,
                            std::vector<Copy>& copies) {
   NodeState& node = nodes_[n];
   if (node.used + need <= node.limit) return true;
+  free_pooled_scratch(n, node.used + need - node.limit, t);
+  if (node.used + need <= node.limit) return true;
   return evict(n, node.used + need - node.limit, t, -1, copies);
+}
+
+namespace {
+bool asks_for(const TaskNode* t, uint64_t bytes) {
+  if (t == nullptr) return false;
+  for (const ScratchRec& s : t->scratch)
+    if (s.bytes == bytes) return true;
+  return false;
+}
+}  // namespace
+
+uint64_t NodeMemory::scratch_short(uint32_t n, const TaskNode* t) const {
+  const NodeState& node = nodes_[n];
+  uint64_t short_by = 0;
+  for (size_t i = 0; i < t->scratch.size(); ++i) {
+    const uint64_t bytes = t->scratch[i].bytes;
+    size_t wanted = 1;  // this one and the earlier ones of its size
+    for (size_t j = 0; j < i; ++j) wanted += t->scratch[j].bytes == bytes;
+    if (node.scratch_free.count(bytes) < wanted) short_by += bytes;
+  }
+  return short_by;
+}
+
+std::exception_ptr NodeMemory::take_scratch(uint32_t n, uint64_t bytes, uint32_t owner,
+                                            void*& block) {
+  NodeState& node = nodes_[n];
+  block = nullptr;
+  if (auto it = node.scratch_free.find(bytes); it != node.scratch_free.end()) {
+    block = it->second;
+    node.scratch_free.erase(it);
+    node.scratch_pooled -= bytes;
+    ++scratch_reuses_;
+  } else if (n == 0) {
+    block = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (block == nullptr)
+      return std::make_exception_ptr(
+          Error(ErrorCode::out_of_memory, "allocating " + std::to_string(bytes) +
+                                              " bytes of scratch in host memory: out of memory"));
+    node.scratch_bytes += bytes;
+    ++scratch_allocations_;
+  } else {
+    hcr_memory_t* mem = nullptr;
+    hcr_error_t* err = allocate(n, bytes, mem);
+    if (err != nullptr || mem == nullptr) {
+      const hcr_plugin_api_t* api = node.plugin->api;
+      // A device that is gone says so here too: it is retired as lost, not counted a memory fault.
+      const ErrorCode code = err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
+                                 ? ErrorCode::device_lost
+                                 : ErrorCode::out_of_memory;
+      std::string msg = err ? take_error(api, err) : "no allocation returned";
+      return std::make_exception_ptr(Error(code, "allocating " + std::to_string(bytes) +
+                                                     " bytes of scratch on '" + node.name +
+                                                     "': " + msg));
+    }
+    block = mem;
+    node.used += bytes;
+    node.scratch_bytes += bytes;
+    ++scratch_allocations_;
+  }
+  if (n != 0) owned(n, owner) += bytes;
+  return nullptr;
+}
+
+void NodeMemory::give_back_scratch(uint32_t n, uint64_t bytes, uint32_t owner,
+                                   void* block) noexcept {
+  NodeState& node = nodes_[n];
+  if (n != 0) owned(n, owner) -= bytes;
+  const bool room = node.scratch_free.size() < kScratchPoolBlocks &&
+                    (n != 0 || node.scratch_pooled + bytes <= kHostScratchPoolBytes);
+  if (room && !node.lost && !node.abandoned) {
+    try {
+      node.scratch_free.emplace(bytes, block);
+      node.scratch_pooled += bytes;
+      return;
+    } catch (...) {  // no memory for the pool's entry: the block is freed instead
+    }
+  }
+  node.scratch_bytes -= bytes;
+  if (n == 0) {
+    std::free(block);
+    return;
+  }
+  node.used -= bytes;
+  if (!node.abandoned)
+    node.plugin->api->mem_free(node.plugin->handle, node.index, static_cast<hcr_memory_t*>(block));
+}
+
+uint64_t NodeMemory::free_pooled_scratch(uint32_t n, uint64_t need, const TaskNode* t) noexcept {
+  NodeState& node = nodes_[n];
+  uint64_t freed = 0;
+  // Largest first: fewest blocks freed for the room asked.
+  for (auto it = node.scratch_free.end(); freed < need && it != node.scratch_free.begin();) {
+    --it;
+    if (asks_for(t, it->first)) continue;
+    const uint64_t bytes = it->first;
+    void* block = it->second;
+    it = node.scratch_free.erase(it);
+    node.scratch_pooled -= bytes;
+    node.scratch_bytes -= bytes;
+    freed += bytes;
+    if (n == 0) {
+      std::free(block);
+    } else {
+      node.used -= bytes;
+      if (!node.abandoned)
+        node.plugin->api->mem_free(node.plugin->handle, node.index,
+                                   static_cast<hcr_memory_t*>(block));
+    }
+  }
+  return freed;
 }
 
 // A context over its quota evicts its own data only: the other contexts' (and the default

@@ -1,7 +1,9 @@
 // Owns each memory node's memory: its limit, allocations, quotas per context, and eviction.
 //
 // Eviction is least-recently-used when a task needs room: invalid and clean replicas first, the
-// only valid copy written home before it goes.
+// only valid copy written home before it goes. Scratch blocks (Task::scratch) a task has given
+// back wait in the node's pool for a task asking for the same size; they count as used, and are
+// the first memory freed for real when room is needed.
 #pragma once
 
 #include "coherence.hpp"
@@ -10,6 +12,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -33,6 +37,13 @@ struct NodeState {
   std::unordered_set<BufferState*> resident;  // buffers with an allocation here
   std::vector<uint64_t> owned;  // bytes allocated here per owning context (Replica::owner)
   std::deque<TaskNode*> waiting_for_memory;
+  // Scratch: free blocks kept for reuse by size (device nodes: hcr_memory_t*; node 0: host
+  // memory), their bytes, and the bytes of all scratch blocks here (held or free). On device nodes
+  // all of it is counted in `used`.
+  std::multimap<uint64_t, void*> scratch_free;
+  uint64_t scratch_pooled = 0, scratch_bytes = 0;
+  // node_lost: its memory is gone; scratch given back is freed, not kept.
+  bool lost = false;
 };
 
 /// The memory nodes. Everything but limit() runs under the data manager's lock.
@@ -70,6 +81,24 @@ class NodeMemory {
   // Whatever released pins or freed memory may unblock a task waiting on any node.
   void take_memory_waiters(std::vector<TaskNode*>& out);
 
+  /// At most this many free scratch blocks wait in a node's pool; on node 0 (host memory, which
+  /// has no limit) at most kHostScratchPoolBytes of them.
+  static constexpr size_t kScratchPoolBlocks = 64;
+  static constexpr uint64_t kHostScratchPoolBytes = uint64_t{256} << 20;
+  /// Bytes of `t`'s scratch on node `n` that its pool cannot supply (what must be allocated).
+  uint64_t scratch_short(uint32_t n, const TaskNode* t) const;
+  /// A block of `bytes` for scratch on `n`, counted to context `owner`: from the pool if it has
+  /// one that size, else allocated (host memory, 64-byte aligned, on node 0). Null on success.
+  /// Room on device nodes is the caller's (make_room).
+  std::exception_ptr take_scratch(uint32_t n, uint64_t bytes, uint32_t owner, void*& block);
+  /// A scratch block comes back: into the pool, or freed if the pool is full or the node lost.
+  void give_back_scratch(uint32_t n, uint64_t bytes, uint32_t owner, void* block) noexcept;
+  /// Frees pooled scratch blocks on `n` (but none of a size `t` asks for) until `need` bytes are
+  /// freed or none is left; returns the bytes freed. need = UINT64_MAX: all of them.
+  uint64_t free_pooled_scratch(uint32_t n, uint64_t need, const TaskNode* t) noexcept;
+  uint64_t scratch_allocations() const noexcept { return scratch_allocations_; }
+  uint64_t scratch_reuses() const noexcept { return scratch_reuses_; }
+
   /// A replica was freed to make room (or is dead weight): counted in DataCounters::evictions.
   void count_eviction() noexcept { ++evictions_; }
   uint64_t evictions() const noexcept { return evictions_; }
@@ -83,6 +112,7 @@ class NodeMemory {
   Coherence& coherence_;
   std::vector<NodeState> nodes_;
   uint64_t evictions_ = 0;
+  uint64_t scratch_allocations_ = 0, scratch_reuses_ = 0;
 };
 
 }  // namespace hcr::detail

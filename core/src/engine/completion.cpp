@@ -217,7 +217,8 @@ void Completion::place_again(TaskNode* t) noexcept {
   t->transfer_error = nullptr;
   t->error = nullptr;
   t->device.store(-1, std::memory_order_relaxed);
-  if (t->data_node >= 0) p_.data.commit(t, false);  // its inputs stay valid where they were
+  // Its inputs stay valid where they were; its scratch goes back to the pool.
+  if (t->data_node >= 0 || t->scratch_node >= 0) p_.data.commit(t, false);
   retries_.fetch_add(1, std::memory_order_relaxed);
   p_.placement.place(t);
 }
@@ -230,7 +231,7 @@ void Completion::give_back(TaskNode* t, DeviceState& d) noexcept {
 }
 
 void Completion::finish(TaskNode* t, std::exception_ptr e) noexcept {
-  if (t->data_node >= 0) p_.data.commit(t, !e);
+  if (t->data_node >= 0 || t->scratch_node >= 0) p_.data.commit(t, !e);
   // Its writes committed (or dropped): the next task of a commute run may fetch the buffer.
   p_.placement.release_commute(t);
   p_.graph.settle(t, e);

@@ -88,6 +88,9 @@ void DeviceDriver::launch(TaskNode* t, DeviceState& d) noexcept {
         return;
       default: break;
     }
+  } else if (!t->scratch.empty() && !data_.take_host_scratch(t)) {
+    stages_.failed_before_launch(t, d, t->transfer_error);
+    return;
   }
   start_kernel(t, d);
 }
@@ -125,6 +128,27 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   const hcr_plugin_api_t* api = d.plugin->api;
   const uint32_t node = d.info.memory_node;
   t->abi_args.clear();
+  // Scratch arguments take their places among the buffers: read_write, contiguous, in the block
+  // this attempt holds (their contents are whatever the last user left).
+  size_t next_scratch = 0;
+  auto add_scratch = [&] {
+    for (; next_scratch < t->scratch.size() &&
+           t->scratch[next_scratch].position == t->abi_args.size();
+         ++next_scratch) {
+      const ScratchRec& s = t->scratch[next_scratch];
+      hcr_arg_t x{};
+      x.struct_size = HCR_ARG_STRUCT_SIZE;
+      x.dtype = static_cast<hcr_dtype_t>(s.dtype);
+      x.access = HCR_ACCESS_READ_WRITE;
+      x.rows = s.rows;
+      x.cols = s.cols;
+      x.ld = s.cols;
+      if (node == 0) x.host = s.block;
+      else x.memory = static_cast<hcr_memory_t*>(s.block);
+      t->abi_args.push_back(x);
+    }
+  };
+  add_scratch();
   for (const ArgRec& a : t->args) {
     BufferState& b = *a.buffer;
     hcr_arg_t x{};
@@ -141,6 +165,7 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
       x.ld = b.cols;
     }
     t->abi_args.push_back(x);
+    add_scratch();
   }
   hcr_launch_args_t la{};
   la.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;

@@ -255,11 +255,14 @@ std::exception_ptr Placement::no_device_error(const TaskNode& t) const {
       return k.devices[d].why_not.empty() ? "no implementation" : k.devices[d].why_not;
     if (!stages_.fits(&t, d)) {
       const uint64_t limit = data_.limit(devices_[d].info.memory_node);
+      const std::string scratch =
+          t.scratch_bytes != 0 ? " (" + std::to_string(t.scratch_bytes) + " bytes of scratch)"
+                               : std::string();
       if (t.bytes <= limit && t.context != nullptr)
         return "the context's memory_quota of " + std::to_string(t.context->memory_quota) +
-               " bytes cannot hold the task's " + std::to_string(t.bytes);
+               " bytes cannot hold the task's " + std::to_string(t.bytes) + scratch;
       return "its memory limit of " + std::to_string(limit) + " bytes cannot hold the task's " +
-             std::to_string(t.bytes);
+             std::to_string(t.bytes) + scratch;
     }
     return "no reason known";
   };
