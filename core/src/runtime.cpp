@@ -156,7 +156,7 @@ void RuntimeCore::shutdown() noexcept {
   while (pause_.resume()) {
   }  // what a pause still holds runs: the end drains every task
   graph_.wait_idle();
-  if (context_policy_ != nullptr) context_policy_->stop();  // (reserves: nothing left to pump)
+  contexts_.stop();  // (reserves: nothing left to pump)
   // A tenant of the node arbiter until its last task is done (grants still apply meanwhile);
   // then it leaves, and its devices go to the others.
   if (tenant_) tenant_->leave();

@@ -263,7 +263,7 @@ RuntimeStats RuntimeCore::stats() const {
       }
     s.devices.push_back(c);
   }
-  context_stats(s);
+  contexts_.stats(s);
   tenant_stats(s);
   accuracy_.report(s.accuracy);
   return s;
@@ -277,11 +277,10 @@ void RuntimeCore::time_executions() noexcept {
 void RuntimeCore::start_trace() { traces_.start(); }
 void RuntimeCore::stop_trace() { traces_.stop(); }
 
-std::vector<std::string> RuntimeCore::context_names() const {
-  std::vector<std::string> names;  // by index; the default context's name stays empty
-  std::lock_guard<std::mutex> g(contexts_mutex_);
-  for (const auto& c : contexts_) names.push_back(c->index == 0 ? std::string() : c->name);
-  return names;
+void RuntimeCore::measure_for_contexts() noexcept {
+  launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
+  placement_.measure_decisions(true);
+  time_executions();
 }
 
 }  // namespace hcr::detail

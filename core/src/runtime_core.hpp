@@ -2,6 +2,7 @@
 #pragma once
 
 #include "contexts/context_state.hpp"
+#include "contexts/contexts.hpp"
 #include "data/data_manager.hpp"
 #include "energy/energy_account.hpp"
 #include "engine/attempt_observers.hpp"
@@ -82,20 +83,11 @@ class RuntimeCore final : public GraphStages,
   sched::Policy& policy() noexcept { return *pol(); }
   const sched::Policy& policy() const noexcept { return *pol(); }
 
-  /// Runtime::context: a new context with its own instance of the policy. The first one puts a
-  /// ContextPolicy in front of the policy in use (which stays the default context's). Throws
-  /// Error(invalid_argument) naming the value at fault.
-  hcr::Context make_context(const ContextSpec& spec);
-  /// A [[context]] table at the start: devices by id or name; Error(config) naming its origin.
-  hcr::Context make_context(const ContextConfig& table);
-  /// Runtime::find_context: the context of that name; Error(invalid_argument) naming the known.
-  hcr::Context find_context(std::string_view name) const;
-  /// RuntimeStats::contexts: the default context and every other, once one exists.
-  void context_stats(RuntimeStats& s) const;
-  /// Context::set_devices: the context's devices become `devices` (empty: all); what it queued
-  /// for a device it loses is placed again.
-  void set_context_devices(ContextState& c, const std::vector<uint32_t>& devices);
-  /// Hands a task a policy gave back, or a parked one, to placement again (ready()).
+  /// Contexts (contexts/contexts.hpp): Runtime::context, [[context]] tables, find_context.
+  hcr::Context make_context(const ContextSpec& spec) { return contexts_.make(spec); }
+  hcr::Context make_context(const ContextConfig& table) { return contexts_.make(table); }
+  hcr::Context find_context(std::string_view name) const { return contexts_.find(name); }
+  /// Hands a task a policy gave back, or a parked one, to placement again.
   void place_again(TaskNode* t) noexcept override { placement_.place(t); }
   // HealthListener: a device left scheduling, or came back.
   void left_scheduling(DeviceState& d) noexcept override;
@@ -237,13 +229,6 @@ class RuntimeCore final : public GraphStages,
   sched::Policy* pol() const noexcept { return placement_.policy(); }
   std::unique_ptr<sched::Policy> policy_owner_;
   std::string policy_name_;  // the configured policy, "auto" resolved: each context gets one
-  // Contexts (contexts/), under add_mutex_: none until Runtime::context is first called.
-  ContextPolicy* context_policy_ = nullptr;
-  std::shared_ptr<ContextState> default_context_;
-  // The default one first. Appended under add_mutex_ and contexts_mutex_; read under either
-  // (stats and traces take only the latter: remove_device holds add_mutex_ for long).
-  std::vector<std::shared_ptr<ContextState>> contexts_;
-  mutable std::mutex contexts_mutex_;
   // Set at start; switched on for good when a context needs measured device time.
   std::atomic<bool> timing_{false};
   std::atomic<uint32_t> launch_flags_{0};  // HCR_LAUNCH_MEASURE when someone uses execution times
@@ -258,14 +243,23 @@ class RuntimeCore final : public GraphStages,
   // The policy learns execution times from now on: start times are taken, predictions checked.
   void time_executions() noexcept;
   Traces traces_{{observers_, energy_, kernels_, devices_, data_,
-                  [this] { return context_names(); }, origin_ns_}};
-  // The contexts' names by index (traces); the default context's is empty.
-  std::vector<std::string> context_names() const;
+                  [this] { return contexts_.names(); }, origin_ns_}};
   DeviceDriver driver_{devices_,    placement_, data_,         launches_,
                        completion_, observers_, launch_flags_, timing_};
   Completion completion_{
       {devices_, placement_, driver_, health_, data_, graph_, host_, observers_, timing_}};
   std::weak_ptr<RuntimeCore> self_;
+  // Scheduling contexts (contexts/contexts.hpp): none until Runtime::context is first called.
+  Contexts contexts_{{devices_, placement_, data_, view_, config_, add_mutex_, policy_owner_,
+                      policy_name_, self_, this,
+                      [this](std::string_view what) { check_alive(what); },
+                      [this](uint32_t d) {
+                        if (d < device_count() && usable(d)) pump(devices_[d]);
+                      },
+                      [this](TaskNode* t) { place_again(t); }, [this] { measure_for_contexts(); }}};
+  // Contexts share measured device time: launches are measured, decisions timed, the policy
+  // learns execution times, from the first context on.
+  void measure_for_contexts() noexcept;
 
   // A kernel's name by its id (traces, accuracy, energy).
   std::string kernel_name(uint32_t id) const { return kernels_.name(id); }

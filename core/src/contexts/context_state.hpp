@@ -13,11 +13,13 @@
 
 namespace hcr::detail {
 
+class Contexts;
 class RuntimeCore;
 
 struct ContextState {
   std::weak_ptr<RuntimeCore> owner;  // for handles that outlive their runtime
   RuntimeCore* rt = nullptr;         // identity: tasks of another runtime are refused
+  Contexts* home = nullptr;          // the runtime's contexts (Context::set_devices)
   uint32_t index = 0;                // its slot in ContextPolicy (0: the default context)
   std::string name;
   double weight = 1;
@@ -27,7 +29,7 @@ struct ContextState {
   std::atomic<int64_t> active_until_ns{0};  // reserve: a task of it was pushed 50 ms before
   bool all_devices = false;                 // spec.devices was empty: devices that join are its too
 
-  // Its devices. Written under RuntimeCore's add_mutex_; read anywhere, relaxed: a reader that
+  // Its devices. Written under the runtime's device-set lock; read anywhere, relaxed: a reader that
   // sees a device a moment late places one task by the old set, which set_devices' drain fixes.
   std::atomic<uint64_t> bits[2] = {0, 0};
   bool has(uint32_t d) const noexcept {

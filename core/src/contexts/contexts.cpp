@@ -1,9 +1,12 @@
-// Creating, resizing and reporting scheduling contexts (RuntimeCore's side of hcr::Context), and
-// the Context handle. The arbitration itself is context_policy.cpp.
+// Contexts (contexts.hpp), and the Context handle. The arbitration itself is context_policy.cpp.
+#include "contexts.hpp"
+
 #include "context_policy.hpp"
 
+#include "../data/data_manager.hpp"
+#include "../engine/device_table.hpp"
+#include "../engine/placement.hpp"
 #include "../log_internal.hpp"
-#include "../runtime_core.hpp"
 #include "../task_node.hpp"
 #include "../units.hpp"
 
@@ -37,31 +40,32 @@ void device_bits(const std::vector<uint32_t>& devices, uint32_t count, const std
 
 }  // namespace
 
-hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
-  check_alive("Runtime::context");
+hcr::Context Contexts::make(const ContextSpec& spec) {
+  p_.check_alive("Runtime::context");
   const std::string what = "Runtime::context('" + spec.name + "')";
   if (spec.name.empty())
     throw Error(ErrorCode::invalid_argument, "Runtime::context: a context needs a name");
   if (!(spec.weight > 0) || !std::isfinite(spec.weight))
     throw Error(ErrorCode::invalid_argument,
                 what + ": weight " + std::to_string(spec.weight) + " is not a positive number");
-  std::lock_guard<std::mutex> g(add_mutex_);
+  std::lock_guard<std::mutex> g(p_.device_set);
   if (spec.name == "default")
     throw Error(ErrorCode::invalid_argument,
                 what + ": 'default' names the context of tasks submitted without one");
-  for (const auto& c : contexts_)
+  for (const auto& c : all_)
     if (c->name == spec.name)
       throw Error(ErrorCode::invalid_argument, what + ": a context of that name exists already");
-  if (contexts_.size() >= ContextPolicy::kMaxContexts)
+  if (all_.size() >= ContextPolicy::kMaxContexts)
     throw Error(ErrorCode::invalid_argument, what + ": a runtime holds at most " +
                                                  std::to_string(ContextPolicy::kMaxContexts - 1) +
                                                  " contexts");
   uint64_t bits[2];
-  device_bits(spec.devices, device_count(), what, bits);
+  device_bits(spec.devices, p_.devices.count(), what, bits);
 
   auto c = std::make_shared<ContextState>();
-  c->owner = self_;
-  c->rt = this;
+  c->owner = p_.self;
+  c->rt = p_.rt;
+  c->home = this;
   c->name = spec.name;
   c->weight = spec.weight;
   c->priority = spec.priority;
@@ -72,7 +76,7 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   {
     const uint32_t own =
         spec.devices.empty()
-            ? device_count()
+            ? p_.devices.count()
             : static_cast<uint32_t>(std::popcount(bits[0]) + std::popcount(bits[1]));
     if (spec.reserve > own)
       throw Error(ErrorCode::invalid_argument, what + ": reserve " + std::to_string(spec.reserve) +
@@ -82,41 +86,38 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   c->reserve = spec.reserve;
   c->bits[0].store(bits[0], std::memory_order_relaxed);
   c->bits[1].store(bits[1], std::memory_order_relaxed);
-  auto policy = sched::make_policy(policy_name_, config_);
-  policy->attach(view_);
+  auto policy = sched::make_policy(p_.policy_name, p_.config);
+  policy->attach(p_.view);
 
-  if (context_policy_ == nullptr) {
+  if (policy_ == nullptr) {
     // The first context: the policy in use becomes the default context's, behind a ContextPolicy.
     // Tasks it holds stay with it; device time is measured from now on (what contexts share).
     auto def = std::make_shared<ContextState>();
-    def->owner = self_;
-    def->rt = this;
+    def->owner = p_.self;
+    def->rt = p_.rt;
+    def->home = this;
     def->name = "default";
     def->all_devices = true;
-    device_bits({}, device_count(), what, bits);
+    device_bits({}, p_.devices.count(), what, bits);
     def->bits[0].store(bits[0], std::memory_order_relaxed);
     def->bits[1].store(bits[1], std::memory_order_relaxed);
-    auto composite = std::make_unique<ContextPolicy>(std::move(policy_owner_), *def, view_);
-    composite->set_pump([this](sched::DeviceId d) {
-      if (d < device_count() && usable(d)) pump(devices_[d]);
-    });
-    context_policy_ = composite.get();
-    policy_owner_ = std::move(composite);
+    auto composite = std::make_unique<ContextPolicy>(std::move(p_.policy_owner), *def, p_.view);
+    composite->set_pump([this](sched::DeviceId d) { p_.feed(d); });
+    policy_ = composite.get();
+    p_.policy_owner = std::move(composite);
     {
-      std::lock_guard<std::mutex> l(contexts_mutex_);
-      contexts_.push_back(def);
+      std::lock_guard<std::mutex> l(mutex_);
+      all_.push_back(def);
     }
-    default_context_ = std::move(def);
-    launch_flags_.fetch_or(HCR_LAUNCH_MEASURE, std::memory_order_relaxed);
-    placement_.measure_decisions(true);
-    time_executions();
-    placement_.set_policy(context_policy_);
+    default_ = std::move(def);
+    p_.measure();
+    p_.placement.set_policy(policy_);
   }
-  c->index = static_cast<uint32_t>(contexts_.size());
-  context_policy_->add(*c, std::move(policy));
+  c->index = static_cast<uint32_t>(all_.size());
+  policy_->add(*c, std::move(policy));
   {
-    std::lock_guard<std::mutex> l(contexts_mutex_);
-    contexts_.push_back(c);
+    std::lock_guard<std::mutex> l(mutex_);
+    all_.push_back(c);
   }
   HCR_LOG(info, "context '" << c->name << "' created: weight " << c->weight << ", priority "
                             << c->priority << ", "
@@ -127,7 +128,7 @@ hcr::Context RuntimeCore::make_context(const ContextSpec& spec) {
   return hcr::Context(std::move(c));
 }
 
-hcr::Context RuntimeCore::make_context(const ContextConfig& table) {
+hcr::Context Contexts::make(const ContextConfig& table) {
   ContextSpec spec;
   spec.name = table.name;
   spec.weight = table.weight;
@@ -135,38 +136,39 @@ hcr::Context RuntimeCore::make_context(const ContextConfig& table) {
   spec.memory_quota = table.memory_quota;
   spec.reserve = table.reserve;
   const std::string where =
-      (table.origin.empty() ? config_.origin : table.origin) + ": context '" + table.name + "'";
+      (table.origin.empty() ? p_.config.origin : table.origin) + ": context '" + table.name + "'";
   for (const std::string& name : table.devices) {
     // An id, or a device's name.
     bool found = false;
-    for (uint32_t d = 0, n = device_count(); d < n && !found; ++d)
-      if (devices_[d].info.name == name || std::to_string(d) == name) {
+    for (uint32_t d = 0, n = p_.devices.count(); d < n && !found; ++d)
+      if (p_.devices[d].info.name == name || std::to_string(d) == name) {
         spec.devices.push_back(d);
         found = true;
       }
     if (!found) {
       std::string known;
-      for (uint32_t d = 0, n = device_count(); d < n; ++d)
-        known += (d ? ", " : "") + std::to_string(d) + " '" + devices_[d].info.name + "'";
+      for (uint32_t d = 0, n = p_.devices.count(); d < n; ++d)
+        known += (d ? ", " : "") + std::to_string(d) + " '" + p_.devices[d].info.name + "'";
       throw Error(ErrorCode::config, where + ": devices: no device '" + name + "' (the devices: " +
                                          (known.empty() ? "none" : known) + ")");
     }
   }
   try {
-    return make_context(spec);
+    return make(spec);
   } catch (const Error& e) {
     throw Error(ErrorCode::config, where + ": " + e.what());
   }
 }
 
-void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_t>& devices) {
+void Contexts::set_devices(ContextState& c, const std::vector<uint32_t>& devices) {
+  p_.check_alive("Context::set_devices('" + c.name + "')");
   std::vector<TaskNode*> again;
   uint64_t gained[2] = {0, 0};
   {
-    std::lock_guard<std::mutex> g(add_mutex_);
-    check_alive("Context::set_devices");
+    std::lock_guard<std::mutex> g(p_.device_set);
+    p_.check_alive("Context::set_devices");
     uint64_t bits[2];
-    device_bits(devices, device_count(), "Context::set_devices('" + c.name + "')", bits);
+    device_bits(devices, p_.devices.count(), "Context::set_devices('" + c.name + "')", bits);
     uint64_t lost[2];
     for (int w = 0; w < 2; ++w) {
       const uint64_t old = c.bits[w].load(std::memory_order_relaxed);
@@ -180,31 +182,30 @@ void RuntimeCore::set_context_devices(ContextState& c, const std::vector<uint32_
     // gains devices, what it queued for its other devices comes back too, to be spread over
     // the new set (a policy of per-device queues would otherwise leave the new ones idle).
     const bool grows = (gained[0] | gained[1]) != 0;
-    for (uint32_t d = 0, n = device_count(); d < n; ++d)
+    for (uint32_t d = 0, n = p_.devices.count(); d < n; ++d)
       if (((lost[d / 64] | (grows ? bits[d / 64] : 0)) >> (d % 64)) & 1u)
-        for (sched::TaskRef t : context_policy_->drain_context(c.index, d))
-          again.push_back(t.node());
+        for (sched::TaskRef t : policy_->drain_context(c.index, d)) again.push_back(t.node());
   }
-  for (TaskNode* t : again) place_again(t);
-  for (uint32_t d = 0, n = device_count(); d < n; ++d)
-    if (((gained[d / 64] >> (d % 64)) & 1u) && usable(d)) pump(devices_[d]);
+  for (TaskNode* t : again) p_.place_again(t);
+  for (uint32_t d = 0, n = p_.devices.count(); d < n; ++d)
+    if ((gained[d / 64] >> (d % 64)) & 1u) p_.feed(d);
 }
 
-hcr::Context RuntimeCore::find_context(std::string_view name) const {
-  std::lock_guard<std::mutex> g(contexts_mutex_);
+hcr::Context Contexts::find(std::string_view name) const {
+  std::lock_guard<std::mutex> g(mutex_);
   std::string known;
-  for (size_t i = 1; i < contexts_.size(); ++i) {  // (the default context has no handle)
-    if (contexts_[i]->name == name) return hcr::Context(contexts_[i]);
-    known += (known.empty() ? "" : ", ") + contexts_[i]->name;
+  for (size_t i = 1; i < all_.size(); ++i) {  // (the default context has no handle)
+    if (all_[i]->name == name) return hcr::Context(all_[i]);
+    known += (known.empty() ? "" : ", ") + all_[i]->name;
   }
   throw Error(ErrorCode::invalid_argument,
               "Runtime::find_context: no context '" + std::string(name) +
                   "' (the contexts: " + (known.empty() ? "none" : known) + ")");
 }
 
-void RuntimeCore::context_stats(RuntimeStats& s) const {
-  std::lock_guard<std::mutex> g(contexts_mutex_);
-  for (const auto& c : contexts_) {
+void Contexts::stats(RuntimeStats& s) const {
+  std::lock_guard<std::mutex> g(mutex_);
+  for (const auto& c : all_) {
     ContextStats x;
     x.name = c->name;
     x.weight = c->weight;
@@ -214,17 +215,28 @@ void RuntimeCore::context_stats(RuntimeStats& s) const {
     x.tasks = c->tasks.load(std::memory_order_relaxed);
     x.failed = c->failed.load(std::memory_order_relaxed);
     x.wait_seconds = static_cast<double>(c->wait_ns.load(std::memory_order_relaxed)) * 1e-9;
-    x.queued = static_cast<uint64_t>(context_policy_->queued(c->index));
-    for (uint32_t d = 0, n = device_count(); d < n; ++d) {
+    x.queued = static_cast<uint64_t>(policy_->queued(c->index));
+    for (uint32_t d = 0, n = p_.devices.count(); d < n; ++d) {
       if (c->has(d)) x.devices.push_back(d);
       const double sec = static_cast<double>(c->busy_ns[d].load(std::memory_order_relaxed)) * 1e-9;
       x.device_seconds.push_back(sec);
       x.busy_seconds += sec;
-      const uint32_t node = devices_[d].info.memory_node;
-      x.memory_bytes.push_back(node == 0 ? 0 : data_.context_bytes(node, c->index));
+      const uint32_t node = p_.devices[d].info.memory_node;
+      x.memory_bytes.push_back(node == 0 ? 0 : p_.data.context_bytes(node, c->index));
     }
     s.contexts.push_back(std::move(x));
   }
+}
+
+std::vector<std::string> Contexts::names() const {
+  std::vector<std::string> names;  // by index; the default context's name stays empty
+  std::lock_guard<std::mutex> g(mutex_);
+  for (const auto& c : all_) names.push_back(c->index == 0 ? std::string() : c->name);
+  return names;
+}
+
+void Contexts::stop() noexcept {
+  if (policy_ != nullptr) policy_->stop();
 }
 
 }  // namespace hcr::detail
@@ -253,11 +265,11 @@ std::vector<uint32_t> Context::devices() const {
 
 void Context::set_devices(std::vector<uint32_t> devices) {
   detail::ContextState& c = state_or_throw(s_.get(), "Context::set_devices");
-  std::shared_ptr<detail::RuntimeCore> rt = c.owner.lock();
-  if (!rt || !rt->alive())
+  std::shared_ptr<detail::RuntimeCore> rt = c.owner.lock();  // alive while this call runs
+  if (!rt || c.home == nullptr)
     throw Error(ErrorCode::shutdown,
                 "Context::set_devices('" + c.name + "'): the runtime has ended");
-  rt->set_context_devices(c, devices);
+  c.home->set_devices(c, devices);
 }
 
 }  // namespace hcr
