@@ -14,6 +14,7 @@ from . import linalg as linalg
 
 __version__: str
 
+ScratchSpec = int | tuple[int | tuple[int] | tuple[int, int], Any]
 AccessMode = Literal["read", "write", "read_write", "r", "w", "rw", "commute"]
 DTypeLike = Union[str, npt.DTypeLike]
 ConfigLike = Union[None, str, os.PathLike[str], Mapping[str, Any]]
@@ -187,9 +188,11 @@ class Runtime:
                params: Sequence[ParamLike] | None = None, priority: int | None = None,
                after: Event | Sequence[Event] | None = None, on: int | None = None,
                grid: Extents | None = None, block: Extents | None = None,
-               commutes: Sequence[BufferLike] | None = None) -> Event:
+               commutes: Sequence[BufferLike] | None = None,
+               scratch: Sequence[ScratchSpec] | None = None) -> Event:
         """Submits a task (buffer arguments: reads, then writes, then read_writes, then commutes:
-        updated one task at a time, in whichever order tasks commuting on them become ready)."""
+        updated one task at a time, in whichever order tasks commuting on them become ready;
+        then scratch workspaces: allocated where the task runs, never copied)."""
     def wait_all(self) -> None:
         """Blocks, without the interpreter lock, until every task submitted before has finished."""
     def pause(self) -> None: ...
@@ -292,6 +295,9 @@ class Task:
     def read_write(self, buffer: BufferLike) -> Task: ...
     def commute(self, buffer: BufferLike) -> Task:
         """Updates the buffer in place, in any order among neighbouring commute tasks on it."""
+    def scratch(self, spec: ScratchSpec) -> Task:
+        """A workspace argument: n bytes (a uint8 vector) or (shape, dtype); never copied, its
+        contents undefined when the kernel starts."""
     def arg(self, buffer: BufferLike, mode: AccessMode) -> Task: ...
     def param(self, value: ParamLike) -> Task: ...
     def priority(self, priority: int) -> Task: ...

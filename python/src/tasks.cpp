@@ -309,6 +309,38 @@ py::object add_arg(hcr::Task& t, const std::shared_ptr<RuntimeHolder>& holder, p
   return obj;
 }
 
+/// A workspace for the task (hcr::Task::scratch): `n` bytes as a uint8 vector, or (shape, dtype)
+/// with shape n or (rows, cols); its contents are undefined when the kernel starts.
+void add_scratch(hcr::Task& t, py::handle spec) {
+  if (py::isinstance<py::int_>(spec)) {
+    const auto n = py::cast<int64_t>(spec);
+    if (n <= 0) throw_invalid("scratch: " + std::to_string(n) + " bytes: a workspace needs some");
+    t.scratch(hcr::DType::u8, 1, static_cast<size_t>(n));
+    return;
+  }
+  if (!py::isinstance<py::tuple>(spec) || py::len(spec) != 2)
+    throw_invalid("scratch: " + py::str(spec).cast<std::string>() +
+                  " is not a byte count or a (shape, dtype) pair");
+  py::tuple pair = py::reinterpret_borrow<py::tuple>(spec);
+  const hcr::DType dtype = dtype_from_object(pair[1], "scratch");
+  size_t rows = 1, cols = 0;
+  if (py::isinstance<py::int_>(pair[0])) {
+    cols = py::cast<size_t>(pair[0]);
+  } else {
+    py::tuple shape = py::cast<py::tuple>(pair[0]);
+    if (py::len(shape) == 1) {
+      cols = py::cast<size_t>(shape[0]);
+    } else if (py::len(shape) == 2) {
+      rows = py::cast<size_t>(shape[0]);
+      cols = py::cast<size_t>(shape[1]);
+    } else {
+      throw_invalid("scratch: a shape of " + std::to_string(py::len(shape)) +
+                    " dimensions (n or (rows, cols))");
+    }
+  }
+  t.scratch(dtype, rows, cols);
+}
+
 void add_param_checked(hcr::Task& t, const KernelInfo& info, py::handle v, size_t index) {
   std::optional<hcr::DType> declared;
   if (info.python) {
@@ -440,12 +472,12 @@ void stop_waiters() { waiters().stop(); }
 py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle what,
                        py::handle reads, py::handle writes, py::handle read_writes,
                        py::handle params, py::handle priority, py::handle after, py::handle on,
-                       py::handle grid, py::handle block, py::handle commutes) {
+                       py::handle grid, py::handle block, py::handle commutes, py::handle scratch) {
   if (py::isinstance<TaskObj>(what)) {
     TaskObj& t = py::cast<TaskObj&>(what);
     if (!reads.is_none() || !writes.is_none() || !read_writes.is_none() || !commutes.is_none() ||
-        !params.is_none() || !priority.is_none() || !after.is_none() || !on.is_none() ||
-        !grid.is_none() || !block.is_none())
+        !scratch.is_none() || !params.is_none() || !priority.is_none() || !after.is_none() ||
+        !on.is_none() || !grid.is_none() || !block.is_none())
       throw_invalid("submit: a Task carries its own arguments: pass it alone");
     if (t.holder.get() != holder.get())
       throw_invalid("submit: the task's kernel '" + t.info->name + "' belongs to another runtime");
@@ -470,6 +502,8 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
       made.push_back(add_arg(task, holder, b, hcr::Access::read_write));
   if (!commutes.is_none())
     for (py::handle b : commutes) made.push_back(add_arg(task, holder, b, hcr::Access::commute));
+  if (!scratch.is_none())
+    for (py::handle s : scratch) add_scratch(task, s);
   size_t n = 0;
   if (!params.is_none())
     for (py::handle v : params) add_param_checked(task, *k.info, v, n++);
@@ -660,6 +694,16 @@ Each method returns the task. Runtime.submit consumes it.)doc")
             return self;
           },
           py::arg("buffer"))
+      .def(
+          "scratch",
+          [](py::object self, py::object spec) {
+            TaskObj& t = py::cast<TaskObj&>(self);
+            add_scratch(t.get("scratch"), spec);
+            return self;
+          },
+          py::arg("spec"),
+          "Adds a workspace argument: n bytes (a uint8 vector), or (shape, dtype). Allocated on "
+          "the device the task runs on, never copied, its contents undefined at the start.")
       .def(
           "arg",
           [](py::object self, py::object b, const std::string& mode) {

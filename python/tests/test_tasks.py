@@ -312,3 +312,30 @@ def test_commute_updates_count_once_each_and_reads_after_see_them(rt):
     rt.submit(hcr.Task(inc).arg(acc, "commute")).result()
     assert seen.to_numpy().tolist() == [15.0]
     assert acc.to_numpy().tolist() == [16.0]
+
+
+def test_scratch_is_a_workspace_argument_after_the_buffers(rt):
+    # scratch=[n] and Task.scratch((shape, dtype)): the kernel gets a writable array of that shape
+    # after its buffers; what it computes through it is right, and nothing is copied home.
+    out = rt.buffer(4, "f64")
+    shapes = []
+
+    def work(dst, tmp):
+        shapes.append((tmp.shape, tmp.dtype.name))
+        tmp[:] = 2.0
+        dst[:] = tmp.sum()
+
+    k = rt.kernel("work_scratch").cpu(work)
+    rt.submit(k, writes=[out], scratch=[((3, 5), "f32")]).result()
+    assert out.to_numpy().tolist() == [30.0] * 4
+    rt.submit(hcr.Task(k).write(out).scratch(((2, 2), "f64"))).result()
+    assert out.to_numpy().tolist() == [8.0] * 4
+    raw = []
+    b = rt.kernel("bytes_scratch").cpu(lambda dst, tmp: raw.append((tmp.shape, tmp.dtype.name)))
+    rt.submit(b, writes=[out], scratch=[16]).result()
+    assert shapes == [((3, 5), "float32"), ((2, 2), "float64")]
+    assert raw[0][1] == "uint8" and raw[0][0][-1] == 16
+    with pytest.raises(hcr.InvalidArgumentError):
+        rt.submit(b, writes=[out], scratch=[0])
+    with pytest.raises(hcr.InvalidArgumentError):
+        rt.submit(b, writes=[out], scratch=["four"])
