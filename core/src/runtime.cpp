@@ -52,79 +52,16 @@ TaskNode::~TaskNode() {
 
 RuntimeCore::RuntimeCore(Config config) : config_(std::move(config)) {
   if (config_.log_level) log::set_level(*config_.log_level);
-  plugins_ = load_plugins(config_, report_);
-  for (auto& p : plugins_) add_devices(*p);
-  warn_if_oversubscribed();
+  roster_.load_configured();
   data_.set_eager_writeback(config_.writeback == "eager");
 }
 
-// CPU devices run one task per slot on a core of their own: more slots than the process may use
-// cores (several cpu tables, a threads option above the affinity mask) make workers take turns on
-// a core, and every prediction of their speed wrong. Said once per runtime (and again when a
-// plugged-in device raises the count).
-void RuntimeCore::warn_if_oversubscribed() {
-  uint32_t slots = 0, devices = 0;
-  for (size_t d = 0; d < devices_.appended(); ++d)
-    if (devices_[d].info.kind == DeviceKind::cpu) {
-      slots += std::max<uint32_t>(1, devices_[d].info.concurrency);
-      ++devices;
-    }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const uint32_t cores = ::sched_getaffinity(0, sizeof(set), &set) == 0
-                             ? static_cast<uint32_t>(CPU_COUNT(&set))
-                             : std::max(1u, std::thread::hardware_concurrency());
-  if (slots <= cores || slots <= oversubscribed_warned_) return;
-  oversubscribed_warned_ = slots;
-  HCR_LOG(warn, devices << " CPU device(s) run " << slots << " worker(s) on the " << cores
-                        << " core(s) this process may use: workers take turns and run slower "
-                           "than their model predicts (give the cpu backends threads that add up "
-                           "to at most "
-                        << cores << ")");
-}
-
-void RuntimeCore::add_devices(PluginInstance& p) {
-  if (devices_.appended() + p.devices.size() > kMaxDevices)
-    throw Error(ErrorCode::config, "plugin '" + p.name + "': more than " +
-                                       std::to_string(kMaxDevices) + " devices in one runtime");
-  for (auto& rec : p.devices) {
-    auto ds = std::make_unique<DeviceState>();
-    DeviceState& d = *ds;
-    d.info = rec.info;
-    d.info.id = devices_.appended();
-    d.plugin = &p;
-    d.attempts = &completion_;
-    d.index = rec.index;
-    d.flags = rec.flags;
-    // Keep every slot busy and, by default, one task queued behind each: a slot finishing a
-    // task finds the next one in the plugin, its inputs already copied in.
-    const uint32_t slots = std::max<uint32_t>(1, d.info.concurrency);
-    d.window = slots + (config_.lookahead < 0 ? slots : static_cast<uint32_t>(config_.lookahead));
-    // Memory nodes: host-memory devices share node 0; every other device has its own, with the
-    // limit its [[backend]] table sets (default 90% of what it reports).
-    if (!(d.flags & HCR_DEVICE_HOST_MEMORY)) {
-      MemoryLimit limit{true, 90};
-      if (!p.memory_limit.empty()) {
-        auto parsed = parse_memory_limit(p.memory_limit);
-        if (!parsed)
-          throw Error(ErrorCode::config, p.origin + ": backend '" + p.name + "': memory_limit '" +
-                                             p.memory_limit + "' is not a size or a share");
-        limit = *parsed;
-      }
-      uint64_t bytes = limit.apply(d.info.memory_bytes);
-      if (d.info.memory_bytes > 0) bytes = std::min(bytes, d.info.memory_bytes);
-      d.info.memory_node = data_.add_node({&p, d.index, d.info.id, d.info.name, bytes});
-    }
-    energy_.add_device(d.info.id,
-                       {p.api, p.handle, rec.index, std::max<uint32_t>(1, d.info.concurrency),
-                        p.idle_watts, p.busy_watts, d.info.name},
-                       now());
-    if (energy_.active()) observers_.attach(&energy_share_, 0);
-    health_.joined(d.info.id);
-    devices_.append(std::move(ds), d.info.memory_node == 0 ? 0 : data_.limit(d.info.memory_node));
-    if (sched::Policy* pl = pol()) pl->device_added(d.info.id);  // hot-plug: before anyone sees it
-    devices_.publish();
-  }
+void RuntimeCore::device_joining(DeviceState& d, const PluginInstance& p) {
+  energy_.add_device(d.info.id,
+                     {p.api, p.handle, d.index, std::max<uint32_t>(1, d.info.concurrency),
+                      p.idle_watts, p.busy_watts, d.info.name},
+                     now());
+  if (energy_.active()) observers_.attach(&energy_share_, 0);
 }
 
 void RuntimeCore::start(const std::shared_ptr<RuntimeCore>& self) {
@@ -163,7 +100,7 @@ void RuntimeCore::shutdown() noexcept {
   launches_.stop();  // the watchdog
   // A plugin still running a launch the watchdog gave up on is left running; its devices' memory
   // counts as lost (no copy from it, nothing freed in it).
-  const std::vector<PluginInstance*> stuck = settle_hung_launches();
+  const std::vector<PluginInstance*> stuck = launches_.settle_hung(roster_.plugins());
   auto is_stuck = [&](const PluginInstance* p) {
     return std::find(stuck.begin(), stuck.end(), p) != stuck.end();
   };
@@ -197,23 +134,10 @@ void RuntimeCore::shutdown() noexcept {
   policy_owner_.reset();
   // Destroying an instance unloads its library with the last one. Devices (and kernels, whose
   // names launch slots point at) outlive their plugins: a plugin may answer until it is gone.
-  for (auto& p : plugins_)
+  for (auto& p : roster_.plugins())
     if (!is_stuck(p.get())) p.reset();
   for (size_t i = 0; i < devices_.appended(); ++i) {
-    if (device_stuck[i]) continue;
-    DeviceState* d = &devices_[i];
-    // No answer can come any more: the slots go back to the table, releasing what a launch given
-    // up on held if its plugin ended without answering.
-    Launches::for_each_slot(*d, [](LaunchSlot& s) {
-      uint64_t st = s.state.load(std::memory_order_acquire);
-      if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
-          s.state.compare_exchange_strong(
-              st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
-        Launches::release_hung(s.hung.load(std::memory_order_relaxed));
-    });
-    for (uint32_t c = 0, n = d->slot_chunks_used.load(); c < n; ++c)
-      LaunchTable::give_back(d->slot_chunks[c].load(std::memory_order_relaxed));
-    d->slot_chunks_used.store(0, std::memory_order_release);
+    if (!device_stuck[i]) Launches::return_slots(devices_[i]);  // no answer can come any more
   }
   if (stuck.empty()) {
     kernels_.clear();
@@ -233,68 +157,6 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(error, "shutdown: cannot keep the runtime for its stuck plugins");
     }
   }
-}
-
-std::vector<PluginInstance*> RuntimeCore::settle_hung_launches() noexcept {
-  std::vector<PluginInstance*> stuck;
-  // A few timeouts, at least a second: time for a launch that was merely slow to come back.
-  const auto grace = std::max<std::chrono::steady_clock::duration>(
-      4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-              std::chrono::duration<double>(launches_.task_timeout())),
-      std::chrono::seconds(1));
-  for (auto& p : plugins_) {
-    auto hung = [&] {
-      std::vector<std::string> out;
-      for (uint32_t i = 0; i < devices_.appended(); ++i) {
-        DeviceState* d = &devices_[i];
-        if (d->plugin != p.get()) continue;
-        Launches::for_each_slot(*d, [&](LaunchSlot& s) {
-          const auto st = LaunchSlot::status(s.state.load(std::memory_order_acquire));
-          if (st == LaunchSlot::kGivenUp || st == LaunchSlot::kGivingUp)
-            out.push_back(std::string("kernel '") + s.kernel.load(std::memory_order_relaxed) +
-                          "' on device '" + d->info.name + "'");
-        });
-      }
-      return out;
-    };
-    if (hung().empty()) continue;
-    // Its synchronize ends what a simulated or GPU device can end; a CPU kernel that never
-    // returns keeps it waiting forever: a helper thread calls it, and is left behind if so.
-    struct Sync {
-      std::mutex m;
-      std::condition_variable cv;
-      bool done = false;
-    };
-    auto sync = std::make_shared<Sync>();
-    std::vector<size_t> indices;
-    for (uint32_t i = 0; i < devices_.appended(); ++i)
-      if (devices_[i].plugin == p.get()) indices.push_back(devices_[i].index);
-    bool done = false;
-    try {
-      std::thread([sync, api = p->api, handle = p->handle, indices] {
-        for (size_t i : indices)
-          if (hcr_error_t* e = api->synchronize(handle, i)) api->error_destroy(e);
-        std::lock_guard<std::mutex> g(sync->m);
-        sync->done = true;
-        sync->cv.notify_all();
-      }).detach();
-      std::unique_lock<std::mutex> lock(sync->m);
-      done = sync->cv.wait_for(lock, grace, [&] { return sync->done; });
-    } catch (...) {  // no thread: treat it as stuck rather than wait forever
-    }
-    std::vector<std::string> left = hung();
-    if (done && left.empty()) continue;
-    std::string list;
-    for (const std::string& h : left) list += (list.empty() ? "" : ", ") + h;
-    HCR_LOG(error, "shutdown: plugin '"
-                       << p->name << "' has not returned from " << left.size()
-                       << " launch(es) the task timeout gave up on (" << list << ") within "
-                       << detail::format_seconds(std::chrono::duration<double>(grace).count())
-                       << "; the runtime ends without it: the plugin stays "
-                          "loaded and running, and the tasks' buffers allocated");
-    stuck.push_back(p.get());
-  }
-  return stuck;
 }
 
 // ---- kernels --------------------------------------------------------------------------------
@@ -406,12 +268,12 @@ Runtime::~Runtime() {
   core_->shutdown();
 }
 
-std::vector<Device> Runtime::devices() const { return core_->devices_snapshot(); }
-LoadReport Runtime::load_report() const { return core_->report_snapshot(); }
+std::vector<Device> Runtime::devices() const { return core_->roster().snapshot(); }
+LoadReport Runtime::load_report() const { return core_->roster().report(); }
 PluginRecord Runtime::load_plugin(const std::string& path, const BackendConfig& backend) {
-  return core_->load_plugin(path, backend);
+  return core_->roster().load_plugin(path, backend);
 }
-void Runtime::remove_device(uint32_t device) { core_->remove_device(device); }
+void Runtime::remove_device(uint32_t device) { core_->roster().remove_device(device); }
 const Config& Runtime::config() const noexcept { return core_->config(); }
 std::string_view Runtime::policy() const noexcept { return core_->policy().name(); }
 

@@ -9,6 +9,7 @@
 #include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
 #include "engine/device_health.hpp"
+#include "engine/device_roster.hpp"
 #include "engine/device_state.hpp"
 #include "engine/device_table.hpp"
 #include "engine/host_access.hpp"
@@ -179,15 +180,9 @@ class RuntimeCore final : public GraphStages,
 
   std::shared_ptr<RuntimeCore> self() const { return self_.lock(); }
 
-  /// Hot-plug: loads one plugin library with `backend`'s options; its devices join scheduling.
-  /// Throws Error naming the file and the reason when it cannot be used.
-  PluginRecord load_plugin(const std::string& path, const BackendConfig& backend);
-  /// Takes device d out of scheduling for good: its queued work goes elsewhere, running tasks
-  /// finish, data only it holds is written home and its memory freed.
-  void remove_device(uint32_t d);
-  /// A snapshot of the devices (they may join while the caller looks).
-  std::vector<Device> devices_snapshot() const;
-  LoadReport report_snapshot() const;
+  /// The plugins loaded and their devices, hot-plug (engine/device_roster.hpp).
+  DeviceRoster& roster() noexcept { return roster_; }
+  const DeviceRoster& roster() const noexcept { return roster_; }
 
   /// Host views and async accesses (engine/host_access.hpp).
   HostAccesses& host() noexcept { return host_; }
@@ -197,18 +192,10 @@ class RuntimeCore final : public GraphStages,
   void check_wait(const TaskNode* target) const;
 
  private:
-  // Appends p's devices (construction, hot-plug under add_mutex_), publishing each in turn.
-  void add_devices(PluginInstance& p);
   // PlacementStages: feeds device d (its driver).
   uint32_t pump(DeviceState& d) noexcept override { return driver_.pump(d); }
   // PlacementStages: a join or host access whose data is home.
   void host_task_ready(TaskNode* t) noexcept override { completion_.host_task_ready(t); }
-  // Shutdown: plugins with launches given up on that have not come back are synchronized on a
-  // helper thread for a bounded time; those still not back are returned (left running).
-  std::vector<PluginInstance*> settle_hung_launches() noexcept;
-  // A warning when the CPU devices' slots outnumber the cores of the affinity mask.
-  void warn_if_oversubscribed();
-  uint32_t oversubscribed_warned_ = 0;  // slots last warned of (under add_mutex_ after start)
   std::unique_ptr<TenantLink> tenant_;  // the node arbiter's client, when configured
 
   Config config_;
@@ -220,9 +207,6 @@ class RuntimeCore final : public GraphStages,
   KernelRegistry kernels_{devices_};
   Launches launches_{devices_, completion_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
-  mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
-  LoadReport report_;
-  std::vector<std::unique_ptr<PluginInstance>> plugins_;
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps
   // the old one alive, as its default context's).
@@ -249,8 +233,17 @@ class RuntimeCore final : public GraphStages,
   Completion completion_{
       {devices_, placement_, driver_, health_, data_, graph_, host_, observers_, timing_}};
   std::weak_ptr<RuntimeCore> self_;
+  DeviceRoster roster_{{config_, devices_, data_, completion_, health_, kernels_,
+                        [this](std::string_view what) { check_alive(what); },
+                        [this](DeviceState& d, const PluginInstance& p) { device_joining(d, p); },
+                        [this](uint32_t id) {
+                          if (sched::Policy* pl = pol()) pl->device_added(id);
+                        },
+                        [this](DeviceState& d) { pump(d); }}};
+  // Energy accounting learns of a device before it is appended.
+  void device_joining(DeviceState& d, const PluginInstance& p);
   // Scheduling contexts (contexts/contexts.hpp): none until Runtime::context is first called.
-  Contexts contexts_{{devices_, placement_, data_, view_, config_, add_mutex_, policy_owner_,
+  Contexts contexts_{{devices_, placement_, data_, view_, config_, roster_.mutex(), policy_owner_,
                       policy_name_, self_, this,
                       [this](std::string_view what) { check_alive(what); },
                       [this](uint32_t d) {

@@ -4,13 +4,18 @@
 #include "../buffer_state.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"
+#include "../plugins/plugin_loader.hpp"
 #include "../task_node.hpp"
 #include "../units.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hcr::detail {
@@ -218,6 +223,83 @@ void Launches::watchdog() noexcept {
     for (TaskNode* t : expired) end_.launch_done(t, nullptr, nullptr, why.c_str());
     lock.lock();
   }
+}
+
+std::vector<PluginInstance*> Launches::settle_hung(
+    const std::vector<std::unique_ptr<PluginInstance>>& plugins) noexcept {
+  std::vector<PluginInstance*> stuck;
+  // A few timeouts, at least a second: time for a launch that was merely slow to come back.
+  const auto grace = std::max<std::chrono::steady_clock::duration>(
+      4 * std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+              std::chrono::duration<double>(task_timeout_)),
+      std::chrono::seconds(1));
+  for (auto& p : plugins) {
+    auto hung = [&] {
+      std::vector<std::string> out;
+      for (uint32_t i = 0; i < devices_.appended(); ++i) {
+        DeviceState* d = &devices_[i];
+        if (d->plugin != p.get()) continue;
+        Launches::for_each_slot(*d, [&](LaunchSlot& s) {
+          const auto st = LaunchSlot::status(s.state.load(std::memory_order_acquire));
+          if (st == LaunchSlot::kGivenUp || st == LaunchSlot::kGivingUp)
+            out.push_back(std::string("kernel '") + s.kernel.load(std::memory_order_relaxed) +
+                          "' on device '" + d->info.name + "'");
+        });
+      }
+      return out;
+    };
+    if (hung().empty()) continue;
+    // Its synchronize ends what a simulated or GPU device can end; a CPU kernel that never
+    // returns keeps it waiting forever: a helper thread calls it, and is left behind if so.
+    struct Sync {
+      std::mutex m;
+      std::condition_variable cv;
+      bool done = false;
+    };
+    auto sync = std::make_shared<Sync>();
+    std::vector<size_t> indices;
+    for (uint32_t i = 0; i < devices_.appended(); ++i)
+      if (devices_[i].plugin == p.get()) indices.push_back(devices_[i].index);
+    bool done = false;
+    try {
+      std::thread([sync, api = p->api, handle = p->handle, indices] {
+        for (size_t i : indices)
+          if (hcr_error_t* e = api->synchronize(handle, i)) api->error_destroy(e);
+        std::lock_guard<std::mutex> g(sync->m);
+        sync->done = true;
+        sync->cv.notify_all();
+      }).detach();
+      std::unique_lock<std::mutex> lock(sync->m);
+      done = sync->cv.wait_for(lock, grace, [&] { return sync->done; });
+    } catch (...) {  // no thread: treat it as stuck rather than wait forever
+    }
+    std::vector<std::string> left = hung();
+    if (done && left.empty()) continue;
+    std::string list;
+    for (const std::string& h : left) list += (list.empty() ? "" : ", ") + h;
+    HCR_LOG(error, "shutdown: plugin '"
+                       << p->name << "' has not returned from " << left.size()
+                       << " launch(es) the task timeout gave up on (" << list << ") within "
+                       << format_seconds(std::chrono::duration<double>(grace).count())
+                       << "; the runtime ends without it: the plugin stays "
+                          "loaded and running, and the tasks' buffers allocated");
+    stuck.push_back(p.get());
+  }
+  return stuck;
+}
+
+void Launches::return_slots(DeviceState& d) noexcept {
+  // Releasing what a launch given up on held if its plugin ended without answering.
+  for_each_slot(d, [](LaunchSlot& s) {
+    uint64_t st = s.state.load(std::memory_order_acquire);
+    if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
+        s.state.compare_exchange_strong(
+            st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
+      release_hung(s.hung.load(std::memory_order_relaxed));
+  });
+  for (uint32_t c = 0, n = d.slot_chunks_used.load(); c < n; ++c)
+    LaunchTable::give_back(d.slot_chunks[c].load(std::memory_order_relaxed));
+  d.slot_chunks_used.store(0, std::memory_order_release);
 }
 
 }  // namespace hcr::detail

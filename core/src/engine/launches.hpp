@@ -13,8 +13,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace hcr::detail {
 
@@ -56,6 +58,13 @@ class Launches {
                        bool returned) noexcept;
   /// Lets go of what a launch given up on held, once it is back or abandoned.
   static void release_hung(HungLaunch* h) noexcept;
+  /// Shutdown, the watchdog stopped: each of `plugins` with launches given up on that have not
+  /// come back is synchronized on a helper thread for a bounded time (a few timeouts, at least a
+  /// second); those still not back are returned, named in an error log line (left running).
+  std::vector<PluginInstance*> settle_hung(
+      const std::vector<std::unique_ptr<PluginInstance>>& plugins) noexcept;
+  /// Shutdown, device d's plugin gone: its slots go back to the process's table.
+  static void return_slots(DeviceState& d) noexcept;
   /// Runs f(slot) for every slot device d holds.
   template <class F>
   static void for_each_slot(DeviceState& d, F&& f) {
