@@ -96,7 +96,9 @@ void write_file(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-void Traces::write_json(const std::string& path) const {
+// The trace's events with the devices' names and slots and the memory nodes' names, rendered.
+template <class Render>
+std::string Traces::render(Render render) const {
   std::vector<std::string> names, nodes;
   std::vector<uint32_t> slots;
   for (const Device& d : s_.devices.infos()) {
@@ -104,18 +106,15 @@ void Traces::write_json(const std::string& path) const {
     slots.push_back(d.concurrency);
   }
   for (const MemoryNode& n : s_.data.counters().nodes) nodes.push_back(n.name);
-  write_file(path, trace_json(events(), names, slots, nodes));
+  return render(events(), names, slots, nodes);
+}
+
+void Traces::write_json(const std::string& path) const {
+  write_file(path, render([](auto&&... a) { return trace_json(a...); }));
 }
 
 void Traces::write_gantt(const std::string& path) const {
-  std::vector<std::string> names, nodes;
-  std::vector<uint32_t> slots;
-  for (const Device& d : s_.devices.infos()) {
-    names.push_back(d.name);
-    slots.push_back(d.concurrency);
-  }
-  for (const MemoryNode& n : s_.data.counters().nodes) nodes.push_back(n.name);
-  write_file(path, gantt_svg(events(), names, slots, nodes));
+  write_file(path, render([](auto&&... a) { return gantt_svg(a...); }));
 }
 
 }  // namespace hcr::detail

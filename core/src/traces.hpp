@@ -53,6 +53,8 @@ class Traces {
   void write_gantt(const std::string& path) const;
 
  private:
+  template <class Render>
+  std::string render(Render render) const;
   Sources s_;
   TraceRecorder recorder_;
   TaskTrace task_trace_{recorder_};
