@@ -20,13 +20,18 @@ namespace hcr::detail {
 
 struct BufferState;
 struct DeviceState;
+struct HeldScratch;
 struct TaskNode;
+class DataManager;
 
 /// A launch the watchdog gave up on (task_timeout): references to what the plugin may still use,
 /// held until its done finally arrives. The task went elsewhere (or failed) meanwhile.
 struct HungLaunch {
   TaskNode* task;  // a reference: its arguments (abi_args, params) and its kernel
   boost::container::small_vector<BufferState*, 3> buffers;  // references: their memory
+  // The task's scratch blocks, out of the pool until the plugin answers (none: null).
+  HeldScratch* scratch = nullptr;
+  DataManager* data = nullptr;  // where they go back
 };
 
 struct alignas(64) LaunchSlot {

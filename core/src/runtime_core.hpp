@@ -205,7 +205,7 @@ class RuntimeCore final : public GraphStages,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   KernelRegistry kernels_{devices_};
-  Launches launches_{devices_, completion_, config_.task_timeout};
+  Launches launches_{devices_, completion_, data_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on
   // x86); replaced once, when the first context puts a ContextPolicy in front of it (which keeps

@@ -7,10 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <mutex>
 #include <ostream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hcr {
@@ -197,8 +199,61 @@ TEST(ScratchPool, ALaterTaskGetsTheBlockBack) {
     const MemoryNode& node = dc.nodes[own ? 1 : 0];
     EXPECT_EQ(node.scratch, 4096 * sizeof(float));
     EXPECT_EQ(node.scratch_pooled, 4096 * sizeof(float));
-    if (own) EXPECT_EQ(node.used, 4096 * sizeof(float)) << "a pooled block counts as used";
+    if (own) {
+      EXPECT_EQ(node.used, 4096 * sizeof(float)) << "a pooled block counts as used";
+    }
   }
+}
+
+// A launch the task timeout gives up on may still be running in its plugin, writing its scratch:
+// its blocks stay out of the pool (still counted) until it returns, then go back.
+TEST(ScratchHung, ALaunchGivenUpOnKeepsItsScratchUntilItReturns) {
+  constexpr size_t kBytes = 64 * 1024;
+  static std::atomic<bool> release{false};  // outlive the runtime if it comes to that
+  static std::atomic<bool> returned{false};
+  static std::atomic<const void*> hung_block{nullptr};
+  Config c = test::cpu_config(2);
+  c.task_timeout = 0.25;  // "quick" stays far below it, however delayed
+  Runtime rt(c);
+  Kernel stuck = rt.kernel("stuck").cpu([](TaskContext& ctx) {
+    auto s = ctx.arg<uint8_t>(0);
+    hung_block.store(s.data);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!release.load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::memset(s.data, 0xab, kBytes);  // still its own
+    returned.store(true);
+  });
+  std::mutex m;
+  std::vector<const void*> quick_blocks;
+  Kernel quick = rt.kernel("quick").cpu([&](TaskContext& ctx) {
+    auto s = ctx.arg<uint8_t>(0);
+    std::memset(s.data, 0, kBytes);
+    std::lock_guard<std::mutex> g(m);
+    quick_blocks.push_back(s.data);
+  });
+  Event e = rt.submit(Task(stuck).scratch<uint8_t>(1, kBytes));
+  Error err = test::expect_error([&] { e.get(); });
+  EXPECT_NE(std::string(err.what()).find("task timeout"), std::string::npos) << err.what();
+  ASSERT_NE(hung_block.load(), nullptr);
+  for (int i = 0; i < 3; ++i) rt.submit(Task(quick).scratch<uint8_t>(1, kBytes)).get();
+  ASSERT_EQ(quick_blocks.size(), 3u);
+  for (const void* b : quick_blocks)
+    EXPECT_NE(b, hung_block.load()) << "a running launch's scratch was handed to another task";
+  MemoryNode host = rt.stats().data.nodes[0];
+  EXPECT_EQ(host.scratch, 2 * kBytes) << "the hung launch's block counts until it returns";
+  EXPECT_EQ(host.scratch_pooled, kBytes);
+  EXPECT_FALSE(returned.load());
+
+  release.store(true);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until &&
+         rt.stats().data.nodes[0].scratch_pooled != 2 * kBytes)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(returned.load());
+  host = rt.stats().data.nodes[0];
+  EXPECT_EQ(host.scratch_pooled, 2 * kBytes) << "the block did not come back once it returned";
+  EXPECT_EQ(host.scratch, 2 * kBytes);
 }
 
 // A scratch no device's memory can hold fails the task, saying which kernel and how much.

@@ -300,6 +300,39 @@ void DataManager::release_scratch(TaskNode* t) {
   for (TaskNode* w : retry) events_.retry_acquire(w);
 }
 
+HeldScratch* DataManager::hold_scratch(TaskNode* t) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (t->scratch_node < 0) return nullptr;
+  auto* h = new (std::nothrow) HeldScratch;
+  if (h == nullptr) return nullptr;  // no memory for the record: they go back with the attempt
+  try {
+    h->blocks.reserve(t->scratch.size());
+  } catch (...) {
+    delete h;
+    return nullptr;
+  }
+  h->node = static_cast<uint32_t>(t->scratch_node);
+  h->owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch)
+    if (s.block != nullptr) h->blocks.emplace_back(s.bytes, std::exchange(s.block, nullptr));
+  t->scratch_node = -1;
+  return h;
+}
+
+void DataManager::give_back_held(HeldScratch* h) noexcept {
+  std::vector<TaskNode*> retry;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto [bytes, block] : h->blocks)
+      memory_.give_back_scratch(h->node, bytes, h->owner, block);
+    if (h->node != 0) memory_.take_memory_waiters(retry);
+  }
+  delete h;
+  for (TaskNode* w : retry) events_.retry_acquire(w);
+}
+
+void DataManager::forget_held(HeldScratch* h) noexcept { delete h; }
+
 bool DataManager::evacuate(uint32_t n, double timeout_s) noexcept {
   const bool done = write_back_.evacuate(n, timeout_s);
   std::lock_guard<std::mutex> lock(mutex_);

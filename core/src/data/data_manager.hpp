@@ -28,6 +28,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hcr::detail {
@@ -35,6 +36,13 @@ namespace hcr::detail {
 struct BufferState;
 struct ContextState;
 struct PluginInstance;
+
+/// Scratch blocks a hung launch may still use (DataManager::hold_scratch).
+struct HeldScratch {
+  uint32_t node = 0;
+  uint32_t owner = 0;                              // the context they are counted to
+  std::vector<std::pair<uint64_t, void*>> blocks;  // bytes, block
+};
 
 /// The facade the engine calls, composed of the parts by role. One lock guards them all.
 class DataManager final : private CopyLanding {
@@ -79,6 +87,15 @@ class DataManager final : private CopyLanding {
   /// `t`'s attempt has ended: its scratch blocks go back to their node's pool (commit does this
   /// too). For tasks that acquired nothing else (!active()).
   void release_scratch(TaskNode* t);
+  /// A launch of `t` was given up on while its plugin may still use the task's scratch: the
+  /// blocks leave the task (its attempt ends without giving them back), still counted on their
+  /// node, until give_back_held(). Null when `t` holds none.
+  HeldScratch* hold_scratch(TaskNode* t) noexcept;
+  /// The plugin answered at last: the held blocks go back to their node's pool.
+  void give_back_held(HeldScratch* h) noexcept;
+  /// The plugin ended without answering, after shutdown: the record goes, the blocks with the
+  /// plugin's memory.
+  static void forget_held(HeldScratch* h) noexcept;
   /// Starts copying a placed task's inputs to `node` if there is free memory (host memory, node 0:
   /// home from the device that holds them); pins nothing. The caller holds the references: by now
   /// the task may have run elsewhere and let its buffers go.

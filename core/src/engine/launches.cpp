@@ -2,6 +2,7 @@
 #include "launches.hpp"
 
 #include "../buffer_state.hpp"
+#include "../data/data_manager.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"
 #include "../plugins/plugin_loader.hpp"
@@ -20,9 +21,10 @@
 
 namespace hcr::detail {
 
-Launches::Launches(DeviceTable& devices, AttemptEnd& end, double task_timeout)
+Launches::Launches(DeviceTable& devices, AttemptEnd& end, DataManager& data, double task_timeout)
     : devices_(devices),
       end_(end),
+      data_(data),
       task_timeout_(task_timeout),
       task_timeout_duration_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
           std::chrono::duration<double>(task_timeout))) {
@@ -141,7 +143,7 @@ void Launches::answered(void* token, hcr_error_t* error, const hcr_completion_in
       if (error != nullptr) d->plugin->api->error_destroy(error);
       HCR_LOG(debug, "kernel '" << kernel << "' on device '" << d->info.name
                                 << "' came back after the task timeout gave up on it");
-      release_hung(h);
+      release_hung(h, true);
       return;
     }
     break;  // free: answered before
@@ -177,7 +179,11 @@ void Launches::protocol_error(LaunchSlot& s, uint64_t gen, hcr_error_t* error,
   }
 }
 
-void Launches::release_hung(HungLaunch* h) noexcept {
+void Launches::release_hung(HungLaunch* h, bool answered) noexcept {
+  if (h->scratch != nullptr) {
+    if (answered) h->data->give_back_held(h->scratch);
+    else DataManager::forget_held(h->scratch);
+  }
   for (BufferState* b : h->buffers) release(b);
   release(h->task);  // its kernel holds the runtime: possibly the last reference
   delete h;
@@ -213,6 +219,11 @@ void Launches::watchdog() noexcept {
         for (const ArgRec& a : t->args) {
           retain(a.buffer);
           h->buffers.push_back(a.buffer);
+        }
+        // Its scratch blocks stay out of the pool: another task would be handed them.
+        if (!t->scratch.empty()) {
+          h->scratch = data_.hold_scratch(t);
+          h->data = &data_;
         }
         t->launch_token = nullptr;
         s.hung.store(h, std::memory_order_relaxed);
@@ -295,7 +306,7 @@ void Launches::return_slots(DeviceState& d) noexcept {
     if (LaunchSlot::status(st) == LaunchSlot::kGivenUp &&
         s.state.compare_exchange_strong(
             st, LaunchSlot::make(LaunchSlot::generation(st), LaunchSlot::kFree)))
-      release_hung(s.hung.load(std::memory_order_relaxed));
+      release_hung(s.hung.load(std::memory_order_relaxed), false);
   });
   for (uint32_t c = 0, n = d.slot_chunks_used.load(); c < n; ++c)
     LaunchTable::give_back(d.slot_chunks[c].load(std::memory_order_relaxed));

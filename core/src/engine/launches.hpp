@@ -21,6 +21,7 @@
 namespace hcr::detail {
 
 struct TaskNode;
+class DataManager;
 
 /// Where an attempt on a device ends: the plugin answered (`error` null: success), or the
 /// watchdog gave up on it (`timed_out`, with no plugin error).
@@ -36,7 +37,7 @@ class AttemptEnd {
 class Launches {
  public:
   /// `task_timeout` > 0 starts the watchdog over `devices`.
-  Launches(DeviceTable& devices, AttemptEnd& end, double task_timeout);
+  Launches(DeviceTable& devices, AttemptEnd& end, DataManager& data, double task_timeout);
   ~Launches() { stop(); }
   Launches(const Launches&) = delete;
   Launches& operator=(const Launches&) = delete;
@@ -56,8 +57,9 @@ class Launches {
   static void on_done(void* token, hcr_error_t* error, const hcr_completion_info_t* info);
   static void answered(void* token, hcr_error_t* error, const hcr_completion_info_t* info,
                        bool returned) noexcept;
-  /// Lets go of what a launch given up on held, once it is back or abandoned.
-  static void release_hung(HungLaunch* h) noexcept;
+  /// Lets go of what a launch given up on held, once it is back (`answered`) or its plugin ended
+  /// without answering (its scratch blocks then go with the plugin's memory).
+  static void release_hung(HungLaunch* h, bool answered) noexcept;
   /// Shutdown, the watchdog stopped: each of `plugins` with launches given up on that have not
   /// come back is synchronized on a helper thread for a bounded time (a few timeouts, at least a
   /// second); those still not back are returned, named in an error log line (left running).
@@ -84,6 +86,7 @@ class Launches {
 
   DeviceTable& devices_;
   AttemptEnd& end_;
+  DataManager& data_;  // scratch a hung launch may still use
   const double task_timeout_;
   const std::chrono::steady_clock::duration task_timeout_duration_;
   std::mutex watchdog_mutex_;
