@@ -127,7 +127,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
       }
     }
     if (status != Status::blocked && status != Status::failed && !t->scratch.empty()) {
-      if (std::exception_ptr e = take_scratch(t, n)) {
+      if (std::exception_ptr e = memory_.take_task_scratch(t, n)) {
         t->transfer_error = std::move(e);
         status = Status::failed;
       }
@@ -252,38 +252,11 @@ void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After
   coherence_.update_hold(b, after.drop);
 }
 
-// Scratch is taken last, after the buffers' allocations: a failure gives back what it took, so an
-// attempt holds all its blocks or none.
-std::exception_ptr DataManager::take_scratch(TaskNode* t, uint32_t n) {
-  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
-  for (ScratchRec& s : t->scratch) {
-    if (std::exception_ptr e = memory_.take_scratch(n, s.bytes, owner, s.block)) {
-      for (ScratchRec& x : t->scratch)
-        if (x.block != nullptr)
-          memory_.give_back_scratch(n, x.bytes, owner, std::exchange(x.block, nullptr));
-      return e;
-    }
-  }
-  t->scratch_node = static_cast<int32_t>(n);
-  return nullptr;
-}
-
-void DataManager::give_back_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept {
-  if (t->scratch_node < 0) return;
-  const auto n = static_cast<uint32_t>(t->scratch_node);
-  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
-  for (ScratchRec& s : t->scratch)
-    if (s.block != nullptr)
-      memory_.give_back_scratch(n, s.bytes, owner, std::exchange(s.block, nullptr));
-  t->scratch_node = -1;
-  if (n != 0) memory_.take_memory_waiters(retry);  // a pooled block may be freed for them now
-}
-
 bool DataManager::take_host_scratch(TaskNode* t) {
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    e = take_scratch(t, 0);
+    e = memory_.take_task_scratch(t, 0);
   }
   if (!e) return true;
   t->transfer_error = std::move(e);
@@ -295,37 +268,21 @@ void DataManager::release_scratch(TaskNode* t) {
   std::vector<TaskNode*> retry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    give_back_scratch(t, retry);
+    memory_.give_back_task_scratch(t, retry);
   }
   for (TaskNode* w : retry) events_.retry_acquire(w);
 }
 
 HeldScratch* DataManager::hold_scratch(TaskNode* t) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (t->scratch_node < 0) return nullptr;
-  auto* h = new (std::nothrow) HeldScratch;
-  if (h == nullptr) return nullptr;  // no memory for the record: they go back with the attempt
-  try {
-    h->blocks.reserve(t->scratch.size());
-  } catch (...) {
-    delete h;
-    return nullptr;
-  }
-  h->node = static_cast<uint32_t>(t->scratch_node);
-  h->owner = t->context != nullptr ? t->context->index : 0;
-  for (ScratchRec& s : t->scratch)
-    if (s.block != nullptr) h->blocks.emplace_back(s.bytes, std::exchange(s.block, nullptr));
-  t->scratch_node = -1;
-  return h;
+  return memory_.hold_task_scratch(t);
 }
 
 void DataManager::give_back_held(HeldScratch* h) noexcept {
   std::vector<TaskNode*> retry;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (auto [bytes, block] : h->blocks)
-      memory_.give_back_scratch(h->node, bytes, h->owner, block);
-    if (h->node != 0) memory_.take_memory_waiters(retry);
+    memory_.give_back_held(h, retry);
   }
   delete h;
   for (TaskNode* w : retry) events_.retry_acquire(w);
@@ -353,7 +310,7 @@ void DataManager::commit(TaskNode* t, bool success) {
   std::vector<BufferState*> drop;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    give_back_scratch(t, retry);
+    memory_.give_back_task_scratch(t, retry);
     for (const ArgRec& a : t->uargs) {
       BufferState& b = *a.buffer;
       BufferData& d = coherence_.data(b);

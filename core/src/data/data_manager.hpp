@@ -37,13 +37,6 @@ struct BufferState;
 struct ContextState;
 struct PluginInstance;
 
-/// Scratch blocks a hung launch may still use (DataManager::hold_scratch).
-struct HeldScratch {
-  uint32_t node = 0;
-  uint32_t owner = 0;                              // the context they are counted to
-  std::vector<std::pair<uint64_t, void*>> blocks;  // bytes, block
-};
-
 /// The facade the engine calls, composed of the parts by role. One lock guards them all.
 class DataManager final : private CopyLanding {
  public:
@@ -150,10 +143,6 @@ class DataManager final : private CopyLanding {
 
  private:
   void landed(const Copy& c, const std::exception_ptr& failure, After& after) noexcept override;
-  // Under the lock: takes each of `t`'s scratch blocks on `n` (all or none).
-  std::exception_ptr take_scratch(TaskNode* t, uint32_t n);
-  // Under the lock: gives `t`'s scratch blocks back; memory waiters may go on (into `retry`).
-  void give_back_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept;
   // Under the lock: frees every pooled scratch block on `n`.
   void free_scratch_pool(uint32_t n) noexcept {
     memory_.free_pooled_scratch(n, UINT64_MAX, nullptr);

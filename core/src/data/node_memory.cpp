@@ -6,12 +6,14 @@
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
 #include "../plugins/plugin_loader.hpp"
+#include "../task_node.hpp"
 
 #include <hcr/error.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 namespace hcr::detail {
 
@@ -273,6 +275,55 @@ void NodeMemory::take_memory_waiters(std::vector<TaskNode*>& out) {
       q.pop_front();
     }
   }
+}
+
+// Scratch is taken last, after the buffers' allocations: a failure gives back what it took, so an
+// attempt holds all its blocks or none.
+std::exception_ptr NodeMemory::take_task_scratch(TaskNode* t, uint32_t n) {
+  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch) {
+    if (std::exception_ptr e = take_scratch(n, s.bytes, owner, s.block)) {
+      for (ScratchRec& x : t->scratch)
+        if (x.block != nullptr)
+          give_back_scratch(n, x.bytes, owner, std::exchange(x.block, nullptr));
+      return e;
+    }
+  }
+  t->scratch_node = static_cast<int32_t>(n);
+  return nullptr;
+}
+
+void NodeMemory::give_back_task_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept {
+  if (t->scratch_node < 0) return;
+  const auto n = static_cast<uint32_t>(t->scratch_node);
+  const uint32_t owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch)
+    if (s.block != nullptr) give_back_scratch(n, s.bytes, owner, std::exchange(s.block, nullptr));
+  t->scratch_node = -1;
+  if (n != 0) take_memory_waiters(retry);  // a pooled block may be freed for them now
+}
+
+HeldScratch* NodeMemory::hold_task_scratch(TaskNode* t) noexcept {
+  if (t->scratch_node < 0) return nullptr;
+  auto* h = new (std::nothrow) HeldScratch;
+  if (h == nullptr) return nullptr;  // no memory for the record: they go back with the attempt
+  try {
+    h->blocks.reserve(t->scratch.size());
+  } catch (...) {
+    delete h;
+    return nullptr;
+  }
+  h->node = static_cast<uint32_t>(t->scratch_node);
+  h->owner = t->context != nullptr ? t->context->index : 0;
+  for (ScratchRec& s : t->scratch)
+    if (s.block != nullptr) h->blocks.emplace_back(s.bytes, std::exchange(s.block, nullptr));
+  t->scratch_node = -1;
+  return h;
+}
+
+void NodeMemory::give_back_held(const HeldScratch* h, std::vector<TaskNode*>& retry) noexcept {
+  for (auto [bytes, block] : h->blocks) give_back_scratch(h->node, bytes, h->owner, block);
+  if (h->node != 0) take_memory_waiters(retry);
 }
 
 }  // namespace hcr::detail

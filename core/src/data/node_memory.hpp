@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace hcr::detail {
@@ -47,6 +48,13 @@ struct NodeState {
 };
 
 /// The memory nodes. Everything but limit() runs under the data manager's lock.
+/// Scratch blocks a hung launch may still use (NodeMemory::hold_task_scratch).
+struct HeldScratch {
+  uint32_t node = 0;
+  uint32_t owner = 0;                              // the context they are counted to
+  std::vector<std::pair<uint64_t, void*>> blocks;  // bytes, block
+};
+
 class NodeMemory {
  public:
   static constexpr uint32_t kMaxNodes = 128;  // the host and DeviceBudget::kOwnMemory devices
@@ -93,6 +101,14 @@ class NodeMemory {
   std::exception_ptr take_scratch(uint32_t n, uint64_t bytes, uint32_t owner, void*& block);
   /// A scratch block comes back: into the pool, or freed if the pool is full or the node lost.
   void give_back_scratch(uint32_t n, uint64_t bytes, uint32_t owner, void* block) noexcept;
+  /// Each of `t`'s scratch blocks on `n`, all or none (taken last, after its buffers' room).
+  std::exception_ptr take_task_scratch(TaskNode* t, uint32_t n);
+  /// `t`'s blocks go back; memory waiters may go on (into `retry`).
+  void give_back_task_scratch(TaskNode* t, std::vector<TaskNode*>& retry) noexcept;
+  /// `t`'s blocks leave it, still counted, for a launch given up on (null when it holds none).
+  HeldScratch* hold_task_scratch(TaskNode* t) noexcept;
+  /// The held blocks go back (the record stays the caller's to delete).
+  void give_back_held(const HeldScratch* h, std::vector<TaskNode*>& retry) noexcept;
   /// Frees pooled scratch blocks on `n` (but none of a size `t` asks for) until `need` bytes are
   /// freed or none is left; returns the bytes freed. need = UINT64_MAX: all of them.
   uint64_t free_pooled_scratch(uint32_t n, uint64_t need, const TaskNode* t) noexcept;
