@@ -2,6 +2,7 @@
 // over several iterations against a plain loop, ordering against the neighbours, misuse.
 #include "../test_support.hpp"
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -119,6 +120,56 @@ INSTANTIATE_TEST_SUITE_P(
                       StencilCase{30, 20, 30, 7, 3, 2},   // one row of tiles
                       StencilCase{16, 16, 16, 16, 1, 1},  // one tile: no ghosts at all
                       StencilCase{40, 40, 4, 4, 4, 4}));  // ghosts as wide as the tiles
+
+// In place (read_write of halo tiles, Gauss-Seidel sweeps): tasks that update their tile reading
+// the neighbours' edges give the result of running them one by one in submission order.
+TEST(HaloTiles, InPlaceSweepsRunAsIfInSubmissionOrder) {
+  constexpr size_t kN = 23, kM = 29, kTr = 6, kTc = 7;
+  constexpr int kSweeps = 4;
+  Runtime rt(test::cpu_config(3));
+  // Each interior element becomes a mix of itself and its four neighbours, in place, row by row.
+  auto sweep_block = [](double* a, size_t ld, size_t rows, size_t cols, size_t row0, size_t col0) {
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        const size_t gr = row0 + r, gc = col0 + c;
+        if (gr == 0 || gc == 0 || gr + 1 == kN || gc + 1 == kM) continue;
+        double* x = a + r * ld + c;
+        *x = 0.25 * *x + 0.2 * (x[-1] + x[1]) + 0.15 * (x[-static_cast<ptrdiff_t>(ld)] + x[ld]);
+      }
+  };
+  Kernel gs = rt.kernel("gs").cpu([&](TaskContext& ctx) {
+    auto a = ctx.arg<double>(0);
+    const auto top = ctx.param<uint64_t>(0), left = ctx.param<uint64_t>(1);
+    const auto bottom = ctx.param<uint64_t>(2), right = ctx.param<uint64_t>(3);
+    sweep_block(a.data + top * a.ld + left, a.ld, a.rows - top - bottom, a.cols - left - right,
+                ctx.param<uint64_t>(4), ctx.param<uint64_t>(5));
+  });
+  std::vector<double> want = start_values(kN, kM);
+  auto g = rt.buffer<double>(kN, kM);
+  {
+    auto v = g.acquire(Access::write);
+    std::copy(want.begin(), want.end(), v.data());
+  }
+  Tiles<double> t = g.partition(kTr, kTc, Halo{1});
+  for (int s = 0; s < kSweeps; ++s)
+    for (size_t i = 0; i < t.rows(); ++i)
+      for (size_t j = 0; j < t.cols(); ++j) {
+        const Ghosts gh = t.ghosts(i, j);
+        rt.submit(Task(gs)
+                      .read_write(t(i, j))
+                      .param(uint64_t{gh.top})
+                      .param(uint64_t{gh.left})
+                      .param(uint64_t{gh.bottom})
+                      .param(uint64_t{gh.right})
+                      .param(uint64_t{i * kTr})
+                      .param(uint64_t{j * kTc}));
+        const size_t r0 = i * kTr, c0 = j * kTc;
+        sweep_block(want.data() + r0 * kM + c0, kM, std::min(kTr, kN - r0), std::min(kTc, kM - c0),
+                    r0, c0);
+      }
+  g.unpartition().get();
+  EXPECT_EQ(g.to_vector(), want);
+}
 
 // Regions, clamped at the border: a tile's rows() and cols() are its region's, its ghosts() say
 // where the interior sits, and a host view of it sees the neighbours' elements around it.
@@ -320,6 +371,38 @@ TEST(HaloTiles, DevicesWithTheirOwnMemoryAreNotUsed) {
   g.unpartition().get();
   Tiles<float> p = g.partition(4, 4);
   rt.submit(Task(use).read(p(0, 0))).get();
+}
+
+// A host view of a halo tile waits for its neighbours' writers, as a task would.
+TEST(HaloTiles, HostViewsWaitForTheNeighboursWriters) {
+  Runtime rt(test::cpu_config(2));
+  auto g = rt.buffer<double>(4, 8);
+  Tiles<double> t = g.partition(4, 4, Halo{1});  // 1 x 2 tiles: regions 4x5 and 4x5
+  Kernel fill = gated_fill(rt);
+  std::promise<void> open;
+  std::shared_future<void> gate = open.get_future().share();
+  const Ghosts gh = t.ghosts(0, 1);
+  Event w = rt.submit(Task(fill)
+                          .write(t(0, 1))
+                          .param(&gate)
+                          .param(uint64_t{gh.top})
+                          .param(uint64_t{gh.left})
+                          .param(uint64_t{4})
+                          .param(uint64_t{4})
+                          .param(3.0));
+  std::promise<std::vector<double>> seen;
+  std::atomic<bool> granted{false};
+  t(0, 0).acquire_async(Access::read, [&](AsyncAccess<double> v) {
+    granted = true;
+    std::vector<double> ghost;  // the region's last column: tile 1's first
+    for (size_t r = 0; r < v.rows(); ++r) ghost.push_back(v.view()(r, v.cols() - 1));
+    seen.set_value(ghost);
+  });
+  EXPECT_FALSE(granted.load());  // the neighbour's writer is held
+  open.set_value();
+  EXPECT_EQ(seen.get_future().get(), std::vector<double>(4, 3.0));
+  w.get();
+  g.unpartition().get();
 }
 
 }  // namespace
