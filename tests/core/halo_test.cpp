@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <ostream>
 #include <thread>
 
 namespace hcr {
@@ -82,6 +83,11 @@ struct StencilCase {
   size_t n, m, tile_rows, tile_cols, halo;
   int threads;
 };
+
+void PrintTo(const StencilCase& c, std::ostream* os) {
+  *os << c.n << "x" << c.m << " in " << c.tile_rows << "x" << c.tile_cols << " tiles, halo "
+      << c.halo << ", " << c.threads << " threads";
+}
 
 class HaloStencil : public ::testing::TestWithParam<StencilCase> {};
 
