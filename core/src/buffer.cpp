@@ -166,12 +166,40 @@ void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept {
   release(token);
 }
 
-TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
+namespace {
+TileGrid partition(BufferState* b, size_t tile_rows, size_t tile_cols, size_t halo) {
   check_usable(b, "partition");
   if (tile_rows == 0 || tile_cols == 0)
     throw Error(ErrorCode::invalid_argument, "partition into " + std::to_string(tile_rows) + "x" +
                                                  std::to_string(tile_cols) +
                                                  " tiles: tiles need at least one element");
+  const size_t grid_rows = (b->rows + tile_rows - 1) / tile_rows;
+  const size_t grid_cols = (b->cols + tile_cols - 1) / tile_cols;
+  if (halo != 0) {
+    // Ghosts come from the adjacent tiles only: none may be narrower than the ghosts (the last
+    // row and column of tiles may be smaller than the others).
+    const size_t fewest_rows = std::min(tile_rows, b->rows - (grid_rows - 1) * tile_rows);
+    const size_t fewest_cols = std::min(tile_cols, b->cols - (grid_cols - 1) * tile_cols);
+    const bool rows_short = grid_rows > 1 && halo > fewest_rows;
+    const bool cols_short = grid_cols > 1 && halo > fewest_cols;
+    if (rows_short || cols_short)
+      throw Error(ErrorCode::invalid_argument,
+                  "partition of a " + shape_text(*b) + " buffer into " + std::to_string(tile_rows) +
+                      "x" + std::to_string(tile_cols) + " tiles with hcr::Halo{" +
+                      std::to_string(halo) + "}: the ghosts are wider " +
+                      "than a tile, which has " +
+                      (rows_short ? std::to_string(fewest_rows) + " rows"
+                                  : std::to_string(fewest_cols) + " columns") +
+                      " (a halo may be at most as wide as the smallest tile)");
+    if (halo > UINT32_MAX || grid_rows > UINT32_MAX || grid_cols > UINT32_MAX)
+      throw Error(ErrorCode::invalid_argument,
+                  "partition with hcr::Halo{" + std::to_string(halo) + "}: implausibly large");
+  }
+  if (b->halo != 0)
+    throw Error(ErrorCode::invalid_argument,
+                "partition of a " + describe(*b) +
+                    ": a tile with ghosts cannot be partitioned again (its region overlaps its "
+                    "neighbours')");
   b->lock.lock();
   bool partitioned = b->partitioned;
   b->partitioned = true;  // from here on, tasks must use the tiles
@@ -188,8 +216,9 @@ TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
   b->rt->submit(join);
 
   TileGrid grid;
-  grid.grid_rows = (b->rows + tile_rows - 1) / tile_rows;
-  grid.grid_cols = (b->cols + tile_cols - 1) / tile_cols;
+  grid.grid_rows = grid_rows;
+  grid.grid_cols = grid_cols;
+  grid.halo = halo;
   grid.tiles.reserve(grid.grid_rows * grid.grid_cols);
   for (size_t i = 0; i < grid.grid_rows; ++i)
     for (size_t j = 0; j < grid.grid_cols; ++j) {
@@ -201,6 +230,19 @@ TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
       c->col0 = j * tile_cols;
       c->rows = std::min(tile_rows, b->rows - c->row0);
       c->cols = std::min(tile_cols, b->cols - c->col0);
+      if (halo != 0) {  // the region: the interior grown by the ghosts on each side inside b
+        const size_t top = i > 0 ? halo : 0, left = j > 0 ? halo : 0;
+        const size_t bottom = i + 1 < grid_rows ? halo : 0, right = j + 1 < grid_cols ? halo : 0;
+        c->row0 -= top;
+        c->col0 -= left;
+        c->rows += top + bottom;
+        c->cols += left + right;
+        c->halo = static_cast<uint32_t>(halo);
+        c->grid_i = static_cast<uint32_t>(i);
+        c->grid_j = static_cast<uint32_t>(j);
+        c->grid_rows = static_cast<uint32_t>(grid_rows);
+        c->grid_cols = static_cast<uint32_t>(grid_cols);
+      }
       c->ld = b->ld;
       c->host = b->host + (c->row0 * b->ld + c->col0) * b->elem;
       c->parent = Ref<BufferState>::share(b);
@@ -215,6 +257,15 @@ TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
   for (auto& t : grid.tiles) b->tiles.push_back(t.get());
   b->lock.unlock();
   return grid;
+}
+}  // namespace
+
+TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols) {
+  return partition(b, tile_rows, tile_cols, 0);
+}
+
+TileGrid buffer_partition_halo(BufferState* b, size_t tile_rows, size_t tile_cols, size_t halo) {
+  return partition(b, tile_rows, tile_cols, halo);
 }
 
 Ref<TaskNode> buffer_unpartition(BufferState* b) {

@@ -35,6 +35,11 @@ struct BufferState {
   Ref<BufferState> parent;
   size_t row0 = 0, col0 = 0;
   std::atomic<bool> detached{false};  // the parent was unpartitioned: this tile is dead
+  // A halo tile (partition with a Halo): rows, cols, row0, col0 and host are its region's (its
+  // interior and the ghosts around it); `halo` is the ghost width and grid_* its place in the
+  // grid, through which its neighbours are found in the parent's `tiles` (engine/halo_reads.hpp).
+  uint32_t halo = 0;  // 0: no ghosts
+  uint32_t grid_i = 0, grid_j = 0, grid_rows = 0, grid_cols = 0;
 
   // Dependency frontier (sequential consistency), guarded by `lock`. References held.
   SpinLock lock;
@@ -82,8 +87,9 @@ inline std::string describe(const BufferState& b) {
   std::string s = std::to_string(b.rows) + "x" + std::to_string(b.cols) + " " +
                   std::string(dtype_name(b.dtype));
   if (!b.parent) return s + " buffer";
-  return s + " tile at (" + std::to_string(b.row0) + ", " + std::to_string(b.col0) + ") of a " +
-         std::to_string(b.parent->rows) + "x" + std::to_string(b.parent->cols) + " buffer";
+  return s + (b.halo != 0 ? " halo tile at (" : " tile at (") + std::to_string(b.row0) + ", " +
+         std::to_string(b.col0) + ") of a " + std::to_string(b.parent->rows) + "x" +
+         std::to_string(b.parent->cols) + " buffer";
 }
 
 /// "read", "write", "read_write", "commute".

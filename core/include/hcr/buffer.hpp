@@ -46,6 +46,7 @@ struct HostAccess {
 struct TileGrid {
   size_t grid_rows = 0, grid_cols = 0;
   std::vector<Ref<BufferState>> tiles;  // row-major grid
+  size_t halo = 0;                      // ghost width (partition with a Halo); 0: plain tiles
 };
 HCR_API BufferShape buffer_shape(const BufferState* b);
 HCR_API HostAccess buffer_acquire(BufferState* b, Access mode);
@@ -58,6 +59,8 @@ using AsyncGrant = void (*)(void* user, void* data, TaskNode* token, std::except
 HCR_API void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user);
 HCR_API void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept;
 HCR_API TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols);
+HCR_API TileGrid buffer_partition_halo(BufferState* b, size_t tile_rows, size_t tile_cols,
+                                       size_t halo);
 HCR_API Ref<TaskNode> buffer_unpartition(BufferState* b);  // the join
 [[noreturn]] HCR_API void null_buffer();
 }  // namespace detail
@@ -147,8 +150,41 @@ class AsyncAccess {
   std::exception_ptr error_;
 };
 
+/// Ghost rows and columns around tiles: `buf.partition(512, 512, hcr::Halo{1})`.
+struct Halo {
+  size_t width = 0;  ///< ghost rows above and below, ghost columns left and right (0: none)
+};
+
+/// Where a halo tile's interior sits in the region its kernels see: the ghost rows above
+/// (`top`) and below (`bottom`), the ghost columns left and right. 0 on a side where the tile
+/// touches the border of the partitioned buffer (there are no ghosts beyond it).
+struct Ghosts {
+  size_t top = 0, left = 0, bottom = 0, right = 0;
+};
+
 /// A grid of tiles (sub-buffers) of a partitioned buffer; tile (i, j) covers rows
 /// [i*tile_rows, ...) and columns [j*tile_cols, ...), edge tiles being smaller.
+///
+/// With a Halo (`partition(tile_rows, tile_cols, hcr::Halo{h})`), tile (i, j) is the region of its
+/// interior and `h` ghost rows and columns on each side that has a neighbour (clamped at the
+/// buffer's border: no ghost beyond it). Its rows() and cols() are the region's, and a kernel,
+/// or a host view, sees the region: element (ghosts(i, j).top, ghosts(i, j).left) is the interior's
+/// first. A task may write only the interior; the ghosts are its neighbours' interiors, read-only.
+/// Ordering is automatic: a task that reads a halo tile waits for the earlier writers of its
+/// neighbours (their edges are its ghosts), and a later writer of a neighbour waits for it, so
+/// nothing needs refreshing by hand. Halo tiles are views of the partitioned buffer's host memory:
+/// ghosts are the neighbours' memory and nothing is copied. They run on devices that work in host
+/// memory (CPU; a task with a halo tile is not placed on a device with its own memory).
+///
+/// \code
+/// auto tiles = grid.partition(512, 512, hcr::Halo{1});   // tiles(i, j): up to 514 x 514
+/// for (size_t i = 0; i < tiles.rows(); ++i)
+///   for (size_t j = 0; j < tiles.cols(); ++j) {
+///     hcr::Ghosts g = tiles.ghosts(i, j);
+///     rt.submit(hcr::Task(step).read(tiles(i, j)).write(next(i, j))
+///                   .param(uint64_t{g.top}).param(uint64_t{g.left}));
+///   }
+/// \endcode
 template <class T>
 class Tiles {
  public:
@@ -157,6 +193,15 @@ class Tiles {
   size_t rows() const noexcept { return g_.grid_rows; }
   size_t cols() const noexcept { return g_.grid_cols; }
   Buffer<T> operator()(size_t i, size_t j) const;
+  /// The ghost width the tiles were made with (0: plain tiles).
+  size_t halo() const noexcept { return g_.halo; }
+  /// Ghost rows and columns of tile (i, j) on each side (all 0 for plain tiles).
+  Ghosts ghosts(size_t i, size_t j) const {
+    (void)(*this)(i, j);  // the bounds check
+    const size_t h = g_.halo;
+    return {i > 0 ? h : 0, j > 0 ? h : 0, i + 1 < g_.grid_rows ? h : 0,
+            j + 1 < g_.grid_cols ? h : 0};
+  }
 
  private:
   detail::TileGrid g_;
@@ -235,6 +280,13 @@ class Buffer {
   /// tasks use the tiles and the buffer itself may not be used.
   Tiles<T> partition(size_t tile_rows, size_t tile_cols) {
     return Tiles<T>(detail::buffer_partition(state_or_throw(), tile_rows, tile_cols));
+  }
+  /// The same, each tile with `halo.width` ghost rows and columns of its neighbours (see Tiles).
+  /// Throws Error(invalid_argument) when the ghosts would reach past a neighbour: a width wider
+  /// than a tile (the smaller edge tiles included).
+  Tiles<T> partition(size_t tile_rows, size_t tile_cols, Halo halo) {
+    return Tiles<T>(
+        detail::buffer_partition_halo(state_or_throw(), tile_rows, tile_cols, halo.width));
   }
   /// Joins the tiles back: later uses of the buffer wait for every task on the tiles. The
   /// returned event completes once they have (and fails if a task that wrote a tile failed).

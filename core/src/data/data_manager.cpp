@@ -53,6 +53,16 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = memory_.node(n);
     for (const ArgRec& a : t->uargs) {
+      if (n != 0 && a.buffer->halo != 0) [[unlikely]] {
+        // Placement leaves such devices out (halo_reads.hpp); one hot-plugged after the submit
+        // was not: a copy of the region home would overwrite the neighbours' edges.
+        t->transfer_error = std::make_exception_ptr(Error(
+            ErrorCode::invalid_argument, "a " + describe(*a.buffer) +
+                                             " is a view of host memory; '" + node.name +
+                                             "' has its own memory (halo tiles run on devices "
+                                             "that work in host memory)"));
+        return Status::failed;
+      }
       BufferData& d = coherence_.data(*a.buffer);
       if (reads(a.access) && !d.lost_with.empty()) {
         bool any = false;

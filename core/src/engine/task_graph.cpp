@@ -2,6 +2,8 @@
 // the per-task hot path: no global lock, no allocation beyond the task's own small vectors.
 #include "task_graph.hpp"
 
+#include "halo_reads.hpp"
+
 #include "../buffer_state.hpp"
 #include "../kernel_state.hpp"
 
@@ -116,8 +118,10 @@ void TaskGraph::submit(TaskNode* t) {
   boost::container::small_vector<Ref<BufferState>, 3> available;
   const bool move_early = stages_.moves_inputs_early(*t);
   const size_t n = t->args.size();
+  bool halo = false;
   for (size_t i = 0; i < n; ++i) {
     BufferState* b = t->args[i].buffer;
+    halo |= b->halo != 0;
     int mode = static_cast<int>(t->args[i].access);
     bool first = true;
     for (size_t j = 0; j < n; ++j) {
@@ -138,6 +142,9 @@ void TaskGraph::submit(TaskNode* t) {
         available.push_back(Ref<BufferState>::share(b));
     }
   }
+  // A halo tile read reads its neighbours' edges too (halo_reads.hpp).
+  if (halo) [[unlikely]]
+    for (const Ref<BufferState>& g : ghost_sources(*t)) register_access(*g, t, Access::read);
   for (TaskNode* before : t->after) {
     add_edge(before, t, true);
     release(before);

@@ -1,0 +1,210 @@
+// A 2-D heat diffusion stencil over halo tiles: each tile's task reads its region (the tile and one
+// ghost row and column of each neighbour) and writes its tile of the next grid. The same tile
+// kernel, looped by hand with OpenMP, is the baseline: both run in turn, several times, and the
+// medians are printed with their ratio. The results must be equal, element for element.
+//
+//   build/bin/stencil [n=2048] [tile=512] [iterations=100] [runs=5]
+//
+// The kernel has a CPU implementation and an OpenCL C one. Halo tiles run on devices that work in
+// host memory, so the timed stencil runs on the CPU backend; where an OpenCL device is found
+// (PoCL's CPU device counts), the OpenCL C kernel runs one step of the whole grid there and is
+// checked against the CPU's.
+#include <hcr/hcr.hpp>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr float kDiffusion = 0.2f;
+
+// The tile kernel: one explicit step of the heat equation on a rows x cols block whose element
+// (0, 0) is `a` (and `b`), with the rows above and below and the columns left and right readable
+// (ghosts, or the neighbouring elements of the whole grid). (row0, col0) is the block's place in
+// the n x n grid, whose border keeps its values.
+void heat_block(const float* a, size_t lda, float* b, size_t ldb, size_t rows, size_t cols,
+                size_t row0, size_t col0, size_t n) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* in = a + r * lda;
+    float* out = b + r * ldb;
+    const size_t gr = row0 + r;
+    if (gr == 0 || gr + 1 == n) {
+      std::copy(in, in + cols, out);
+      continue;
+    }
+    for (size_t c = 0; c < cols; ++c) {
+      const size_t gc = col0 + c;
+      if (gc == 0 || gc + 1 == n) out[c] = in[c];
+      else
+        out[c] =
+            in[c] + kDiffusion * (in[c - lda] + in[c + lda] + in[c - 1] + in[c + 1] - 4.0f * in[c]);
+    }
+  }
+}
+
+// The same in OpenCL C. On a device a buffer is packed: the region's row stride is its width,
+// left + cols + right, with one work item per interior element (Task::grid(cols, rows)).
+const char* kHeatCl = R"CL(
+__kernel void heat(__global const float* a, __global float* b, ulong top, ulong left,
+                   ulong bottom, ulong right, ulong row0, ulong col0, ulong n) {
+  const ulong c = get_global_id(0), r = get_global_id(1);
+  const ulong ld = left + get_global_size(0) + right;
+  const ulong i = (top + r) * ld + left + c;
+  const ulong gr = row0 + r, gc = col0 + c;
+  if (gr == 0 || gc == 0 || gr + 1 == n || gc + 1 == n) {
+    b[i] = a[i];
+    return;
+  }
+  b[i] = a[i] + 0.2f * (a[i - ld] + a[i + ld] + a[i - 1] + a[i + 1] - 4.0f * a[i]);
+}
+)CL";
+
+// Arguments: the input's region, the output's region (its interior written). Parameters: the
+// ghosts on each side, the interior's first row and column in the grid, the grid's size.
+hcr::Kernel heat_kernel(hcr::Runtime& rt) {
+  return rt.kernel("heat")
+      .cpu([](hcr::TaskContext& ctx) {
+        auto a = ctx.arg<float>(0);
+        auto b = ctx.arg<float>(1);
+        const auto top = ctx.param<uint64_t>(0), left = ctx.param<uint64_t>(1);
+        const auto bottom = ctx.param<uint64_t>(2), right = ctx.param<uint64_t>(3);
+        heat_block(a.data + top * a.ld + left, a.ld, b.data + top * b.ld + left, b.ld,
+                   a.rows - top - bottom, a.cols - left - right, ctx.param<uint64_t>(4),
+                   ctx.param<uint64_t>(5), ctx.param<uint64_t>(6));
+      })
+      .source("opencl", kHeatCl);
+}
+
+hcr::Task heat_task(const hcr::Kernel& k, hcr::Buffer<float> in, hcr::Buffer<float> out,
+                    hcr::Ghosts g, size_t row0, size_t col0, size_t n) {
+  hcr::Task t(k);
+  t.read(in).write(out);
+  for (size_t v : {g.top, g.left, g.bottom, g.right, row0, col0, n}) t.param(uint64_t{v});
+  t.grid(in.cols() - g.left - g.right, in.rows() - g.top - g.bottom);
+  return t;
+}
+
+std::vector<float> initial(size_t n) {  // a hot square in a cold plate, a warm left edge
+  std::vector<float> v(n * n, 0.0f);
+  for (size_t r = n / 4; r < n / 2; ++r)
+    for (size_t c = n / 4; c < n / 2; ++c) v[r * n + c] = 100.0f;
+  for (size_t r = 0; r < n; ++r) v[r * n] = 50.0f;
+  return v;
+}
+
+// `iterations` steps over halo tiles of two grids in turn; returns the last grid.
+std::vector<float> run_hcr(hcr::Runtime& rt, const hcr::Kernel& k, const std::vector<float>& start,
+                           size_t n, size_t tile, int iterations) {
+  std::vector<float> a = start, b = start;  // the border is never written: both hold it
+  auto ba = rt.wrap(a.data(), n, n), bb = rt.wrap(b.data(), n, n);
+  hcr::Tiles<float> ta = ba.partition(tile, tile, hcr::Halo{1});
+  hcr::Tiles<float> tb = bb.partition(tile, tile, hcr::Halo{1});
+  for (int it = 0; it < iterations; ++it) {
+    const hcr::Tiles<float>& in = it % 2 == 0 ? ta : tb;
+    const hcr::Tiles<float>& out = it % 2 == 0 ? tb : ta;
+    for (size_t i = 0; i < in.rows(); ++i)
+      for (size_t j = 0; j < in.cols(); ++j)
+        rt.submit(heat_task(k, in(i, j), out(i, j), in.ghosts(i, j), i * tile, j * tile, n));
+  }
+  ba.unpartition();
+  bb.unpartition();
+  rt.wait_all();
+  return iterations % 2 == 0 ? a : b;
+}
+
+// The baseline: the same tile kernel over the same tiles, looped with OpenMP.
+std::vector<float> run_openmp(const std::vector<float>& start, size_t n, size_t tile,
+                              int iterations) {
+  std::vector<float> a = start, b = start;
+  const auto tiles = static_cast<long>((n + tile - 1) / tile);
+  for (int it = 0; it < iterations; ++it) {
+    const float* in = it % 2 == 0 ? a.data() : b.data();
+    float* out = it % 2 == 0 ? b.data() : a.data();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (long i = 0; i < tiles; ++i)
+      for (long j = 0; j < tiles; ++j) {
+        const size_t r0 = static_cast<size_t>(i) * tile, c0 = static_cast<size_t>(j) * tile;
+        heat_block(in + r0 * n + c0, n, out + r0 * n + c0, n, std::min(tile, n - r0),
+                   std::min(tile, n - c0), r0, c0, n);
+      }
+  }
+  return iterations % 2 == 0 ? a : b;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// One step of the whole grid (one region without ghosts) with the OpenCL C kernel, against the
+// CPU's. Returns false when it differs; says so and returns true when there is no OpenCL device.
+bool check_opencl(const std::vector<float>& start, size_t n) {
+  hcr::Config c;
+  c.use_environment = false;
+  c.backends.push_back({"opencl", true, {{"device_types", "all"}}, "stencil sample"});
+  hcr::Runtime rt(c);
+  if (rt.devices().empty()) {
+    std::printf("opencl: no OpenCL device, its kernel not checked\n");
+    return true;
+  }
+  hcr::Kernel k = heat_kernel(rt);
+  std::vector<float> a = start, b = start;
+  auto ba = rt.wrap(a.data(), n, n), bb = rt.wrap(b.data(), n, n);
+  rt.submit(heat_task(k, ba, bb, hcr::Ghosts{}, 0, 0, n).on(rt.devices()[0].id)).get();
+  std::vector<float> got = bb.to_vector(), want(n * n);
+  heat_block(start.data(), n, want.data(), n, n, n, 0, 0, n);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+  std::printf("opencl: one step on '%s', largest difference from the CPU's %.3g\n",
+              rt.devices()[0].name.c_str(), worst);
+  return worst <= 1e-3;  // the device may contract a * b + c into one rounding
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t n = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2048;
+  const size_t tile = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 512;
+  const int iterations = argc > 3 ? std::atoi(argv[3]) : 100;
+  const int runs = argc > 4 ? std::atoi(argv[4]) : 5;
+  const int threads = omp_get_max_threads();
+
+  hcr::Config config;  // the CPU backend with as many workers as OpenMP has threads
+  config.backends.push_back({"cpu", true, {{"threads", std::to_string(threads)}}, "stencil"});
+  hcr::Runtime rt(config);
+  hcr::Kernel k = heat_kernel(rt);
+  const std::vector<float> start = initial(n);
+  std::printf("%zu x %zu grid, %zu x %zu halo tiles, %d iterations, %d threads, %d runs\n", n, n,
+              tile, tile, iterations, threads, runs);
+
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point t0) {
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> hcr_s, omp_s;
+  bool equal = run_hcr(rt, k, start, n, tile, 1) == run_openmp(start, n, tile, 1);  // warm-up
+  for (int r = 0; r < runs; ++r) {  // alternated, so both see the same machine
+    auto t0 = clock::now();
+    const std::vector<float> x = run_hcr(rt, k, start, n, tile, iterations);
+    hcr_s.push_back(seconds(t0));
+    t0 = clock::now();
+    const std::vector<float> y = run_openmp(start, n, tile, iterations);
+    omp_s.push_back(seconds(t0));
+    equal = equal && x == y;
+  }
+  const double h = median(hcr_s), o = median(omp_s);
+  std::printf("hcr halo tiles: median %.1f ms\n", h * 1e3);
+  std::printf("OpenMP loop   : median %.1f ms\n", o * 1e3);
+  std::printf("hcr speed vs OpenMP: %.2fx (OpenMP time / hcr time)\n", o / h);
+  std::printf("results %s\n", equal ? "equal" : "DIFFER");
+  const bool opencl_ok = check_opencl(start, std::min<size_t>(n, 256));
+  return equal && opencl_ok ? 0 : 1;
+}
