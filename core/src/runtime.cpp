@@ -44,6 +44,7 @@ void TaskNode::operator delete(void* p) noexcept { TaskPool::deallocate(p); }
 
 TaskNode::~TaskNode() {
   for (ArgRec& a : args) release(a.buffer);
+  for (ReduceRec& r : reduces) release(r.target);
   for (TaskNode* t : after) release(t);
   if (kernel) release(kernel);
 }
@@ -403,6 +404,11 @@ Runtime::~Runtime() {
   // Views this thread still holds would keep the wait below from ever ending.
   core_->host().end_views_of_this_thread();
   core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
+  try {
+    core_->reductions().combine_all();  // contributions not combined yet reach their buffers
+  } catch (const std::exception& e) {
+    log::write(LogLevel::error, std::string("runtime end: combining reductions: ") + e.what());
+  }
   core_->shutdown();
 }
 
@@ -440,7 +446,9 @@ Event Runtime::submit(Task& task) {
       throw Error(ErrorCode::invalid_argument,
                   "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
                       ") is partitioned: use its tiles, or unpartition it first");
+    detail::combine_reductions(*b);
   }
+  if (!t->reduces.empty()) core_->reductions().join(*t);
   if (const detail::BuiltinSpec* builtin = t->kernel->builtin)
     detail::check_builtin_task(*builtin, *t);
   core_->resolve(*t->kernel);
@@ -456,6 +464,7 @@ void Runtime::wait_all() {
                     "' would wait forever: the kernel's own task is unfinished work");
   core_->host().check_no_view_held("Runtime::wait_all");
   core_->pauses().check_not_held("Runtime::wait_all", nullptr);
+  core_->reductions().combine_all();
   core_->wait_all();
 }
 
