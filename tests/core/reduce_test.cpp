@@ -9,11 +9,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <mutex>
 #include <ostream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -244,6 +247,60 @@ std::vector<Param> params() {
 
 INSTANTIATE_TEST_SUITE_P(Runtime, Reduce, ::testing::ValuesIn(params()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Contributions made on two devices with memories of their own: the combines are tasks the policy
+// places and its cost model learns (they are in the model file it saves), and the data manager
+// moves the copies to where each combine runs.
+TEST(ReduceDevices, CombinesArePlacedLearntAndMoveTheCopies) {
+  test::TempDir models;
+  Config c = own_memories(2, 1);
+  c.policy = "dmda";
+  c.model_dir = models.path().string();
+  // The simulated devices time a kernel by its flops: the combine's are said here.
+  c.backends[0].options.push_back({"kernel.hcr_reduce_sum_f64.flops", "1e5"});
+  RuntimeStats st;
+  {
+    Runtime rt(c);
+    Kernel add = rt.kernel("work").cpu([](TaskContext& ctx) {
+      auto v = ctx.arg<double>(0);
+      for (size_t i = 0; i < v.cols; ++i) v(0, i) += ctx.param<double>(0);
+    });
+    constexpr size_t kBins = 64;
+    constexpr int kRounds = 4;
+    auto acc = rt.vector<double>(kBins);
+    acc.set_reduction(Reduction::sum);
+    rt.start_trace();
+    double want = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      for (uint32_t i = 0; i < 16; ++i) {
+        rt.submit(Task(add).reduce(acc).param(double(i)).on(i % 2));
+        want += i;
+      }
+      ASSERT_EQ(acc.to_vector(), std::vector<double>(kBins, want)) << "round " << round;
+    }
+    rt.wait_all();
+    size_t combines = 0, measured = 0;
+    for (const TraceEvent& e : rt.trace_events())
+      if (e.kind == TraceEvent::Kind::task && e.kernel == "hcr_reduce_sum_f64") {
+        ++combines;
+        measured += e.measured > 0;
+      }
+    EXPECT_EQ(combines, 16u * kRounds);
+    EXPECT_EQ(measured, combines);
+    st = rt.stats();
+  }
+  // Copies made on both devices met somewhere: some crossed between memories.
+  EXPECT_GT(st.data.bytes_moved(), 0u);
+  bool learnt = false;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(models.path()))
+    if (f.is_regular_file()) {
+      std::ifstream in(f.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      learnt |= text.str().find("hcr_reduce_sum_f64") != std::string::npos;
+    }
+  EXPECT_TRUE(learnt) << "the saved cost model has no entry for the combine kernel";
+}
 
 // Runtime::wait_all combines too: wrapped user memory holds the value after it, unread.
 TEST(ReduceWaitAll, CombinesIntoWrappedMemory) {
