@@ -3,7 +3,9 @@
 // CPU backend, each reducing its tile's partial sum into one f32 scalar declared
 // Reduction::sum; the value is read back (so the 64 combine tasks are in the time). The two sides
 // alternate, each timed run after a pause that lets the other side's threads go to sleep; prints
-// every run, the medians and sdot / hcr (above 1: hcr is faster).
+// every run, the medians and sdot / hcr (above 1: hcr is faster). A third side, the same 64 tasks
+// each writing its partial sum to a slot of its own (summed on the host), is what the reduction
+// itself costs: reduce / partials.
 //
 //   build/bin/reduce_bench [--n-log2 26] [--tasks 64] [--runs 9] [--settle-ms 100]
 #include <hcr/hcr.hpp>
@@ -96,6 +98,12 @@ int main(int argc, char** argv) {
   auto xt = x.partition(1, tile), yt = y.partition(1, tile);
   auto result = rt.buffer<float>(1, 1);
   result.set_reduction(hcr::Reduction::sum);
+  auto partials = rt.buffer<float>(1, static_cast<size_t>(tasks));
+  auto slots = partials.partition(1, 1);
+  hcr::Kernel dot_to = rt.kernel("tile_dot_to_slot").cpu([](hcr::TaskContext& ctx) {
+    auto x = ctx.arg<float>(0), y = ctx.arg<float>(1);
+    ctx.arg<float>(2)(0, 0) = tile_dot(x.data, y.data, x.cols);
+  });
 
   auto hcr_dot = [&] {
     {
@@ -106,6 +114,19 @@ int main(int argc, char** argv) {
     for (int i = 0; i < tasks; ++i)
       rt.submit(hcr::Task(dot).read(xt(0, i)).read(yt(0, i)).reduce(result));
     const float value = result.to_vector()[0];
+    return std::pair{seconds_since(t0), value};
+  };
+  auto partials_dot = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<hcr::Event> done;
+    done.reserve(static_cast<size_t>(tasks));
+    for (int i = 0; i < tasks; ++i)
+      done.push_back(rt.submit(hcr::Task(dot_to).read(xt(0, i)).read(yt(0, i)).write(slots(0, i))));
+    float value = 0;
+    for (int i = 0; i < tasks; ++i) {
+      done[static_cast<size_t>(i)].wait();
+      value += slots(0, i).to_vector()[0];
+    }
     return std::pair{seconds_since(t0), value};
   };
   auto blas_dot = [&] {
@@ -120,27 +141,34 @@ int main(int argc, char** argv) {
               std::getenv("OPENBLAS_NUM_THREADS") ? std::getenv("OPENBLAS_NUM_THREADS")
                                                   : "OpenBLAS's default threads");
   hcr_dot();  // warm-up: pages touched, workers awake
+  partials_dot();
   blas_dot();
-  std::vector<double> t_hcr, t_blas;
+  std::vector<double> t_hcr, t_blas, t_partials;
   float v_hcr = 0, v_blas = 0;
   for (int r = 0; r < runs; ++r) {
     std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
     auto [tb, vb] = blas_dot();
     std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
     auto [th, vh] = hcr_dot();
+    std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+    auto [tp, vp] = partials_dot();
     t_blas.push_back(tb);
     t_hcr.push_back(th);
+    t_partials.push_back(tp);
     v_blas = vb;
     v_hcr = vh;
-    std::printf("run %d: sdot %.2f ms, hcr %.2f ms\n", r, tb * 1e3, th * 1e3);
+    (void)vp;
+    std::printf("run %d: sdot %.2f ms, hcr reduce %.2f ms, hcr partials %.2f ms\n", r, tb * 1e3,
+                th * 1e3, tp * 1e3);
   }
-  const double mb = median(t_blas), mh = median(t_hcr);
+  const double mb = median(t_blas), mh = median(t_hcr), mp = median(t_partials);
   std::printf("values: hcr %.6g, sdot %.6g, double reference %.6g (relative errors %.2g, %.2g)\n",
               v_hcr, v_blas, reference, std::abs(v_hcr - reference) / std::abs(reference),
               std::abs(v_blas - reference) / std::abs(reference));
   std::printf("median of %d: sdot %.2f ms (%.1f GB/s), hcr %.2f ms (%.1f GB/s); sdot/hcr = %.3f\n",
               runs, mb * 1e3, 2 * n * sizeof(float) / mb * 1e-9, mh * 1e3,
               2 * n * sizeof(float) / mh * 1e-9, mb / mh);
+  std::printf("hcr partials %.2f ms; reduce/partials = %.3f\n", mp * 1e3, mh / mp);
   const bool close = std::abs(v_hcr - reference) <= 1e-3 * std::max(1.0, std::abs(reference));
   if (!close) std::fprintf(stderr, "hcr's value is off the reference\n");
   return close ? 0 : 1;

@@ -27,16 +27,18 @@ const char* op_name(Reduction op) noexcept {
   return "?";
 }
 
-// The built-in combine of `op` over T: destination (argument 0) op= source (argument 1).
+// The built-in combine of `op` over T: destination (argument 0) op= every source (arguments 1...).
 template <class T>
 CpuFunction combine_fn(Reduction op) {
   auto each = [](TaskContext& ctx, auto f) {
     MatrixView<T> into = ctx.arg<T>(0);
-    MatrixView<T> from = ctx.arg<T>(1);
-    for (size_t r = 0; r < into.rows; ++r) {
-      T* d = &into(r, 0);
-      const T* s = &from(r, 0);
-      for (size_t c = 0; c < into.cols; ++c) d[c] = f(d[c], s[c]);
+    for (size_t i = 1; i < ctx.num_args(); ++i) {
+      MatrixView<T> from = ctx.arg<T>(i);
+      for (size_t r = 0; r < into.rows; ++r) {
+        T* d = &into(r, 0);
+        const T* s = &from(r, 0);
+        for (size_t c = 0; c < into.cols; ++c) d[c] = f(d[c], s[c]);
+      }
     }
   };
   switch (op) {
@@ -118,6 +120,7 @@ void Reductions::declare(BufferState& b, Reduction op) {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.identity_kernel = {};
   s.combine = std::move(k);
+  s.arity = kBuiltinArity;
   s.identity = builtin.identity;
   s.zero_identity = std::all_of(s.identity.begin(), s.identity.end(),
                                 [](std::byte x) { return x == std::byte{0}; });
@@ -138,6 +141,7 @@ void Reductions::declare(BufferState& b, KernelState* identity, KernelState* com
   std::lock_guard<std::mutex> lock(s.mutex);
   s.identity_kernel = Ref<KernelState>::share(identity);
   s.combine = Ref<KernelState>::share(combine);
+  s.arity = 2;
 }
 
 void task_add_reduce(TaskNode* t, BufferState* b) {
@@ -224,33 +228,48 @@ void Reductions::join(TaskNode& t) {
   }
 }
 
-void Reductions::submit_combine(KernelState* k, BufferState* into, BufferState* from) {
+void Reductions::submit_combine(KernelState* k, BufferState* into,
+                                std::span<BufferState* const> from) {
   TaskNode* t = task_create(k);
   task_add_arg(t, into, Access::read_write);
-  task_add_arg(t, from, Access::read);
+  for (BufferState* f : from) task_add_arg(t, f, Access::read);
   stages_.resolve(*k);
   stages_.submit(t);
 }
 
-// A tree rather than a chain: the pairs of one level run at once, on whichever devices hold the
-// copies, and only log2(n) combines stand between the last contribution and the value.
+// A tree rather than a chain: the combines of one level run at once, on whichever devices hold
+// the copies, and only log_arity(n) of them stand between the last contribution and the value.
+// Each folds up to arity - 1 sources into its first copy (the user's combine takes one source, the
+// built-ins 15: 64 contributions take 4 combines, then one into the buffer); the last level folds
+// what remains into the buffer.
 void Reductions::combine(BufferState& b) {
   ReductionState* s = b.reduction.load(std::memory_order_acquire);
   if (s == nullptr) return;
   std::vector<Ref<BufferState>> copies;
   Ref<KernelState> k;
+  size_t arity;
   {
     std::lock_guard<std::mutex> lock(s->mutex);
     copies.swap(s->copies);
     s->pending.store(false, std::memory_order_release);
     k = s->combine;
+    arity = s->arity;
   }
-  const size_t n = copies.size();
-  if (n == 0 || !k) return;
-  for (size_t step = 1; step < n; step *= 2)
-    for (size_t i = 0; i + step < n; i += 2 * step)
-      submit_combine(k.get(), copies[i].get(), copies[i + step].get());
-  submit_combine(k.get(), &b, copies[0].get());
+  if (copies.empty() || !k) return;
+  std::vector<BufferState*> level;
+  level.reserve(copies.size());
+  for (auto& c : copies) level.push_back(c.get());
+  while (level.size() >= arity) {
+    std::vector<BufferState*> next;
+    for (size_t i = 0; i < level.size(); i += arity) {
+      const size_t end = std::min(level.size(), i + arity);
+      if (end - i > 1)
+        submit_combine(k.get(), level[i], std::span(level).subspan(i + 1, end - i - 1));
+      next.push_back(level[i]);
+    }
+    level.swap(next);
+  }
+  submit_combine(k.get(), &b, level);
 }
 
 void Reductions::combine_all() {

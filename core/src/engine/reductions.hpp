@@ -27,10 +27,14 @@
 #include <atomic>
 #include <cstddef>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <vector>
 
 namespace hcr::detail {
+
+/// The copies one built-in combine task folds: its destination and up to 15 sources.
+inline constexpr size_t kBuiltinArity = 16;
 
 /// What Reductions asks of the engine: kernels by name and a way in for the tasks it makes.
 class ReductionStages {
@@ -52,6 +56,7 @@ struct ReductionState {
   Ref<KernelState> combine;
   std::array<std::byte, 8> identity{};
   bool zero_identity = true;
+  size_t arity = 2;  // the copies one combine task folds (destination and sources)
   std::vector<Ref<BufferState>> copies;  // contributions not yet combined, in submission order
   std::atomic<bool> pending{false};      // copies is not empty (read without the lock)
   bool listed = false;                   // in Reductions::listed_ (under Reductions' mutex)
@@ -79,7 +84,7 @@ class Reductions {
 
  private:
   ReductionState& state_of(BufferState& b);
-  void submit_combine(KernelState* k, BufferState* into, BufferState* from);
+  void submit_combine(KernelState* k, BufferState* into, std::span<BufferState* const> from);
 
   ReductionStages& stages_;
   std::mutex mutex_;
