@@ -77,7 +77,7 @@ class Reductions {
   /// contributions.
   void join(TaskNode& t);
   /// Before an access of another mode to `b`: submits the combine tasks of its contributions, if
-  /// it has any (a tree: copies pairwise, then the last one into `b`).
+  /// it has any (a tree of combines of up to `arity` copies each, the last level into `b`).
   void combine(BufferState& b);
   /// Combines every buffer's contributions (Runtime::wait_all, the runtime's end).
   void combine_all();
