@@ -464,7 +464,9 @@ void Runtime::wait_all() {
                     "' would wait forever: the kernel's own task is unfinished work");
   core_->host().check_no_view_held("Runtime::wait_all");
   core_->pauses().check_not_held("Runtime::wait_all", nullptr);
-  core_->reductions().combine_all();
+  // Contributions are combined too, unless a pause would hold the combines (and this wait with
+  // them): they are then combined at the buffer's next access.
+  if (!core_->pauses().closed()) core_->reductions().combine_all();
   core_->wait_all();
 }
 

@@ -332,6 +332,27 @@ TEST(ReduceTiles, UnpartitionCombinesTheTiles) {
   EXPECT_EQ(whole.to_vector(), (std::vector<int32_t>{0, 0, 0, 5, 10, 15}));
 }
 
+// Paused: wait_all leaves the contributions for later (their combines would be held, and it would
+// wait for them for ever); a read would wait for held combines, so it is refused; after the resume
+// the read combines them.
+TEST(ReducePause, WaitAllLeavesThemAndReadsAfterResumeCombine) {
+  Runtime rt(test::cpu_config(2));
+  Kernel add = rt.kernel("add").cpu([](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) += 2; });
+  auto acc = rt.vector<int64_t>(1);
+  acc.set_reduction(Reduction::sum);
+  for (int i = 0; i < 10; ++i) rt.submit(Task(add).reduce(acc));
+  rt.wait_all();  // combines: nothing held
+  std::vector<Event> done;
+  for (int i = 0; i < 5; ++i) done.push_back(rt.submit(Task(add).reduce(acc)));
+  for (Event& d : done) d.get();
+  rt.pause();
+  rt.wait_all();  // returns: no combine submitted while paused
+  Error e = test::expect_error([&] { acc.to_vector(); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  rt.resume();
+  EXPECT_EQ(acc.to_vector()[0], 30);
+}
+
 // A failed contribution fails the value: reading it rethrows, as for any failed writer.
 TEST(ReduceFailure, AFailedContributionFailsTheRead) {
   Runtime rt(test::cpu_config(2));
