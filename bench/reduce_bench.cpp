@@ -53,6 +53,7 @@ float tile_dot(const float* x, const float* y, size_t n) {
 
 int main(int argc, char** argv) {
   int n_log2 = 26, tasks = 64, runs = 9, settle_ms = 100;
+  std::string policy;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -60,9 +61,12 @@ int main(int argc, char** argv) {
     else if (a == "--tasks") tasks = v;
     else if (a == "--runs") runs = v;
     else if (a == "--settle-ms") settle_ms = v;
+    else if (a == "--policy") policy = argv[i + 1];
     else {
-      std::fprintf(stderr, "usage: %s [--n-log2 26] [--tasks 64] [--runs 9] [--settle-ms 100]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--n-log2 26] [--tasks 64] [--runs 9] [--settle-ms 100] [--policy P]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
   hcr::Config c;
   c.use_environment = false;
   c.model_dir = "off";
+  if (!policy.empty()) c.policy = policy;
   c.backends.push_back({"cpu", true, {{"threads", "0"}}, "bench"});
   hcr::Runtime rt(c);
   const size_t workers = rt.devices().empty() ? 0 : rt.devices()[0].concurrency;
