@@ -1,6 +1,7 @@
 // Buffers: creation, host access (acquire/release), and partitioning into tiles.
 #include "buffer_state.hpp"
 #include "data/data_manager.hpp"
+#include "engine/reductions.hpp"
 #include "node_pool.hpp"
 #include "runtime_core.hpp"
 
@@ -58,11 +59,53 @@ BufferState::~BufferState() {
       if (slot == this) slot = nullptr;
     parent->lock.unlock();
   }
+  delete reduction.load(std::memory_order_acquire);
   if (owned != nullptr) switch (how) {
       case Owned::heap: std::free(owned); break;
       case Owned::pool: SmallDataPool::deallocate(owned); break;
       case Owned::mapping: munmap(owned, owned_bytes); break;
     }
+}
+
+Ref<BufferState> make_owned_buffer(std::shared_ptr<RuntimeCore> rt, DType t, size_t rows,
+                                   size_t cols, bool zero) {
+  const size_t elem = dtype_size(t);
+  auto* b = new BufferState();
+  auto ref = Ref<BufferState>::adopt(b);
+  b->rt = std::move(rt);
+  b->dtype = t;
+  b->elem = elem;
+  b->rows = rows;
+  b->cols = cols;
+  b->ld = cols;
+  using Owned = BufferState::Owned;
+  const size_t bytes = rows * cols * elem;
+  const size_t padded = (bytes + 63) / 64 * 64;
+  if (padded <= kSmallData) {
+    b->owned = SmallDataPool::allocate();
+    b->how = Owned::pool;
+    if (zero) std::memset(b->owned, 0, padded);
+  } else if (zero && bytes >= (size_t{1} << 20)) {
+    // Large and zeroed: fresh pages from the kernel are zero already and appear where first
+    // touched, so creating the buffer costs nothing and the first writer (a task on some core)
+    // places it.
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      throw Error(ErrorCode::out_of_memory,
+                  "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
+    b->owned = p;
+    b->owned_bytes = bytes;
+    b->how = Owned::mapping;
+  } else {  // malloc reuses what earlier buffers freed: no system call in a steady loop
+    b->owned = std::aligned_alloc(64, padded);
+    if (b->owned == nullptr)
+      throw Error(ErrorCode::out_of_memory,
+                  "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
+    b->how = Owned::heap;
+    if (zero) std::memset(b->owned, 0, padded);
+  }
+  b->host = static_cast<std::byte*>(b->owned);
+  return ref;
 }
 
 BufferShape buffer_shape(const BufferState* b) { return {b->rows, b->cols, b->ld, b->dtype}; }
@@ -104,6 +147,7 @@ TaskNode* make_join(RuntimeCore& rt, TaskKind kind) {
 
 HostAccess buffer_acquire(BufferState* b, Access mode) {
   check_host_access(b, mode, "acquire");
+  combine_reductions(*b);
   // A second view of the same data from the thread that holds the first would wait for itself,
   // and so would a kernel waiting for data its own task uses.
   b->rt->host().check_view_conflict(*b, mode);
@@ -147,6 +191,7 @@ void buffer_release(TaskNode* token) noexcept {
 
 void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user) {
   check_host_access(b, mode, "acquire_async");
+  combine_reductions(*b);
   // No thread holds an async access, so none of acquire's self-wait checks apply: nothing blocks.
   TaskNode* t = make_join(*b->rt, TaskKind::host_access);
   retain(b);
@@ -164,6 +209,16 @@ void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept {
   rt->host().end_async(token, std::move(error));
   if (BufferState* b = std::exchange(token->view, nullptr)) release(b);
   release(token);
+}
+
+void buffer_set_reduction(BufferState* b, Reduction op) {
+  check_usable(b, "set_reduction");
+  b->rt->reductions().declare(*b, op);
+}
+
+void buffer_set_reduction_kernels(BufferState* b, KernelState* identity, KernelState* combine) {
+  check_usable(b, "set_reduction");
+  b->rt->reductions().declare(*b, identity, combine);
 }
 
 namespace {
@@ -200,6 +255,7 @@ TileGrid partition(BufferState* b, size_t tile_rows, size_t tile_cols, size_t ha
                 "partition of a " + describe(*b) +
                     ": a tile with ghosts cannot be partitioned again (its region overlaps its "
                     "neighbours')");
+  combine_reductions(*b);
   b->lock.lock();
   bool partitioned = b->partitioned;
   b->partitioned = true;  // from here on, tasks must use the tiles
@@ -297,6 +353,7 @@ Ref<TaskNode> buffer_unpartition(BufferState* b) {
   }
   b->tiles.clear();
   b->lock.unlock();
+  for (BufferState* c : alive) combine_reductions(*c);
 
   // The whole buffer comes back after every task on any tile; the join takes the tiles'
   // references we just made.
@@ -343,6 +400,7 @@ detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size
   if (rows > SIZE_MAX / ld / elem)
     throw Error(ErrorCode::invalid_argument,
                 "buffer of " + std::to_string(rows) + "x" + std::to_string(ld) + " overflows");
+  if (data == nullptr) return detail::make_owned_buffer(core_, t, rows, cols, zero);
   auto* b = new detail::BufferState();
   auto ref = detail::Ref<detail::BufferState>::adopt(b);
   b->rt = core_;
@@ -351,37 +409,7 @@ detail::Ref<detail::BufferState> Runtime::make_buffer(DType t, size_t rows, size
   b->rows = rows;
   b->cols = cols;
   b->ld = ld;
-  if (data != nullptr) {
-    b->host = static_cast<std::byte*>(data);
-  } else {
-    using Owned = detail::BufferState::Owned;
-    const size_t bytes = rows * ld * elem;
-    const size_t padded = (bytes + 63) / 64 * 64;
-    if (padded <= detail::kSmallData) {
-      b->owned = detail::SmallDataPool::allocate();
-      b->how = Owned::pool;
-      if (zero) std::memset(b->owned, 0, padded);
-    } else if (zero && bytes >= (size_t{1} << 20)) {
-      // Large and zeroed: fresh pages from the kernel are zero already and appear where first
-      // touched, so creating the buffer costs nothing and the first writer (a task on some core)
-      // places it.
-      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED)
-        throw Error(ErrorCode::out_of_memory,
-                    "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
-      b->owned = p;
-      b->owned_bytes = bytes;
-      b->how = Owned::mapping;
-    } else {  // malloc reuses what earlier buffers freed: no system call in a steady loop
-      b->owned = std::aligned_alloc(64, padded);
-      if (b->owned == nullptr)
-        throw Error(ErrorCode::out_of_memory,
-                    "cannot allocate a " + std::to_string(bytes) + "-byte buffer");
-      b->how = Owned::heap;
-      if (zero) std::memset(b->owned, 0, padded);
-    }
-    b->host = static_cast<std::byte*>(b->owned);
-  }
+  b->host = static_cast<std::byte*>(data);
   return ref;
 }
 

@@ -18,6 +18,7 @@ namespace hcr::detail {
 
 struct TaskNode;
 struct BufferData;
+struct ReductionState;
 class RuntimeCore;
 
 struct BufferState {
@@ -70,6 +71,9 @@ struct BufferState {
   bool partitioned = false;
   std::vector<BufferState*> tiles;
 
+  // Its declared reduction and the private copies of its reduce accesses (engine/reductions.hpp),
+  // made on the first Buffer::set_reduction, owned, never replaced.
+  std::atomic<ReductionState*> reduction{nullptr};
   // Replicas on device memory nodes (data_manager.cpp); null while only host memory was used.
   std::atomic<BufferData*> data{nullptr};
 
@@ -92,13 +96,18 @@ inline std::string describe(const BufferState& b) {
          std::to_string(b.parent->cols) + " buffer";
 }
 
-/// "read", "write", "read_write", "commute".
+/// A buffer of hcr's own memory (Runtime::buffer's): contiguous, zeroed when `zero`.
+Ref<BufferState> make_owned_buffer(std::shared_ptr<RuntimeCore> rt, DType dtype, size_t rows,
+                                   size_t cols, bool zero);
+
+/// "read", "write", "read_write", "commute", "reduce".
 inline const char* access_name(Access a) noexcept {
   switch (a) {
     case Access::read: return "read";
     case Access::write: return "write";
     case Access::read_write: return "read_write";
     case Access::commute: return "commute";
+    case Access::reduce: return "reduce";
   }
   return "?";
 }

@@ -45,6 +45,7 @@ void TaskNode::operator delete(void* p) noexcept { TaskPool::deallocate(p); }
 
 TaskNode::~TaskNode() {
   for (ArgRec& a : args) release(a.buffer);
+  for (ReduceRec& r : reduces) release(r.target);
   for (TaskNode* t : after) release(t);
   if (kernel) release(kernel);
 }
@@ -266,6 +267,11 @@ Runtime::~Runtime() {
   // Views this thread still holds would keep the wait below from ever ending.
   core_->host().end_views_of_this_thread();
   core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
+  try {
+    core_->reductions().combine_all();  // contributions not combined yet reach their buffers
+  } catch (const std::exception& e) {
+    log::write(LogLevel::error, std::string("runtime end: combining reductions: ") + e.what());
+  }
   core_->shutdown();
 }
 
@@ -305,7 +311,9 @@ Event Runtime::submit(Task& task) {
                       ") is partitioned: use its tiles, or unpartition it first");
     if (b->halo != 0) [[unlikely]]
       detail::exclude_own_memory_devices(*t, *b);
+    detail::combine_reductions(*b);
   }
+  if (!t->reduces.empty()) core_->reductions().join(*t);
   if (const detail::BuiltinSpec* builtin = t->kernel->builtin)
     detail::check_builtin_task(*builtin, *t);
   core_->resolve(*t->kernel);
@@ -321,6 +329,9 @@ void Runtime::wait_all() {
                     "' would wait forever: the kernel's own task is unfinished work");
   core_->host().check_no_view_held("Runtime::wait_all");
   core_->pauses().check_not_held("Runtime::wait_all", nullptr);
+  // Contributions are combined too, unless a pause would hold the combines (and this wait with
+  // them): they are then combined at the buffer's next access.
+  if (!core_->pauses().closed()) core_->reductions().combine_all();
   core_->wait_all();
 }
 

@@ -17,6 +17,7 @@
 #include "engine/launches.hpp"
 #include "engine/pause.hpp"
 #include "engine/placement.hpp"
+#include "engine/reductions.hpp"
 #include "engine/scheduling_view.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
@@ -54,7 +55,8 @@ class RuntimeCore final : public GraphStages,
                           public HealthListener,
                           public PlacementStages,
                           public DataEvents,
-                          public DeviceStatusView {
+                          public DeviceStatusView,
+                          public ReductionStages {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -94,13 +96,15 @@ class RuntimeCore final : public GraphStages,
   void left_scheduling(DeviceState& d) noexcept override;
   void back_in_scheduling(DeviceState& d) noexcept override;
   /// The kernel of that name, made on first use (kernel_registry.hpp).
-  Ref<KernelState> kernel(std::string_view name);
+  Ref<KernelState> kernel(std::string_view name) override;
   /// Asks every device whether it runs `k` (once per device, again after a new implementation).
-  void resolve(KernelState& k) { kernels_.resolve(k); }
+  void resolve(KernelState& k) override { kernels_.resolve(k); }
 
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
-  void submit(TaskNode* t);
+  void submit(TaskNode* t) override;
+  /// Access::reduce: declared reductions, private copies, combine tasks (engine/reductions.hpp).
+  Reductions& reductions() noexcept { return reductions_; }
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
   void finish(TaskNode* t, std::exception_ptr e) noexcept { completion_.finish(t, std::move(e)); }
   /// Returns once every task whose submit() returned before this call began has finished
@@ -258,6 +262,7 @@ class RuntimeCore final : public GraphStages,
   std::string kernel_name(uint32_t id) const { return kernels_.name(id); }
 
   HostAccesses host_{completion_};
+  Reductions reductions_{*this};
 
   std::atomic<bool> alive_{true};
   std::atomic<uint64_t> retries_{0};

@@ -43,11 +43,11 @@ void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
            std::to_string(t->args.size());
   };
   if (mode != Access::read && mode != Access::write && mode != Access::read_write &&
-      mode != Access::commute)
-    throw Error(ErrorCode::invalid_argument, "Task::arg: argument " +
-                                                 std::to_string(t->args.size()) + ": access mode " +
-                                                 std::to_string(static_cast<int>(mode)) +
-                                                 " is not read, write, read_write or commute");
+      mode != Access::commute && mode != Access::reduce)
+    throw Error(ErrorCode::invalid_argument,
+                "Task::arg: argument " + std::to_string(t->args.size()) + ": access mode " +
+                    std::to_string(static_cast<int>(mode)) +
+                    " is not read, write, read_write, commute or reduce");
   if (b == nullptr) throw Error(ErrorCode::invalid_argument, call() + " is an empty Buffer handle");
   if (b->rt.get() != t->rt) {
     if (!b->rt->alive())
@@ -57,6 +57,7 @@ void task_add_arg(TaskNode* t, BufferState* b, Access mode) {
                                                  ") belongs to another runtime than kernel '" +
                                                  t->kernel->name + "'");
   }
+  if (mode == Access::reduce) return task_add_reduce(t, b);  // a private copy in its place
   retain(b);
   t->args.push_back({b, mode});
 }

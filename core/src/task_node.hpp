@@ -46,6 +46,12 @@ struct ScratchRec {
   void* block = nullptr;
 };
 
+// A reduce access (engine/reductions.hpp): the buffer reduced into (a reference held) and the
+// private copy the task has as its argument in its place (borrowed from `args`).
+struct ReduceRec {
+  BufferState* target;
+  BufferState* copy;
+};
 struct Edge {
   TaskNode* task;
   bool data;  // the successor reads what this task wrote: a failure propagates along it
@@ -95,6 +101,8 @@ struct TaskNode {
   // placement to its end); the buffer whose waiting list it is on, and its next there (both
   // under that buffer's lock).
   bool commutes = false;
+  // Its reduce accesses, in argument order (empty for nearly every task).
+  std::vector<ReduceRec> reduces;
   bool commute_held = false;
   BufferState* commute_waiting = nullptr;
   TaskNode* commute_next = nullptr;

@@ -19,6 +19,11 @@ using hcr::detail::BufferState;
 
 Task& Task::arg(BufferState* b, Access mode) {
   if (b == nullptr) hcr::detail::null_buffer();
+  if (mode == Access::reduce)  // its private copies and combines are one process's
+    throw Error(ErrorCode::unsupported,
+                "hcr::mpi::Task: argument " + std::to_string(nargs_) +
+                    " is a reduce access: reductions across ranks are not supported (reduce "
+                    "through a local hcr::Task, or gather the partial results)");
   if (nargs_ < kArgs) args_[nargs_] = {b, mode};
   else more_args_.push_back({b, mode});
   ++nargs_;

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import enum
 import os
-from typing import Any, Callable, Generator, Iterator, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Generator, Iterator, Literal, Mapping, Sequence, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -15,7 +15,7 @@ from . import linalg as linalg
 __version__: str
 
 ScratchSpec = int | tuple[int | tuple[int] | tuple[int, int], Any]
-AccessMode = Literal["read", "write", "read_write", "r", "w", "rw", "commute"]
+AccessMode = Literal["read", "write", "read_write", "r", "w", "rw", "commute", "reduce"]
 DTypeLike = Union[str, npt.DTypeLike]
 ConfigLike = Union[None, str, os.PathLike[str], Mapping[str, Any]]
 ParamLike = Union["Param", float, int, bytes, bytearray, np.generic]
@@ -189,10 +189,13 @@ class Runtime:
                after: Event | Sequence[Event] | None = None, on: int | None = None,
                grid: Extents | None = None, block: Extents | None = None,
                commutes: Sequence[BufferLike] | None = None,
-               scratch: Sequence[ScratchSpec] | None = None) -> Event:
+               scratch: Sequence[ScratchSpec] | None = None,
+               reduces: Sequence[BufferLike] | None = None) -> Event:
         """Submits a task (buffer arguments: reads, then writes, then read_writes, then commutes:
         updated one task at a time, in whichever order tasks commuting on them become ready;
-        then scratch workspaces: allocated where the task runs, never copied)."""
+        then reduces: a private copy holding the identity of the buffer's reduction, combined into
+        it before its next other access; then scratch workspaces: allocated where the task runs,
+        never copied)."""
     def wait_all(self) -> None:
         """Blocks, without the interpreter lock, until every task submitted before has finished."""
     def pause(self) -> None: ...
@@ -264,6 +267,14 @@ class Buffer:
         """Host access once earlier tasks are done (without the interpreter lock while waiting)."""
     def to_numpy(self) -> np.ndarray:
         """A copy of the data."""
+    @overload
+    def set_reduction(self, op: Literal["sum", "min", "max"]) -> None:
+        """Declares how tasks reduce into this buffer (Task.reduce, reduces=[...]): a built-in over
+        f32, f64, i32 or i64; the private copies are combined before its next other access."""
+    @overload
+    def set_reduction(self, identity: Kernel, combine: Kernel) -> None:
+        """The same with the user's kernels: identity(copy) fills a copy with the identity;
+        combine(into, source) folds source into into."""
     def partition(self, tile_rows: int, tile_cols: int) -> Tiles: ...
     def unpartition(self) -> Event: ...
     def __dlpack__(self, stream: Any = None, max_version: tuple[int, int] | None = None,
@@ -295,6 +306,9 @@ class Task:
     def read_write(self, buffer: BufferLike) -> Task: ...
     def commute(self, buffer: BufferLike) -> Task:
         """Updates the buffer in place, in any order among neighbouring commute tasks on it."""
+    def reduce(self, buffer: BufferLike) -> Task:
+        """Contributes to the buffer through its reduction (Buffer.set_reduction): the kernel sees
+        a private copy holding the identity, to update in place."""
     def scratch(self, spec: ScratchSpec) -> Task:
         """A workspace argument: n bytes (a uint8 vector) or (shape, dtype); never copied, its
         contents undefined when the kernel starts."""

@@ -299,7 +299,8 @@ void register_linalg(py::module_& m);
 py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle what,
                        py::handle reads, py::handle writes, py::handle read_writes,
                        py::handle params, py::handle priority, py::handle after, py::handle on,
-                       py::handle grid, py::handle block, py::handle commutes, py::handle scratch);
+                       py::handle grid, py::handle block, py::handle commutes, py::handle scratch,
+                       py::handle reduces);
 /// Runtime.from_dlpack.
 py::object runtime_from_dlpack(const std::shared_ptr<RuntimeHolder>& holder, py::object obj);
 

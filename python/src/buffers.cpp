@@ -408,6 +408,35 @@ After the release the array stays readable memory but turns read-only. Raises In
 instead of waiting forever (this thread already holds a view the access would wait for).)doc")
       .def("to_numpy", &to_numpy,
            "A copy of the data (waits for earlier writers, as acquire('read')).")
+      .def(
+          "set_reduction",
+          [](BufferObj& b, const std::string& op) {
+            hcr::Reduction r;
+            if (op == "sum") r = hcr::Reduction::sum;
+            else if (op == "min") r = hcr::Reduction::min;
+            else if (op == "max") r = hcr::Reduction::max;
+            else throw_invalid("set_reduction: '" + op + "' is not 'sum', 'min' or 'max'");
+            py::gil_scoped_release unlocked;  // pending contributions are combined first
+            std::visit([&](auto& buf) { buf.set_reduction(r); }, b.buf);
+          },
+          py::arg("op"),
+          R"doc(Declares how tasks reduce into this buffer (Task.reduce, reduces=[...], the
+'reduce' access mode): 'sum', 'min' or 'max' over f32, f64, i32 or i64 elements. Each reducing
+task updates a private copy holding the identity; the copies are combined into the buffer by
+combine tasks before its next access of another mode (a task, acquire, to_numpy, wait_all).)doc")
+      .def(
+          "set_reduction",
+          [](BufferObj& b, const KernelObj& identity, const KernelObj& combine) {
+            if (identity.holder.get() != b.holder.get() || combine.holder.get() != b.holder.get())
+              throw_invalid("set_reduction: the kernels belong to another runtime than " +
+                            b.describe());
+            py::gil_scoped_release unlocked;
+            std::visit([&](auto& buf) { buf.set_reduction(identity.kernel, combine.kernel); },
+                       b.buf);
+          },
+          py::arg("identity"), py::arg("combine"),
+          R"doc(The same with the user's kernels: identity(copy) fills a task's private copy with
+the identity (write); combine(into, source) folds source into into (read_write, read).)doc")
       .def("partition", &partition, py::arg("tile_rows"), py::arg("tile_cols"),
            R"doc(Splits the buffer into tiles of tile_rows x tile_cols (edge tiles smaller) without
 copying. Until unpartition(), tasks use the tiles and the buffer itself may not be used.)doc")

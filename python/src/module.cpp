@@ -65,7 +65,9 @@ hcr::Access access_from_string(const std::string& mode) {
   if (mode == "write" || mode == "w") return hcr::Access::write;
   if (mode == "read_write" || mode == "rw") return hcr::Access::read_write;
   if (mode == "commute") return hcr::Access::commute;
-  throw_invalid("access mode '" + mode + "': use 'read', 'write', 'read_write' or 'commute'");
+  if (mode == "reduce") return hcr::Access::reduce;
+  throw_invalid("access mode '" + mode +
+                "': use 'read', 'write', 'read_write', 'commute' or 'reduce'");
 }
 
 const char* access_name(hcr::Access a) noexcept {
@@ -73,6 +75,7 @@ const char* access_name(hcr::Access a) noexcept {
     case hcr::Access::read: return "read";
     case hcr::Access::write: return "write";
     case hcr::Access::commute: return "commute";
+    case hcr::Access::reduce: return "reduce";
     default: return "read_write";
   }
 }

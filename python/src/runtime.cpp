@@ -439,15 +439,16 @@ after buf.acquire() (or an Event of a task writing it on a CPU) to see results.)
           [](const RuntimeObj& r, py::handle what, py::handle reads, py::handle writes,
              py::handle read_writes, py::handle params, py::handle priority, py::handle after,
              py::handle on, py::handle grid, py::handle block, py::handle commutes,
-             py::handle scratch) {
+             py::handle scratch, py::handle reduces) {
             return submit_call(r.holder, what, reads, writes, read_writes, params, priority, after,
-                               on, grid, block, commutes, scratch);
+                               on, grid, block, commutes, scratch, reduces);
           },
           py::arg("task"), py::arg("reads") = py::none(), py::arg("writes") = py::none(),
           py::arg("read_writes") = py::none(), py::arg("params") = py::none(),
           py::arg("priority") = py::none(), py::arg("after") = py::none(),
           py::arg("on") = py::none(), py::arg("grid") = py::none(), py::arg("block") = py::none(),
           py::arg("commutes") = py::none(), py::arg("scratch") = py::none(),
+          py::arg("reduces") = py::none(),
           R"doc(Submits a task and returns its Event at once:
 
     rt.submit(kernel, reads=[a, b], read_writes=[c], params=[hcr.gemm_params()])
@@ -455,7 +456,9 @@ after buf.acquire() (or an Event of a task writing it on a CPU) to see results.)
 
 The keyword form orders the buffer arguments reads, then writes, then read_writes, then commutes
 (a Task takes any order); commutes are updated in place in any order among the tasks next to each
-other that commute on them too, one at a time (Task.commute, hcr::Access::commute); scratch
+other that commute on them too, one at a time (Task.commute, hcr::Access::commute), then reduces
+(Task.reduce, hcr::Access::reduce: each task updates a private copy holding the identity of the
+buffer's reduction, Buffer.set_reduction; they are combined before its next other access); scratch
 workspaces come last, each n bytes or (shape, dtype), allocated where the task runs and never
 copied (Task.scratch, hcr::Task::scratch); a NumPy
 array among them is wrapped (Runtime.wrap). Params: hcr.f32(x), hcr.i32(n), ... say the type; a float is an f64, an int an i64, a

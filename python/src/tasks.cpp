@@ -472,12 +472,13 @@ void stop_waiters() { waiters().stop(); }
 py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle what,
                        py::handle reads, py::handle writes, py::handle read_writes,
                        py::handle params, py::handle priority, py::handle after, py::handle on,
-                       py::handle grid, py::handle block, py::handle commutes, py::handle scratch) {
+                       py::handle grid, py::handle block, py::handle commutes, py::handle scratch,
+                       py::handle reduces) {
   if (py::isinstance<TaskObj>(what)) {
     TaskObj& t = py::cast<TaskObj&>(what);
     if (!reads.is_none() || !writes.is_none() || !read_writes.is_none() || !commutes.is_none() ||
-        !scratch.is_none() || !params.is_none() || !priority.is_none() || !after.is_none() ||
-        !on.is_none() || !grid.is_none() || !block.is_none())
+        !reduces.is_none() || !scratch.is_none() || !params.is_none() || !priority.is_none() ||
+        !after.is_none() || !on.is_none() || !grid.is_none() || !block.is_none())
       throw_invalid("submit: a Task carries its own arguments: pass it alone");
     if (t.holder.get() != holder.get())
       throw_invalid("submit: the task's kernel '" + t.info->name + "' belongs to another runtime");
@@ -502,6 +503,8 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
       made.push_back(add_arg(task, holder, b, hcr::Access::read_write));
   if (!commutes.is_none())
     for (py::handle b : commutes) made.push_back(add_arg(task, holder, b, hcr::Access::commute));
+  if (!reduces.is_none())
+    for (py::handle b : reduces) made.push_back(add_arg(task, holder, b, hcr::Access::reduce));
   if (!scratch.is_none())
     for (py::handle s : scratch) add_scratch(task, s);
   size_t n = 0;
@@ -694,6 +697,16 @@ Each method returns the task. Runtime.submit consumes it.)doc")
             return self;
           },
           py::arg("buffer"))
+      .def(
+          "reduce",
+          [](py::object self, py::object b) {
+            TaskObj& t = py::cast<TaskObj&>(self);
+            t.buffers.push_back(add_arg(t.get("reduce"), t.holder, b, hcr::Access::reduce));
+            return self;
+          },
+          py::arg("buffer"),
+          "Contributes to the buffer through its reduction (Buffer.set_reduction): the kernel sees "
+          "a private copy holding the identity, to update in place.")
       .def(
           "scratch",
           [](py::object self, py::object spec) {

@@ -314,6 +314,59 @@ def test_commute_updates_count_once_each_and_reads_after_see_them(rt):
     assert acc.to_numpy().tolist() == [16.0]
 
 
+def test_reduce_sums_private_copies_before_the_next_read(rt):
+    # reduces=[acc], Task.reduce and the 'reduce' mode: each task adds into a private copy holding
+    # 0; the read combines them (a dot product of 16 chunks against NumPy's, exact in f64 with
+    # integers); a second round adds to the value read.
+    x = np.arange(1600, dtype=np.float64)
+    y = np.arange(1600, dtype=np.float64) % 7
+    acc = rt.buffer(1, "f64")
+    acc.set_reduction("sum")
+    dot = rt.kernel("dot").cpu(lambda a, b, s: s.__iadd__(float(np.vdot(a, b))))
+    for i in range(16):
+        chunk = slice(i * 100, (i + 1) * 100)
+        if i % 3 == 0:
+            rt.submit(dot, reads=[x[chunk].copy(), y[chunk].copy()], reduces=[acc])
+        elif i % 3 == 1:
+            rt.submit(hcr.Task(dot).read(x[chunk].copy()).read(y[chunk].copy()).reduce(acc))
+        else:
+            rt.submit(hcr.Task(dot).read(x[chunk].copy()).read(y[chunk].copy()).arg(acc, "reduce"))
+    assert acc.to_numpy().tolist() == [float(np.dot(x, y))]
+    for _ in range(4):
+        rt.submit(dot, reads=[x[:10].copy(), y[:10].copy()], reduces=[acc])
+    rt.wait_all()
+    assert acc.to_numpy().tolist() == [float(np.dot(x, y)) + 4 * float(np.dot(x[:10], y[:10]))]
+
+
+def test_reduce_min_max_user_kernels_and_errors(rt):
+    lo = rt.buffer(3, "i64")
+    lo.set_reduction("min")
+    put = rt.kernel("put").cpu(lambda v, k: v.__setitem__(slice(None), np.minimum(v, [k, -k, 5])),
+                               params=["i64"])
+    for k in range(1, 9):
+        rt.submit(put, reduces=[lo], params=[k])
+    assert lo.to_numpy().tolist() == [0, -8, 0]  # the buffer's zeros take part
+
+    prod = rt.buffer(2, "f64")
+    with prod.acquire("write") as a:
+        a[:] = [1.0, 2.0]
+    one = rt.kernel("one").cpu(lambda v: v.__setitem__(slice(None), 1.0))
+    times = rt.kernel("times").cpu(lambda into, src: into.__imul__(src))
+    scale = rt.kernel("scale").cpu(lambda v, k: v.__imul__(k), params=["f64"])
+    prod.set_reduction(one, times)
+    for k in (2.0, 3.0, 5.0):
+        rt.submit(hcr.Task(scale).reduce(prod).param(k))
+    assert prod.to_numpy().tolist() == [30.0, 60.0]
+
+    plain = rt.buffer(1, "f32")
+    with pytest.raises(hcr.InvalidArgumentError, match="has no reduction"):
+        rt.submit(put, reduces=[plain], params=[1])
+    with pytest.raises(hcr.InvalidArgumentError, match="'avg' is not"):
+        plain.set_reduction("avg")
+    with pytest.raises(hcr.InvalidArgumentError, match="u8"):
+        rt.buffer(4, "u8").set_reduction("sum")
+
+
 def test_scratch_is_a_workspace_argument_after_the_buffers(rt):
     # scratch=[n] and Task.scratch((shape, dtype)): the kernel gets a writable array of that shape
     # after its buffers; what it computes through it is right, and nothing is copied home.

@@ -58,6 +58,9 @@ HCR_API void buffer_release(TaskNode* token) noexcept;
 using AsyncGrant = void (*)(void* user, void* data, TaskNode* token, std::exception_ptr error);
 HCR_API void buffer_acquire_async(BufferState* b, Access mode, AsyncGrant fn, void* user);
 HCR_API void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept;
+HCR_API void buffer_set_reduction(BufferState* b, Reduction op);
+HCR_API void buffer_set_reduction_kernels(BufferState* b, KernelState* identity,
+                                          KernelState* combine);
 HCR_API TileGrid buffer_partition(BufferState* b, size_t tile_rows, size_t tile_cols);
 HCR_API TileGrid buffer_partition_halo(BufferState* b, size_t tile_rows, size_t tile_cols,
                                        size_t halo);
@@ -276,6 +279,26 @@ class Buffer {
     return out;
   }
 
+  /// Declares how tasks reduce into this buffer (Access::reduce, Task::reduce): a built-in
+  /// reduction over f32, f64, i32 or i64 elements. Contributions still waiting to be combined are
+  /// combined first, with the reduction they were made under. Throws Error(invalid_argument) for
+  /// another element type.
+  ///
+  /// \code
+  /// auto dot = rt.buffer<float>(1, 1);
+  /// dot.set_reduction(hcr::Reduction::sum);
+  /// for (size_t i = 0; i < n; ++i)   // no task waits for another: each adds into its own copy
+  ///   rt.submit(hcr::Task(partial_dot).read(x_tiles(i, 0)).read(y_tiles(i, 0)).reduce(dot));
+  /// float result = dot.to_vector()[0];  // the copies are combined into `dot` first
+  /// \endcode
+  void set_reduction(Reduction op) { detail::buffer_set_reduction(state_or_throw(), op); }
+  /// The same with the user's kernels: `identity` gets a task's private copy as its one argument
+  /// (write) and fills it with the identity; `combine` gets (destination: read_write, source:
+  /// read), both of this buffer's shape and type, and folds the source into the destination. Both
+  /// run as tasks like any other, on whichever device implements them.
+  void set_reduction(const Kernel& identity, const Kernel& combine) {
+    detail::buffer_set_reduction_kernels(state_or_throw(), identity.state(), combine.state());
+  }
   /// Splits the buffer into tiles of tile_rows x tile_cols without copying. Until unpartition(),
   /// tasks use the tiles and the buffer itself may not be used.
   Tiles<T> partition(size_t tile_rows, size_t tile_cols) {

@@ -81,20 +81,36 @@ HCR_API std::string_view dtype_name(DType t) noexcept;
 /// wait for what came before them but not for each other, and run one at a time in whichever
 /// order they become ready; the next access of another mode waits for all of them. Kernels see a
 /// read_write (HCR_ACCESS_READ_WRITE); host views (Buffer::acquire) do not take it.
+///
+/// `reduce` contributes to the buffer through the reduction declared on it
+/// (Buffer::set_reduction; StarPU's STARPU_REDUX): each task reducing into the buffer gets a
+/// private copy of its own, set to the reduction's identity, which its kernel updates as a
+/// read_write; consecutive reduce accesses wait for nothing and do not wait for each other. The
+/// next access of another mode (a task, a host view, partition, unpartition, Runtime::wait_all)
+/// first combines the copies into the buffer, through combine tasks the runtime submits. Host views
+/// do not take it.
 enum class Access : uint8_t {
   read = HCR_ACCESS_READ,
   write = HCR_ACCESS_WRITE,
   read_write = HCR_ACCESS_READ_WRITE,
   commute = HCR_ACCESS_READ_WRITE | 4,
+  reduce = HCR_ACCESS_READ_WRITE | 8,
 };
 inline constexpr bool reads(Access a) noexcept { return (static_cast<int>(a) & 1) != 0; }
 inline constexpr bool writes(Access a) noexcept { return (static_cast<int>(a) & 2) != 0; }
 /// Whether `a` is Access::commute.
 inline constexpr bool commutes(Access a) noexcept { return (static_cast<int>(a) & 4) != 0; }
-/// What a plugin is told of access `a` (commute is a read_write there).
+/// Whether `a` is Access::reduce.
+inline constexpr bool reduces(Access a) noexcept { return (static_cast<int>(a) & 8) != 0; }
+/// What a plugin is told of access `a` (commute and reduce are a read_write there).
 inline constexpr hcr_access_t abi_access(Access a) noexcept {
   return static_cast<hcr_access_t>(static_cast<int>(a) & HCR_ACCESS_READ_WRITE);
 }
+
+/// The built-in reductions a buffer can declare (Buffer::set_reduction) for Access::reduce, over
+/// f32, f64, i32 and i64: `sum` (identity 0), `min` (identity +infinity, or the type's largest
+/// value), `max` (identity -infinity, or the type's lowest value).
+enum class Reduction : uint8_t { sum, min, max };
 
 /// Kind of device. Values match hcr_device_kind_t.
 enum class DeviceKind : uint8_t {

@@ -35,6 +35,12 @@ class TaskBuilder {
   Derived& commute(const Buffer<T>& b) {
     return self().arg(b.state(), Access::commute);
   }
+  /// Contributes to `b` through its declared reduction (Access::reduce, Buffer::set_reduction):
+  /// the kernel sees a private copy holding the identity, to update in place (`acc += x`).
+  template <class T>
+  Derived& reduce(const Buffer<T>& b) {
+    return self().arg(b.state(), Access::reduce);
+  }
   template <class T>
   Derived& arg(const Buffer<T>& b, Access mode) {
     return self().arg(b.state(), mode);
