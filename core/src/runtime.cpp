@@ -310,7 +310,7 @@ Event Runtime::submit(Task& task) {
                   "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
                       ") is partitioned: use its tiles, or unpartition it first");
     if (b->halo != 0) [[unlikely]]
-      detail::exclude_own_memory_devices(*t, *b);
+      detail::exclude_own_memory_devices(*t, *b, core_->roster().snapshot());
     detail::combine_reductions(*b);
   }
   if (!t->reduces.empty()) core_->reductions().join(*t);

@@ -3,7 +3,6 @@
 #include "halo_reads.hpp"
 
 #include "../buffer_state.hpp"
-#include "../runtime_core.hpp"
 
 #include <algorithm>
 
@@ -48,8 +47,9 @@ GhostSources ghost_sources(const TaskNode& t) {
   return out;
 }
 
-void exclude_own_memory_devices(TaskNode& t, const BufferState& b) {
-  for (const Device& d : t.rt->devices_snapshot()) {
+void exclude_own_memory_devices(TaskNode& t, const BufferState& b,
+                                std::span<const Device> devices) {
+  for (const Device& d : devices) {
     if (d.memory_node == 0 ||
         std::find(t.excluded.begin(), t.excluded.end(), d.id) != t.excluded.end())
       continue;

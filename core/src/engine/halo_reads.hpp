@@ -11,8 +11,11 @@
 #include "../task_node.hpp"
 
 #include <hcr/detail/handles.hpp>
+#include <hcr/device.hpp>
 
 #include <boost/container/small_vector.hpp>
+
+#include <span>
 
 namespace hcr::detail {
 
@@ -24,8 +27,8 @@ using GhostSources = boost::container::small_vector<Ref<BufferState>, 8>;
 /// each, each once), leaving out the buffers `t` names itself (registered with their own modes).
 GhostSources ghost_sources(const TaskNode& t);
 
-/// A task given halo tile `b`: the devices with their own memory are excluded for it (a halo
-/// tile is a view of host memory, its ghosts its neighbours' memory), each saying so.
-void exclude_own_memory_devices(TaskNode& t, const BufferState& b);
+/// A task given halo tile `b`: those of `devices` with their own memory are excluded for it (a
+/// halo tile is a view of host memory, its ghosts its neighbours' memory), each saying so.
+void exclude_own_memory_devices(TaskNode& t, const BufferState& b, std::span<const Device> devices);
 
 }  // namespace hcr::detail
