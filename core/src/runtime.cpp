@@ -445,9 +445,23 @@ Event Runtime::submit(Task& task) {
     detail::check_builtin_task(*builtin, *t);
   core_->resolve(*t->kernel);
   Event e(owned);
+  if (core_->recorder().on()) {
+    const TaskNode* running = detail::running_cpu_task();
+    if (running == nullptr || running->rt != core_.get()) {  // a kernel's own submits: not kept
+      core_->recorder().record_and_submit(t, [&] { core_->submit(owned.detach()); });
+      return e;
+    }
+  }
   core_->submit(owned.detach());
   return e;
 }
+
+void Runtime::begin_recording() {
+  core_->check_alive("Runtime::begin_recording");
+  core_->recorder().begin(core_->self());
+}
+
+Graph Runtime::end_recording() { return Graph(core_->recorder().end()); }
 
 void Runtime::wait_all() {
   if (const TaskNode* t = detail::running_cpu_task(); t != nullptr && t->rt == core_.get())

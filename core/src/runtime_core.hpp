@@ -16,6 +16,7 @@
 #include "engine/launches.hpp"
 #include "engine/pause.hpp"
 #include "engine/placement.hpp"
+#include "engine/recorded_graph.hpp"
 #include "engine/scheduling_view.hpp"
 #include "engine/task_end.hpp"
 #include "engine/task_graph.hpp"
@@ -139,6 +140,9 @@ class RuntimeCore final : public GraphStages,
   /// highest priority first, before a device takes any of them. Pauses nest.
   Pause& pauses() noexcept { return pause_; }
   const Pause& pauses() const noexcept { return pause_; }
+  /// Runtime::begin_recording/end_recording and what Runtime::submit records
+  /// (engine/recorded_graph.hpp).
+  Recorder& recorder() noexcept { return recorder_; }
   /// Tasks submitted and not finished (the arbiter's busy/idle).
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
@@ -218,6 +222,7 @@ class RuntimeCore final : public GraphStages,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   KernelRegistry kernels_{devices_};
+  Recorder recorder_{graph_, kernels_};
   Launches launches_{devices_, completion_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   mutable std::mutex add_mutex_;  // hot-plug: one change of the device set at a time
