@@ -1,7 +1,8 @@
 // Per-task overhead, submit to completion: batches of empty CPU tasks (and tasks with one
 // read-write buffer, and tasks each writing a buffer made for it just before) through hcr, with
 // one worker and with all cores, against a bare oneTBB task_group running the same number of empty
-// functions in the same process.
+// functions in the same process. The *Replayed variants run the same batch recorded once
+// (Runtime::begin_recording) and replayed (hcr::Graph::replay) beside the submitted ones.
 //
 //   build/bin/task_overhead_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //
@@ -113,6 +114,47 @@ void BM_HcrNewBufferPerTask(benchmark::State& state) {
   state.SetLabel(std::to_string(threads) + " worker(s)");
 }
 
+// The batch of BM_HcrEmptyTasks recorded once and replayed: what a replay costs per task.
+void BM_HcrEmptyTasksReplayed(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel empty = rt.kernel("empty").cpu([](hcr::TaskContext&) {});
+  rt.begin_recording();
+  for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(empty));
+  hcr::Graph g = rt.end_recording();
+  rt.wait_all();
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    g.replay();
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " worker(s), replayed");
+}
+
+// The batch of BM_HcrOneReadWriteBuffer (64 chains) recorded once and replayed: no dependency
+// analysis per task.
+void BM_HcrOneReadWriteBufferReplayed(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel touch = rt.kernel("touch").cpu([](hcr::TaskContext&) {});
+  std::vector<hcr::Buffer<float>> bufs;
+  for (int i = 0; i < 64; ++i) bufs.push_back(rt.vector<float>(16));
+  rt.begin_recording();
+  for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(touch).read_write(bufs[i & 63]));
+  hcr::Graph g = rt.end_recording();
+  rt.wait_all();
+  int64_t tasks = 0;
+  for (auto _ : state) {
+    g.replay();
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks);
+  state.SetLabel(std::to_string(threads) + " worker(s), replayed");
+}
+
 void BM_TbbTaskGroupBaseline(benchmark::State& state) {
   const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
   tbb::task_arena arena(threads, 1);
@@ -131,8 +173,10 @@ void BM_TbbTaskGroupBaseline(benchmark::State& state) {
 
 BENCHMARK(BM_TbbTaskGroupBaseline)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrEmptyTasks)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrEmptyTasksReplayed)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrEmptyTasksTraced)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrOneReadWriteBuffer)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrOneReadWriteBufferReplayed)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrNewBufferPerTask)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 
 }  // namespace

@@ -18,14 +18,6 @@
 
 namespace hcr::detail {
 
-namespace {
-
-// Runs whose task records are kept for reuse; a replay finding all of them still in use makes
-// records for itself alone.
-constexpr size_t kRuns = 4;
-
-}  // namespace
-
 // ---- recording ----------------------------------------------------------------------------------
 
 void Recorder::begin(std::shared_ptr<RuntimeCore> rt) {
@@ -49,11 +41,8 @@ std::shared_ptr<RecordedGraph> Recorder::end() {
   std::shared_ptr<RecordedGraph> out = std::move(g_);
   for (uint32_t i = 0; i < out->tasks_.size(); ++i)
     if (out->tasks_[i].predecessors == 0) out->roots_.push_back(i);
-  // The recording's own task records are the first run: reused once they are free.
-  auto run = std::make_unique<RecordedGraph::Run>();
-  run->nodes = std::move(recorded_nodes_);
-  out->last_run_ = run.get();
-  out->runs_.push_back(std::move(run));
+  // The recording's own task records are the first run's: reused once they are free.
+  out->nodes_ = std::move(recorded_nodes_);
   recorded_nodes_.clear();
   slots_.clear();
   kernels_seen_.clear();
@@ -183,16 +172,22 @@ void Recorder::commit(Captured c) {
 // ---- replay -------------------------------------------------------------------------------------
 
 RecordedGraph::~RecordedGraph() {
-  for (auto& run : runs_)
-    for (TaskNode* n : run->nodes) release(n);
+  for (TaskNode* n : nodes_) release(n);
 }
 
-bool RecordedGraph::Run::reusable() const noexcept {
-  for (const TaskNode* n : nodes)
-    if (n->refs.load(std::memory_order_acquire) != 1 ||
-        n->state.load(std::memory_order_acquire) == kPending)
-      return false;
-  return true;
+TaskNode* RecordedGraph::record_for(size_t i) {
+  TaskNode*& n = nodes_[i];
+  const bool done = n->state.load(std::memory_order_acquire) != kPending;
+  // What the last run chose becomes the plan (where there is a choice).
+  if (done && rt_->device_count() > 1) tasks_[i].device = n->device.load(std::memory_order_relaxed);
+  if (done && n->refs.load(std::memory_order_acquire) == 1) {
+    n->~TaskNode();
+    n = ::new (static_cast<void*>(n)) TaskNode();
+  } else {  // still running, or held (an Event of the recording run): its holders keep it
+    release(n);
+    n = new TaskNode;
+  }
+  return n;
 }
 
 void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound) {
@@ -230,33 +225,6 @@ void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const*
     n->pinned = r.device;
     n->pin_is_hint = true;
   }
-}
-
-RecordedGraph::Run& RecordedGraph::run_for_replay(std::unique_ptr<Run>& spare) {
-  // What the last run chose becomes the plan, for the tasks of it that have finished.
-  if (last_run_ != nullptr && rt_->device_count() > 1)
-    for (size_t i = 0; i < tasks_.size(); ++i) {
-      const TaskNode* n = last_run_->nodes[i];
-      if (n->state.load(std::memory_order_acquire) != kPending)
-        tasks_[i].device = n->device.load(std::memory_order_relaxed);
-    }
-  for (auto& run : runs_)
-    if (run->reusable()) {
-      for (TaskNode*& n : run->nodes) {  // a fresh record in the same storage
-        n->~TaskNode();
-        n = ::new (static_cast<void*>(n)) TaskNode();
-      }
-      return *run;
-    }
-  auto run = std::make_unique<Run>();
-  run->nodes.reserve(tasks_.size());
-  for (size_t i = 0; i < tasks_.size(); ++i) run->nodes.push_back(new TaskNode);
-  if (runs_.size() >= kRuns) {
-    spare = std::move(run);
-    return *spare;
-  }
-  runs_.push_back(std::move(run));
-  return *runs_.back();
 }
 
 Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
@@ -317,8 +285,6 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   for (const Ref<KernelState>& k : kernels_used_) kernels_.resolve(*k);
 
   const size_t n = tasks_.size();
-  std::unique_ptr<Run> spare;
-  Run& run = run_for_replay(spare);
   // Two joins around the tasks: the front one waits for the work before this replay on each
   // buffer, the back one is what the work after it waits for (and the replay's event).
   auto* front = new TaskNode;
@@ -327,40 +293,50 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   auto* back = new TaskNode;
   back->kind = TaskKind::join;
   back->rt = rt_;
-  batch_.clear();
-  batch_.push_back(front);
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = run.nodes[i];
-    fill(t, tasks_[i], bound);
-    retain(t);  // the submission's (TaskGraph::close gives it up); the run keeps its own
-    batch_.push_back(t);
-  }
-  batch_.push_back(back);
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = run.nodes[i];
-    const RecordedTask& r = tasks_[i];
-    for (const RecordedTask::Next& s : r.successors)
-      t->successors.push_back({run.nodes[s.task], s.data});
-    t->successors.push_back({back, true});  // any failure is the replay's
-    t->pending.store(1 + static_cast<int32_t>(r.predecessors) + (r.predecessors == 0 ? 1 : 0),
-                     std::memory_order_relaxed);
-  }
-  for (uint32_t root : roots_) front->successors.push_back({run.nodes[root], true});
   back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
   // Each buffer's frontier sees the two joins, back to back (nothing submitted meanwhile comes
   // between them), each accessing it as the whole graph does (a commute run as a read_write): the
   // front one reads what the graph reads, so a failed writer before it fails the replay, and what
-  // comes after reads the back one's.
+  // comes after reads the back one's. Neither is submitted yet: both wait for us.
   for (size_t s = 0; s < nb; ++s) {
     const Access mode = commutes(modes_[s]) ? Access::read_write : modes_[s];
     graph_.register_access(*bound[s], front, mode);
     graph_.register_access(*bound[s], back, mode);
   }
+  // Front waits for nothing and inherits no failure (the buffers were idle, their last writers
+  // succeeded): the tasks need not wait for it. Else the tasks without recorded predecessors do
+  // (its count only drops: once 1, it stays). Other threads add its successors meanwhile (a task
+  // submitted after it on a buffer the graph only reads): its lock.
+  front->lock.lock();
+  const bool through_front =
+      front->pending.load(std::memory_order_acquire) > 1 || front->dep_error != nullptr;
+  front->lock.unlock();
+  batch_.clear();
+  batch_.push_back(front);
+  for (size_t i = 0; i < n; ++i) {
+    TaskNode* t = record_for(i);
+    const RecordedTask& r = tasks_[i];
+    fill(t, r, bound);
+    t->pending.store(
+        1 + static_cast<int32_t>(r.predecessors) + (through_front && r.predecessors == 0 ? 1 : 0),
+        std::memory_order_relaxed);
+    retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
+    batch_.push_back(t);
+  }
+  batch_.push_back(back);
+  for (size_t i = 0; i < n; ++i) {
+    TaskNode* t = nodes_[i];
+    for (const RecordedTask::Next& x : tasks_[i].successors)
+      t->successors.push_back({nodes_[x.task], x.data});
+    t->successors.push_back({back, true});  // any failure is the replay's
+  }
+  if (through_front) {
+    front->lock.lock();
+    for (uint32_t root : roots_) front->successors.push_back({nodes_[root], true});
+    front->lock.unlock();
+  }
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
-  if (!spare) last_run_ = &run;
   graph_.submit_prepared({batch_.data(), batch_.size()});
-  if (spare)
-    for (TaskNode* t : spare->nodes) release(t);
   return done;
 }
 

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -78,15 +79,9 @@ class RecordedGraph {
 
  private:
   friend class Recorder;
-  // Task records of one run, a reference each: reused for a later run once every other
-  // reference is gone (the run finished and nothing else holds them).
-  struct Run {
-    std::vector<TaskNode*> nodes;
-    bool reusable() const noexcept;
-  };
-  // The records this replay fills: a kept run whose records are free, a new kept one, or (all
-  // kRuns busy) `spare`, given up once submitted.
-  Run& run_for_replay(std::unique_ptr<Run>& spare);
+  // The task record of task `i` for this replay: the last run's, made afresh in the same storage
+  // once nothing else holds it (the usual case: that run finished), else a new one.
+  TaskNode* record_for(size_t i);
   void fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound);
 
   TaskGraph& graph_;
@@ -97,13 +92,12 @@ class RecordedGraph {
   std::vector<BufferState*> recorded_;  // buffers_, plain
   std::vector<Access> modes_;           // per buffer, every recorded access combined
   std::vector<Ref<KernelState>> kernels_used_;
-  std::vector<RecordedTask> tasks_;
-  std::vector<uint32_t> roots_;  // tasks without recorded predecessors
+  std::deque<RecordedTask> tasks_;  // (a deque: recording appends without moving them)
+  std::vector<uint32_t> roots_;     // tasks without recorded predecessors
   size_t edges_ = 0;
 
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Run>> runs_;  // at most kRuns kept
-  Run* last_run_ = nullptr;
+  std::vector<TaskNode*> nodes_;  // the last run's task records, a reference each
   std::vector<TaskNode*> batch_;  // one replay's: front join, tasks, back join
   std::vector<BufferState*> bound_;
 };
