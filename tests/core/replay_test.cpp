@@ -10,6 +10,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace hcr {
@@ -383,6 +384,113 @@ TEST_P(Replay, KeepsItsBuffersAlive) {
   EXPECT_EQ(out.to_vector(), (std::vector<int64_t>{2, 4, 6}));
 }
 
+// Commute accesses in a recorded graph: replayed, the tasks of a run still update the buffer one at
+// a time (every addition counts) and a reader after the run sees all of it.
+TEST_P(Replay, CommuteRunsStayExclusive) {
+  Runtime rt(GetParam().config);
+  std::atomic<int> inside{0}, overlaps{0};
+  Kernel add = rt.kernel("add_slowly").cpu([&](TaskContext& ctx) {
+    if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+    auto acc = ctx.arg<int64_t>(0);
+    const int64_t v = acc(0, 0);
+    for (volatile int spin = 0; spin < 2000; spin = spin + 1) {
+    }
+    acc(0, 0) = v + ctx.param<int64_t>(0);
+    inside.fetch_sub(1);
+  });
+  Kernel copy = rt.kernel("copy_scalar").cpu([](TaskContext& ctx) {
+    ctx.arg<int64_t>(1)(0, 0) = ctx.arg<int64_t>(0)(0, 0);
+  });
+  auto acc = rt.vector<int64_t>(1), seen = rt.vector<int64_t>(1);
+  rt.begin_recording();
+  for (int64_t i = 1; i <= 8; ++i) rt.submit(Task(add).commute(acc).param(i));
+  rt.submit(Task(copy).read(acc).write(seen));
+  Graph g = rt.end_recording();
+  for (int r = 0; r < 5; ++r) g.replay();
+  rt.wait_all();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(acc.to_vector()[0], 6 * 36);
+  EXPECT_EQ(seen.to_vector()[0], 6 * 36);
+}
+
+// Explicit dependencies (Task::after) between recorded tasks are kept: the second task, which
+// shares no buffer with the first, still runs after it in every replay.
+TEST_P(Replay, ExplicitDependenciesAreKept) {
+  Runtime rt(GetParam().config);
+  std::atomic<int> order_errors{0};
+  std::atomic<int> first_done{0}, second_done{0};
+  Kernel first = rt.kernel("first").cpu([&](TaskContext&) {
+    for (volatile int spin = 0; spin < 20000; spin = spin + 1) {
+    }
+    first_done.fetch_add(1);
+  });
+  Kernel second = rt.kernel("second").cpu([&](TaskContext&) {
+    if (second_done.load() + 1 != first_done.load()) order_errors.fetch_add(1);
+    second_done.fetch_add(1);
+  });
+  auto x = rt.vector<int64_t>(1), y = rt.vector<int64_t>(1);
+  rt.begin_recording();
+  Event e = rt.submit(Task(first).read_write(x));
+  rt.submit(Task(second).read_write(y).after(e));
+  Graph g = rt.end_recording();
+  EXPECT_EQ(g.edges(), 1u);
+  for (int r = 0; r < 10; ++r) g.replay().get();
+  EXPECT_EQ(order_errors.load(), 0);
+  EXPECT_EQ(second_done.load(), 11);
+}
+
+// Replays of one graph from several threads at once, each on buffers of its own, beside the
+// recorded ones: every result is exact.
+TEST_P(Replay, ReplaysFromSeveralThreads) {
+  Runtime rt(GetParam().config);
+  Kernel affine = affine_kernel(rt);
+  auto a = rt.vector<int64_t>(4), t = rt.vector<int64_t>(4);
+  fill(a, 1);
+  rt.begin_recording();
+  rt.submit(Task(affine).read(a).write(t).param(int64_t{1}));
+  rt.submit(Task(affine).read(t).write(a).param(int64_t{-1}));
+  Graph g = rt.end_recording();
+  constexpr int kThreads = 3, kRounds = 10;
+  std::vector<Buffer<int64_t>> as, ts;
+  for (int i = 0; i < kThreads; ++i) {
+    as.push_back(rt.vector<int64_t>(4));
+    ts.push_back(rt.vector<int64_t>(4));
+    fill(as.back(), 0);
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < kRounds; ++r) g.replay({{a, as[i]}, {t, ts[i]}});
+    });
+  for (int r = 0; r < kRounds; ++r) g.replay();
+  for (auto& th : threads) th.join();
+  rt.wait_all();
+  int64_t want = 0;  // a = 4a + 1 per replay, from 0
+  for (int r = 0; r < kRounds; ++r) want = 4 * want + 1;
+  for (int i = 0; i < kThreads; ++i) EXPECT_EQ(as[i].to_vector()[0], want) << "thread " << i;
+  int64_t mine = 5;  // the recording run, from 1
+  for (int r = 0; r < kRounds; ++r) mine = 4 * mine + 1;
+  EXPECT_EQ(a.to_vector()[0], mine);
+}
+
+// A replay while the runtime is paused is held with the rest, and runs on resume.
+TEST_P(Replay, HeldWhilePaused) {
+  Runtime rt(GetParam().config);
+  Kernel add = add_kernel(rt);
+  auto a = rt.vector<int64_t>(1);
+  rt.begin_recording();
+  rt.submit(Task(add).read_write(a).param(int64_t{1}));
+  rt.submit(Task(add).read_write(a).param(int64_t{10}));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  rt.pause();
+  Event e = g.replay();
+  EXPECT_FALSE(e.ready());
+  rt.resume();
+  e.get();
+  EXPECT_EQ(a.to_vector()[0], 22);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Replay,
                          ::testing::Values(Param{"cpu", test::cpu_config(2)},
                                            Param{"sim_two_memories", two_memories()}),
@@ -509,6 +617,41 @@ TEST(ReplayCpu, TasksKernelsSubmitAreNotRecorded) {
   rt.wait_all();
   EXPECT_EQ(children.load(), 3);
   EXPECT_EQ(counter.to_vector()[0], 3);
+}
+
+// Each task is first offered to the device it ran on in the previous run: with two idle devices,
+// replays keep each task where the recording put it.
+TEST(ReplayPlacement, StartsFromTheLastRunsDevices) {
+  Runtime rt(two_memories());
+  Kernel add = add_kernel(rt);
+  // While recording, device 0's slots are busy (tasks not recorded): the recording's placement is
+  // not the one idle devices would get.
+  std::atomic<bool> go{false};
+  Kernel block = rt.kernel("block").cpu([&](TaskContext&) {
+    while (!go.load()) std::this_thread::yield();
+  });
+  rt.submit(Task(block).on(0));
+  rt.submit(Task(block).on(0));
+  std::vector<Buffer<int64_t>> bufs;
+  for (int i = 0; i < 6; ++i) bufs.push_back(rt.vector<int64_t>(1));
+  rt.begin_recording();
+  std::vector<Event> events;
+  for (auto& b : bufs) events.push_back(rt.submit(Task(add).read_write(b).param(int64_t{1})));
+  Graph g = rt.end_recording();
+  go.store(true);
+  rt.wait_all();
+  std::vector<uint64_t> per_device(2, 0);
+  for (Event& e : events) {
+    e.get();
+    ++per_device[static_cast<size_t>(e.device())];
+  }
+  events.clear();  // the recording's task records are free for reuse
+  constexpr int kReplays = 10;
+  for (int r = 0; r < kReplays; ++r) g.replay().get();
+  const RuntimeStats s = rt.stats();
+  EXPECT_EQ(s.devices[0].tasks, 2 + per_device[0] * (kReplays + 1));
+  EXPECT_EQ(s.devices[1].tasks, per_device[1] * (kReplays + 1));
+  for (auto& b : bufs) EXPECT_EQ(b.to_vector()[0], kReplays + 1);
 }
 
 // The first placement tried is the device the task ran on last; a replay after that device left
