@@ -585,6 +585,29 @@ TEST(ReplayMisuse, RecordedBuffersThatNoLongerExist) {
   h.replay().get();
 }
 
+// A replay refused for want of room (tasks held by a pause fill max_tasks_in_flight) leaves no
+// trace in its buffers' order: once resumed, replays and submits on them run.
+TEST(ReplayMisuse, RefusedForRoomLeavesNoTrace) {
+  Config c = test::cpu_config(1);
+  c.max_tasks_in_flight = 4;
+  Runtime rt(c);
+  Kernel add = add_kernel(rt);
+  auto a = rt.vector<int64_t>(1), other = rt.vector<int64_t>(1);
+  rt.begin_recording();
+  rt.submit(Task(add).read_write(a).param(int64_t{1}));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  rt.pause();
+  for (int i = 0; i < 4; ++i) rt.submit(Task(add).read_write(other).param(int64_t{1}));
+  const std::string m = error_of([&] { g.replay(); });
+  EXPECT_TRUE(says(m, "wait forever")) << m;
+  rt.resume();
+  g.replay().get();
+  rt.submit(Task(add).read_write(a).param(int64_t{10})).get();
+  EXPECT_EQ(a.to_vector()[0], 12);
+  EXPECT_EQ(other.to_vector()[0], 4);
+}
+
 TEST(ReplayMisuse, AfterTheRuntimeEnded) {
   Graph g;
   {

@@ -294,32 +294,13 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   back->kind = TaskKind::join;
   back->rt = rt_;
   back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
-  // Each buffer's frontier sees the two joins, back to back (nothing submitted meanwhile comes
-  // between them), each accessing it as the whole graph does (a commute run as a read_write): the
-  // front one reads what the graph reads, so a failed writer before it fails the replay, and what
-  // comes after reads the back one's. Neither is submitted yet: both wait for us.
-  for (size_t s = 0; s < nb; ++s) {
-    const Access mode = commutes(modes_[s]) ? Access::read_write : modes_[s];
-    graph_.register_access(*bound[s], front, mode);
-    graph_.register_access(*bound[s], back, mode);
-  }
-  // Front waits for nothing and inherits no failure (the buffers were idle, their last writers
-  // succeeded): the tasks need not wait for it. Else the tasks without recorded predecessors do
-  // (its count only drops: once 1, it stays). Other threads add its successors meanwhile (a task
-  // submitted after it on a buffer the graph only reads): its lock.
-  front->lock.lock();
-  const bool through_front =
-      front->pending.load(std::memory_order_acquire) > 1 || front->dep_error != nullptr;
-  front->lock.unlock();
   batch_.clear();
   batch_.push_back(front);
   for (size_t i = 0; i < n; ++i) {
     TaskNode* t = record_for(i);
     const RecordedTask& r = tasks_[i];
     fill(t, r, bound);
-    t->pending.store(
-        1 + static_cast<int32_t>(r.predecessors) + (through_front && r.predecessors == 0 ? 1 : 0),
-        std::memory_order_relaxed);
+    t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
     retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
     batch_.push_back(t);
   }
@@ -330,14 +311,47 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
       t->successors.push_back({nodes_[x.task], x.data});
     t->successors.push_back({back, true});  // any failure is the replay's
   }
-  if (through_front) {
-    front->lock.lock();
-    for (uint32_t root : roots_) front->successors.push_back({nodes_[root], true});
-    front->lock.unlock();
-  }
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
-  graph_.submit_prepared({batch_.data(), batch_.size()});
+  struct Link {
+    RecordedGraph* g;
+    BufferState* const* bound;
+    TaskNode* front;
+    TaskNode* back;
+  } link{this, bound, front, back};
+  graph_.submit_prepared(
+      {batch_.data(), batch_.size()},
+      [](void* user) noexcept {
+        auto& l = *static_cast<Link*>(user);
+        l.g->link(l.bound, l.front, l.back);
+      },
+      &link);
   return done;
+}
+
+// The replay enters the buffers' frontiers (TaskGraph::submit_prepared's link): its tasks are
+// counted, none handed on yet.
+void RecordedGraph::link(BufferState* const* bound, TaskNode* front, TaskNode* back) noexcept {
+  // Each buffer's frontier sees the two joins, back to back (nothing submitted meanwhile comes
+  // between them), each accessing it as the whole graph does (a commute run as a read_write): the
+  // front one reads what the graph reads, so a failed writer before it fails the replay, and what
+  // comes after reads the back one's.
+  for (size_t s = 0; s < buffers_.size(); ++s) {
+    const Access mode = commutes(modes_[s]) ? Access::read_write : modes_[s];
+    graph_.register_access(*bound[s], front, mode);
+    graph_.register_access(*bound[s], back, mode);
+  }
+  // Front waits for nothing and inherits no failure (the buffers were idle, their last writers
+  // succeeded): the tasks need not wait for it. Else the tasks without recorded predecessors do
+  // (its count only drops: once 1, it stays). Other threads add its successors meanwhile (a task
+  // submitted after it on a buffer the graph only reads): under its lock.
+  front->lock.lock();
+  if (front->pending.load(std::memory_order_acquire) > 1 || front->dep_error != nullptr)
+    for (uint32_t root : roots_) {
+      TaskNode* t = nodes_[root];
+      front->successors.push_back({t, true});
+      t->pending.fetch_add(1, std::memory_order_relaxed);
+    }
+  front->lock.unlock();
 }
 
 }  // namespace hcr::detail

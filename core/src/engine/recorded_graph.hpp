@@ -83,6 +83,7 @@ class RecordedGraph {
   // once nothing else holds it (the usual case: that run finished), else a new one.
   TaskNode* record_for(size_t i);
   void fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound);
+  void link(BufferState* const* bound, TaskNode* front, TaskNode* back) noexcept;
 
   TaskGraph& graph_;
   KernelRegistry& kernels_;

@@ -152,7 +152,8 @@ void TaskGraph::submit(TaskNode* t) {
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
 }
 
-void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks) {
+void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks, void (*link)(void*) noexcept,
+                                void* user) {
   const size_t n = tasks.size();
   if (n == 0) return;
   const uint64_t seq = submitted_.fetch_add(n, std::memory_order_relaxed);
@@ -189,6 +190,7 @@ void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks) {
     t->submitted = true;
     t->epoch = epoch;
   }
+  link(user);
   const bool gated = gate_ != nullptr && gate_->closed();
   for (size_t i = 0; i < n; ++i) {
     TaskNode* t = tasks[i];
