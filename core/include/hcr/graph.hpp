@@ -48,7 +48,8 @@ struct Binding {
 
 /// What Runtime::end_recording() returns: the tasks submitted since begin_recording(), kept to be
 /// submitted again. Cheap to copy (copies share the graph). It keeps its buffers and kernels
-/// alive; using it after its runtime ended throws Error(shutdown).
+/// alive (memory registered with Runtime::wrap must outlive its replays, as it must any task);
+/// using it after its runtime ended throws Error(shutdown).
 class HCR_API Graph {
  public:
   /// An empty graph: replay() returns an empty (ready) Event.
