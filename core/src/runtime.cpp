@@ -403,6 +403,8 @@ Runtime::~Runtime() {
   // Views this thread still holds would keep the wait below from ever ending.
   core_->host().end_views_of_this_thread();
   core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
+  // A recording never ended: its graph (which holds the runtime through its buffers) goes.
+  if (core_->recorder().on()) (void)core_->recorder().end();
   core_->shutdown();
 }
 
