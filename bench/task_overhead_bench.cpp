@@ -1,17 +1,20 @@
 // Per-task overhead, submit to completion: batches of empty CPU tasks (and tasks with one
 // read-write buffer, and tasks each writing a buffer made for it just before) through hcr, with
 // one worker and with all cores, against a bare oneTBB task_group running the same number of empty
-// functions in the same process.
+// functions in the same process. The *Replayed variants run the same batch recorded once
+// (Runtime::begin_recording) and replayed (hcr::Graph::replay) beside the submitted ones.
 //
 //   build/bin/task_overhead_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
 //
-// The figure to read is the counter per_task (wall seconds per task) of the median.
+// The figure to read is the counter per_task (wall seconds per task) of the median; submit_side is
+// the part of it spent in the submitting call (the submit loop, or Graph::replay).
 #include <hcr/hcr.hpp>
 
 #include <benchmark/benchmark.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <thread>
@@ -41,11 +44,18 @@ hcr::Runtime& runtime(int threads) {
   return *rt;
 }
 
-void report(benchmark::State& state, int64_t tasks) {
+void report(benchmark::State& state, int64_t tasks, double submit_seconds = -1) {
   state.SetItemsProcessed(tasks);
   // Wall seconds per task, printed with an SI prefix (e.g. 348n = 0.348 us).
   state.counters["per_task"] = benchmark::Counter(
       static_cast<double>(tasks), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  // Of which in the submitting call (the submit loop, or Graph::replay), seconds per task.
+  if (submit_seconds >= 0)
+    state.counters["submit_side"] = submit_seconds / static_cast<double>(tasks);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void BM_HcrEmptyTasks(benchmark::State& state) {
@@ -53,12 +63,15 @@ void BM_HcrEmptyTasks(benchmark::State& state) {
   hcr::Runtime& rt = runtime(threads);
   hcr::Kernel empty = rt.kernel("empty").cpu([](hcr::TaskContext&) {});
   int64_t tasks = 0;
+  double submit = 0;
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(empty));
+    submit += seconds_since(t0);
     rt.wait_all();
     tasks += kBatch;
   }
-  report(state, tasks);
+  report(state, tasks, submit);
   state.SetLabel(std::to_string(threads) + " worker(s)");
 }
 
@@ -87,12 +100,15 @@ void BM_HcrOneReadWriteBuffer(benchmark::State& state) {
   std::vector<hcr::Buffer<float>> bufs;
   for (int i = 0; i < 64; ++i) bufs.push_back(rt.vector<float>(16));
   int64_t tasks = 0;
+  double submit = 0;
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(touch).read_write(bufs[i & 63]));
+    submit += seconds_since(t0);
     rt.wait_all();
     tasks += kBatch;
   }
-  report(state, tasks);
+  report(state, tasks, submit);
   state.SetLabel(std::to_string(threads) + " worker(s)");
 }
 
@@ -113,6 +129,53 @@ void BM_HcrNewBufferPerTask(benchmark::State& state) {
   state.SetLabel(std::to_string(threads) + " worker(s)");
 }
 
+// The batch of BM_HcrEmptyTasks recorded once and replayed: what a replay costs per task.
+void BM_HcrEmptyTasksReplayed(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel empty = rt.kernel("empty").cpu([](hcr::TaskContext&) {});
+  rt.begin_recording();
+  for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(empty));
+  hcr::Graph g = rt.end_recording();
+  rt.wait_all();
+  int64_t tasks = 0;
+  double submit = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    g.replay();
+    submit += seconds_since(t0);
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks, submit);
+  state.SetLabel(std::to_string(threads) + " worker(s), replayed");
+}
+
+// The batch of BM_HcrOneReadWriteBuffer (64 chains) recorded once and replayed: no dependency
+// analysis per task.
+void BM_HcrOneReadWriteBufferReplayed(benchmark::State& state) {
+  const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
+  hcr::Runtime& rt = runtime(threads);
+  hcr::Kernel touch = rt.kernel("touch").cpu([](hcr::TaskContext&) {});
+  std::vector<hcr::Buffer<float>> bufs;
+  for (int i = 0; i < 64; ++i) bufs.push_back(rt.vector<float>(16));
+  rt.begin_recording();
+  for (int i = 0; i < kBatch; ++i) rt.submit(hcr::Task(touch).read_write(bufs[i & 63]));
+  hcr::Graph g = rt.end_recording();
+  rt.wait_all();
+  int64_t tasks = 0;
+  double submit = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    g.replay();
+    submit += seconds_since(t0);
+    rt.wait_all();
+    tasks += kBatch;
+  }
+  report(state, tasks, submit);
+  state.SetLabel(std::to_string(threads) + " worker(s), replayed");
+}
+
 void BM_TbbTaskGroupBaseline(benchmark::State& state) {
   const int threads = state.range(0) == 0 ? all_cores() : static_cast<int>(state.range(0));
   tbb::task_arena arena(threads, 1);
@@ -131,8 +194,10 @@ void BM_TbbTaskGroupBaseline(benchmark::State& state) {
 
 BENCHMARK(BM_TbbTaskGroupBaseline)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrEmptyTasks)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrEmptyTasksReplayed)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrEmptyTasksTraced)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrOneReadWriteBuffer)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
+BENCHMARK(BM_HcrOneReadWriteBufferReplayed)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 BENCHMARK(BM_HcrNewBufferPerTask)->Arg(1)->Arg(0)->UseRealTime()->MinTime(0.3);
 
 }  // namespace

@@ -267,6 +267,8 @@ Runtime::~Runtime() {
   // Views this thread still holds would keep the wait below from ever ending.
   core_->host().end_views_of_this_thread();
   core_->host().end_async_accesses();  // likewise for acquire_async accesses never released
+  // A recording never ended: its graph (which holds the runtime through its buffers) goes.
+  if (core_->recorder().on()) (void)core_->recorder().end();
   try {
     core_->reductions().combine_all();  // contributions not combined yet reach their buffers
   } catch (const std::exception& e) {
@@ -296,6 +298,10 @@ Event Runtime::submit(Task& task) {
     throw Error(ErrorCode::invalid_argument, "Runtime::submit: the task's kernel '" +
                                                  t->kernel->name + "' belongs to another runtime");
   core_->check_alive("Runtime::submit");
+  if (core_->recorder().on()) [[unlikely]] {
+    const TaskNode* running = detail::running_cpu_task();
+    if (running == nullptr || running->rt != core_.get()) detail::Recorder::check_recordable(*t);
+  }
   for (size_t i = 0; i < t->args.size(); ++i) {
     detail::BufferState* b = t->args[i].buffer;
     if (b->detached.load(std::memory_order_acquire))
@@ -318,9 +324,23 @@ Event Runtime::submit(Task& task) {
     detail::check_builtin_task(*builtin, *t);
   core_->resolve(*t->kernel);
   Event e(owned);
+  if (core_->recorder().on()) {
+    const TaskNode* running = detail::running_cpu_task();
+    if (running == nullptr || running->rt != core_.get()) {  // a kernel's own submits: not kept
+      core_->recorder().record_and_submit(t, [&] { core_->submit(owned.detach()); });
+      return e;
+    }
+  }
   core_->submit(owned.detach());
   return e;
 }
+
+void Runtime::begin_recording() {
+  core_->check_alive("Runtime::begin_recording");
+  core_->recorder().begin(core_->self(), *core_);
+}
+
+Graph Runtime::end_recording() { return Graph(core_->recorder().end()); }
 
 void Runtime::wait_all() {
   if (const TaskNode* t = detail::running_cpu_task(); t != nullptr && t->rt == core_.get())

@@ -17,6 +17,7 @@
 #include "engine/launches.hpp"
 #include "engine/pause.hpp"
 #include "engine/placement.hpp"
+#include "engine/recorded_graph.hpp"
 #include "engine/reductions.hpp"
 #include "engine/scheduling_view.hpp"
 #include "engine/task_end.hpp"
@@ -56,7 +57,8 @@ class RuntimeCore final : public GraphStages,
                           public PlacementStages,
                           public DataEvents,
                           public DeviceStatusView,
-                          public ReductionStages {
+                          public ReductionStages,
+                          public ReplayHost {
  public:
   explicit RuntimeCore(Config config);
   ~RuntimeCore();
@@ -144,6 +146,13 @@ class RuntimeCore final : public GraphStages,
   /// highest priority first, before a device takes any of them. Pauses nest.
   Pause& pauses() noexcept { return pause_; }
   const Pause& pauses() const noexcept { return pause_; }
+  /// Runtime::begin_recording/end_recording and what Runtime::submit records
+  /// (engine/recorded_graph.hpp).
+  Recorder& recorder() noexcept { return recorder_; }
+  // ReplayHost
+  void check_replay_alive(std::string_view what) const override { check_alive(what); }
+  bool recording() const noexcept override { return recorder_.on(); }
+  uint32_t replay_devices() const noexcept override { return device_count(); }
   /// Tasks submitted and not finished (the arbiter's busy/idle).
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
@@ -209,6 +218,7 @@ class RuntimeCore final : public GraphStages,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   KernelRegistry kernels_{devices_};
+  Recorder recorder_{graph_, kernels_};
   Launches launches_{devices_, completion_, data_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on

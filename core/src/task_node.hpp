@@ -71,6 +71,9 @@ struct TaskNode {
   int32_t priority = 0;       // what queues and copies order by (a policy may derive it)
   int32_t user_priority = 0;  // what the application gave (Task::priority)
   int32_t pinned = -1;        // Task::on(): the only device allowed
+  // `pinned` is a replayed graph's hint (engine/recorded_graph.hpp), not Task::on(): lifted when
+  // that device cannot take the task.
+  bool pin_is_hint = false;
   // Task::in(): its context (owned by the runtime, which outlives the task); null: the default.
   ContextState* context = nullptr;
   // ContextPolicy: when it was placed (ns, steady clock); 0 while no context policy counts it.

@@ -10,6 +10,7 @@
 #include <hcr/device.hpp>
 #include <hcr/error.hpp>
 #include <hcr/event.hpp>
+#include <hcr/graph.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/log.hpp>
 #include <hcr/runtime.hpp>

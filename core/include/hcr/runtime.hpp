@@ -27,6 +27,7 @@
 #include <hcr/context.hpp>
 #include <hcr/data.hpp>
 #include <hcr/device.hpp>
+#include <hcr/graph.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/task.hpp>
 #include <hcr/trace.hpp>
@@ -213,6 +214,24 @@ class HCR_API Runtime {
   /// submitted).
   Event submit(Task& task);
   Event submit(Task&& task) { return submit(task); }
+  /// Starts recording the tasks submitted from now on, from any thread (not those kernels
+  /// submit: a replayed kernel submits them again), for end_recording() to return as a Graph
+  /// (see graph.hpp). They are submitted and run as usual meanwhile: the recording is a side
+  /// effect of a first run, whose placement the first replay starts from. Host views, partitions
+  /// and explicit dependencies on tasks submitted before the recording are not part of it.
+  /// Throws Error(invalid_argument) when a recording is open already (they do not nest).
+  /// \code
+  /// rt.begin_recording();
+  /// rt.submit(hcr::Task(step).read(u).write(v));
+  /// rt.submit(hcr::Task(step).read(v).write(u));
+  /// hcr::Graph g = rt.end_recording();
+  /// for (int i = 0; i < 50; ++i) g.replay();
+  /// g.replay({{u, u2}, {v, v2}}).get();  // the same steps on other buffers of the same shapes
+  /// \endcode
+  void begin_recording();
+  /// Ends the recording: the tasks submitted since begin_recording(), with the dependencies found
+  /// between them. Throws Error(invalid_argument) without a recording open.
+  Graph end_recording();
   /// A new scheduling context (see context.hpp): tasks join it with Task::in(ctx). The first one
   /// puts the runtime's policy behind a per-context arbiter (from then on execution times are
   /// measured, two clock reads per task). Throws Error(invalid_argument) for an empty, duplicate

@@ -103,6 +103,12 @@ void Placement::dispatch(TaskNode* t) noexcept {
       runnable = sched::TaskRef(t).can_run(static_cast<sched::DeviceId>(d));
   }
   if (!runnable) {
+    if (t->pin_is_hint) {  // a replay's hint: the device it ran on last cannot take it now
+      t->pinned = -1;
+      t->pin_is_hint = false;
+      dispatch(t);
+      return;
+    }
     if (health_.withheld() != 0) {
       release_commute(t);  // parked, it holds no commute buffer: it takes them again once placed
       if (park(t)) return;

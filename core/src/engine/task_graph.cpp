@@ -159,6 +159,53 @@ void TaskGraph::submit(TaskNode* t) {
   if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
 }
 
+void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks, void (*link)(void*) noexcept,
+                                void* user) {
+  const size_t n = tasks.size();
+  if (n == 0) return;
+  const uint64_t seq = submitted_.fetch_add(n, std::memory_order_relaxed);
+  if (max_in_flight_ != 0 &&
+      static_cast<int64_t>(seq - completed_.load(std::memory_order_relaxed)) >=
+          static_cast<int64_t>(max_in_flight_)) {
+    try {
+      wait_for_room(seq);
+    } catch (...) {
+      for (size_t i = 0; i < n; ++i) retire_ticket();
+      for (TaskNode* t : tasks) release(t);
+      throw;
+    }
+  }
+  // wait_all's epochs, as submit() counts one task, for all of them at once.
+  uint8_t epoch;
+  if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == owner_) {
+    open_[parent->epoch].fetch_add(static_cast<int64_t>(n), std::memory_order_seq_cst);
+    epoch = parent->epoch;
+  } else {
+    uint64_t e = epoch_.load(std::memory_order_seq_cst);
+    for (;;) {
+      open_[e & 1].fetch_add(static_cast<int64_t>(n), std::memory_order_seq_cst);
+      const uint64_t now = epoch_.load(std::memory_order_seq_cst);
+      if (now == e) break;
+      if (open_[e & 1].fetch_sub(static_cast<int64_t>(n), std::memory_order_acq_rel) ==
+          static_cast<int64_t>(n))
+        open_[e & 1].notify_all();
+      e = now;
+    }
+    epoch = static_cast<uint8_t>(e & 1);
+  }
+  for (TaskNode* t : tasks) {
+    t->submitted = true;
+    t->epoch = epoch;
+  }
+  link(user);
+  const bool gated = gate_ != nullptr && gate_->closed();
+  for (size_t i = 0; i < n; ++i) {
+    TaskNode* t = tasks[i];
+    if (gated && gate_->hold(t, seq + i)) continue;
+    if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
+  }
+}
+
 namespace {
 
 // Drops the tasks of `list` that finished well (a reference each): waiting for them is moot, and

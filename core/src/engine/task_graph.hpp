@@ -80,6 +80,15 @@ class TaskGraph {
   /// Registers `t`'s access to `b` in the buffer's dependency frontier. Returns whether `t` now
   /// waits for a task that wrote `b` (false also for an access that does not read).
   bool register_access(BufferState& b, TaskNode* t, Access mode);
+  /// Takes ownership of the caller's reference to each of `tasks`, prepared outside dependency
+  /// analysis (a replayed graph, engine/recorded_graph.hpp): their edges, `uargs` and `bytes` set,
+  /// each `pending` its predecessors + 1. Counted as submit() counts them (tickets, wait_all's
+  /// epoch, the gate) and handed on, in order, as each waits for nothing; back-pressure is
+  /// checked once, for the first (the batch may exceed the bound by its size). `link(user)` runs
+  /// once they are counted, before any is handed on: what it registers (register_access) is
+  /// registered only for a batch that enters (a refused one throws before it, taking the tasks).
+  void submit_prepared(std::span<TaskNode* const> tasks, void (*link)(void* user) noexcept,
+                       void* user);
   /// The first half of a task's end: counts it, releases its successors (those it was the last
   /// predecessor of go to GraphStages::ready, most urgent first) and publishes its state.
   void settle(TaskNode* t, const std::exception_ptr& e) noexcept;

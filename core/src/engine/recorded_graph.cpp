@@ -1,0 +1,383 @@
+// Recorded graphs (recorded_graph.hpp): recording what Runtime::submit is given, and replaying it
+// through TaskGraph::submit_prepared with the edges found once.
+#include "recorded_graph.hpp"
+
+#include "task_graph.hpp"
+#include "../buffer_state.hpp"
+#include "../kernel_registry.hpp"
+#include "../kernel_state.hpp"
+
+#include <hcr/error.hpp>
+#include <hcr/sched.hpp>
+
+#include <algorithm>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace hcr::detail {
+
+// ---- recording ----------------------------------------------------------------------------------
+
+void Recorder::check_recordable(const TaskNode& t) {
+  const char* what = nullptr;
+  if (!t.reduces.empty()) what = "a reduce access";
+  for (const ArgRec& a : t.args)
+    if (a.buffer->halo != 0) what = "a halo tile";
+  if (what != nullptr)
+    throw Error(ErrorCode::unsupported, "Runtime::submit while recording: kernel '" +
+                                            t.kernel->name + "' with " + what +
+                                            " cannot be recorded (a replay would not order or "
+                                            "combine it); submit it outside the recording");
+}
+
+void Recorder::begin(std::shared_ptr<RuntimeCore> rt, ReplayHost& host) {
+  std::lock_guard<std::mutex> g(mutex_);
+  if (on_.load(std::memory_order_relaxed))
+    throw Error(ErrorCode::invalid_argument,
+                "Runtime::begin_recording: a recording is open already (recordings do not nest): "
+                "end_recording() first");
+  g_ = std::make_shared<RecordedGraph>(graph_, kernels_);
+  g_->rt_ = rt.get();
+  g_->host_ = &host;
+  g_->keep_ = std::move(rt);
+  on_.store(true, std::memory_order_relaxed);
+}
+
+std::shared_ptr<RecordedGraph> Recorder::end() {
+  std::lock_guard<std::mutex> g(mutex_);
+  if (!on_.load(std::memory_order_relaxed))
+    throw Error(ErrorCode::invalid_argument,
+                "Runtime::end_recording without a Runtime::begin_recording to end");
+  on_.store(false, std::memory_order_relaxed);
+  std::shared_ptr<RecordedGraph> out = std::move(g_);
+  for (uint32_t i = 0; i < out->tasks_.size(); ++i)
+    if (out->tasks_[i].predecessors == 0) out->roots_.push_back(i);
+  // The recording's own task records are the first run's: reused once they are free.
+  out->nodes_ = std::move(recorded_nodes_);
+  recorded_nodes_.clear();
+  slots_.clear();
+  kernels_seen_.clear();
+  index_.clear();
+  frontiers_.clear();
+  edge_set_.clear();
+  return out;
+}
+
+Recorder::Captured Recorder::capture(TaskNode& t) {
+  Captured c;
+  RecordedTask& r = c.r;
+  for (const ArgRec& a : t.args) {
+    c.buffers.push_back(Ref<BufferState>::share(a.buffer));
+    c.modes.push_back(a.access);
+  }
+  c.after.assign(t.after.begin(), t.after.end());
+  c.node = Ref<TaskNode>::share(&t);
+  r.kernel = t.kernel;
+  r.params = t.params;
+  r.param_offsets = t.param_offsets;
+  r.scratch = t.scratch;
+  r.scratch_bytes = t.scratch_bytes;
+  std::copy(std::begin(t.global_size), std::end(t.global_size), r.global_size);
+  std::copy(std::begin(t.local_size), std::end(t.local_size), r.local_size);
+  r.priority = t.priority;
+  r.user_priority = t.user_priority;
+  r.pinned = t.pinned;
+  r.context = t.context;
+  compute_footprint(&t);  // shapes only: the same for every buffer a replay may bind
+  r.footprint = t.footprint;
+  r.size = t.size;
+  return c;
+}
+
+void Recorder::add_edge(uint32_t pred, uint32_t succ, bool data) {
+  if (pred == succ) return;
+  RecordedTask& p = g_->tasks_[pred];
+  if (!edge_set_.insert((uint64_t{pred} << 32) | succ).second) {
+    for (RecordedTask::Next& n : p.successors)
+      if (n.task == succ) n.data = n.data || data;
+    return;
+  }
+  p.successors.push_back({succ, data});
+  ++g_->tasks_[succ].predecessors;
+  ++g_->edges_;
+}
+
+void Recorder::commit(Captured c) {
+  RecordedGraph& g = *g_;
+  RecordedTask& r = c.r;
+  const auto self = static_cast<uint32_t>(g.tasks_.size());
+  if (kernels_seen_.emplace(r.kernel, true).second)
+    g.kernels_used_.push_back(Ref<KernelState>::share(r.kernel));
+  for (size_t i = 0; i < c.buffers.size(); ++i) {
+    BufferState* b = c.buffers[i].get();
+    const Access access = c.modes[i];
+    auto [it, fresh] = slots_.emplace(b, static_cast<uint32_t>(g.buffers_.size()));
+    if (fresh) {
+      g.buffers_.push_back(c.buffers[i]);
+      g.recorded_.push_back(b);
+      g.modes_.push_back(access);
+      frontiers_.emplace_back();
+    }
+    const uint32_t slot = it->second;
+    g.modes_[slot] =
+        static_cast<Access>(static_cast<int>(g.modes_[slot]) | static_cast<int>(access));
+    r.args.push_back({slot, access});
+  }
+  // One access per distinct buffer, modes combined, as TaskGraph::submit registers them.
+  for (size_t i = 0; i < r.args.size(); ++i) {
+    bool first = true;
+    int mode = 0;
+    for (size_t j = 0; j < r.args.size(); ++j) {
+      if (r.args[j].slot != r.args[i].slot) continue;
+      if (j < i) {
+        first = false;
+        break;
+      }
+      mode |= static_cast<int>(r.args[j].access);
+    }
+    if (first) {
+      r.uargs.push_back({r.args[i].slot, static_cast<Access>(mode)});
+      r.commutes = r.commutes || commutes(static_cast<Access>(mode));
+    }
+  }
+  g.tasks_.push_back(std::move(r));
+  // The dependencies TaskGraph::register_access finds, among recorded tasks (the work before the
+  // recording is what a replay's front join waits for).
+  for (const RecordedTask::Arg& u : g.tasks_[self].uargs) {
+    Frontier& f = frontiers_[u.slot];
+    const Access mode = u.access;
+    if (commutes(mode)) {
+      if (!f.run_open) {
+        for (uint32_t w : f.writers) f.before_run.push_back({w, true});
+        for (uint32_t x : f.readers) f.before_run.push_back({x, false});
+        f.writers.clear();
+        f.readers.clear();
+        f.run.clear();
+        f.run_open = true;
+      }
+      for (const RecordedTask::Next& b : f.before_run) add_edge(b.task, self, b.data);
+      f.run.push_back(self);
+      continue;
+    }
+    if (f.run_open) {  // the run closes: its tasks are the writers now
+      f.writers = std::move(f.run);
+      f.run.clear();
+      f.before_run.clear();
+      f.run_open = false;
+    }
+    for (uint32_t w : f.writers) add_edge(w, self, reads(mode));
+    if (writes(mode)) {
+      for (uint32_t x : f.readers) add_edge(x, self, false);
+      f.readers.clear();
+      f.writers.assign(1, self);
+    } else {
+      f.readers.push_back(self);
+    }
+  }
+  for (const TaskNode* before : c.after)  // explicit dependencies on recorded tasks
+    if (auto it = index_.find(before); it != index_.end()) add_edge(it->second, self, true);
+  index_.emplace(c.node.get(), self);
+  recorded_nodes_.push_back(c.node.detach());
+}
+
+// ---- replay -------------------------------------------------------------------------------------
+
+RecordedGraph::~RecordedGraph() {
+  for (TaskNode* n : nodes_) release(n);
+}
+
+TaskNode* RecordedGraph::record_for(size_t i) {
+  TaskNode*& n = nodes_[i];
+  const bool done = n->state.load(std::memory_order_acquire) != kPending;
+  // What the last run chose becomes the plan (where there is a choice).
+  if (done && host_->replay_devices() > 1)
+    tasks_[i].device = n->device.load(std::memory_order_relaxed);
+  if (done && n->refs.load(std::memory_order_acquire) == 1) {
+    n->~TaskNode();
+    n = ::new (static_cast<void*>(n)) TaskNode();
+  } else {  // still running, or held (an Event of the recording run): its holders keep it
+    release(n);
+    n = new TaskNode;
+  }
+  return n;
+}
+
+void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound) {
+  n->rt = rt_;
+  retain(r.kernel);
+  n->kernel = r.kernel;
+  for (const RecordedTask::Arg& a : r.args) {
+    retain(bound[a.slot]);
+    n->args.push_back({bound[a.slot], a.access});
+  }
+  uint64_t bytes = r.scratch_bytes;
+  for (const RecordedTask::Arg& a : r.uargs) {
+    n->uargs.push_back({bound[a.slot], a.access});
+    bytes += bound[a.slot]->bytes();
+  }
+  n->bytes = bytes;
+  n->params = r.params;
+  n->param_offsets = r.param_offsets;
+  if (!r.scratch.empty()) n->scratch = r.scratch;
+  n->scratch_bytes = r.scratch_bytes;
+  std::copy(std::begin(r.global_size), std::end(r.global_size), n->global_size);
+  std::copy(std::begin(r.local_size), std::end(r.local_size), n->local_size);
+  n->priority = r.priority;
+  n->user_priority = r.user_priority;
+  n->pinned = r.pinned;
+  n->context = r.context;
+  n->commutes = r.commutes;
+  n->footprint = r.footprint;
+  n->size = r.size;
+  n->footprint_valid = true;
+  n->waited = r.predecessors != 0;
+  // The previous run's placement as the first one tried: a hint placement lifts when that device
+  // cannot take the task (engine/placement.cpp).
+  if (r.pinned < 0 && r.device >= 0 && sched::TaskRef(n).can_run(static_cast<uint32_t>(r.device))) {
+    n->pinned = r.device;
+    n->pin_is_hint = true;
+  }
+}
+
+Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
+  host_->check_replay_alive("Graph::replay");
+  if (host_->recording())
+    throw Error(ErrorCode::invalid_argument,
+                "Graph::replay while the runtime is recording (between begin_recording and "
+                "end_recording): end the recording first");
+  if (tasks_.empty()) return {};
+  std::lock_guard<std::mutex> g(mutex_);
+  const size_t nb = buffers_.size();
+  BufferState* const* bound = recorded_.data();
+  if (!bindings.empty()) {
+    bound_.assign(recorded_.begin(), recorded_.end());
+    for (size_t i = 0; i < bindings.size(); ++i) {
+      const Binding& b = bindings[i];
+      auto which = [&] { return "Graph::replay: binding " + std::to_string(i); };
+      if (b.recorded == nullptr || b.bound == nullptr)
+        throw Error(ErrorCode::invalid_argument, which() + ": an empty Buffer handle");
+      const auto at = std::find(recorded_.begin(), recorded_.end(), b.recorded);
+      if (at == recorded_.end())
+        throw Error(ErrorCode::invalid_argument,
+                    which() + ": the " + describe(*b.recorded) + " is not one the graph uses");
+      if (b.bound->rt.get() != rt_)
+        throw Error(ErrorCode::invalid_argument,
+                    which() + ": the " + describe(*b.bound) + " belongs to another runtime");
+      if (b.bound->dtype != b.recorded->dtype || b.bound->rows != b.recorded->rows ||
+          b.bound->cols != b.recorded->cols)
+        throw Error(ErrorCode::invalid_argument,
+                    which() + ": a " + describe(*b.bound) + " in place of the recorded " +
+                        describe(*b.recorded) + ": the shape and element type must be the same");
+      bound_[static_cast<size_t>(at - recorded_.begin())] = b.bound;
+    }
+    std::vector<BufferState*> sorted = bound_;
+    std::sort(sorted.begin(), sorted.end());
+    if (const auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+      throw Error(ErrorCode::invalid_argument,
+                  "Graph::replay: the " + describe(**dup) +
+                      " would stand for two of the graph's buffers (the recorded dependencies "
+                      "assume they are distinct)");
+    bound = bound_.data();
+  }
+  for (size_t s = 0; s < nb; ++s) {
+    BufferState* b = bound[s];
+    if (b->detached.load(std::memory_order_acquire))
+      throw Error(
+          ErrorCode::invalid_argument,
+          "Graph::replay: the " + describe(*b) +
+              " no longer exists (its buffer was unpartitioned); bind another in its place");
+    b->lock.lock();
+    const bool partitioned = b->partitioned;
+    b->lock.unlock();
+    if (partitioned)
+      throw Error(ErrorCode::invalid_argument,
+                  "Graph::replay: the " + describe(*b) +
+                      " has been partitioned since it was recorded: unpartition it first");
+  }
+  for (const Ref<KernelState>& k : kernels_used_) kernels_.resolve(*k);
+
+  const size_t n = tasks_.size();
+  // Two joins around the tasks: the front one waits for the work before this replay on each
+  // buffer, the back one is what the work after it waits for (and the replay's event).
+  auto* front = new TaskNode;
+  front->kind = TaskKind::join;
+  front->rt = rt_;
+  auto* back = new TaskNode;
+  back->kind = TaskKind::join;
+  back->rt = rt_;
+  back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
+  batch_.clear();
+  batch_.push_back(front);
+  for (size_t i = 0; i < n; ++i) {
+    TaskNode* t = record_for(i);
+    const RecordedTask& r = tasks_[i];
+    fill(t, r, bound);
+    t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
+    retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
+    batch_.push_back(t);
+  }
+  batch_.push_back(back);
+  for (size_t i = 0; i < n; ++i) {
+    TaskNode* t = nodes_[i];
+    for (const RecordedTask::Next& x : tasks_[i].successors)
+      t->successors.push_back({nodes_[x.task], x.data});
+    t->successors.push_back({back, true});  // any failure is the replay's
+  }
+  Ref<TaskNode> done = Ref<TaskNode>::share(back);
+  struct Link {
+    RecordedGraph* g;
+    BufferState* const* bound;
+    TaskNode* front;
+    TaskNode* back;
+  } link{this, bound, front, back};
+  graph_.submit_prepared(
+      {batch_.data(), batch_.size()},
+      [](void* user) noexcept {
+        auto& l = *static_cast<Link*>(user);
+        l.g->link(l.bound, l.front, l.back);
+      },
+      &link);
+  return done;
+}
+
+// The replay enters the buffers' frontiers (TaskGraph::submit_prepared's link): its tasks are
+// counted, none handed on yet.
+void RecordedGraph::link(BufferState* const* bound, TaskNode* front, TaskNode* back) noexcept {
+  // Each buffer's frontier sees the two joins, back to back (nothing submitted meanwhile comes
+  // between them), each accessing it as the whole graph does (a commute run as a read_write): the
+  // front one reads what the graph reads, so a failed writer before it fails the replay, and what
+  // comes after reads the back one's.
+  for (size_t s = 0; s < buffers_.size(); ++s) {
+    const Access mode = commutes(modes_[s]) ? Access::read_write : modes_[s];
+    graph_.register_access(*bound[s], front, mode);
+    graph_.register_access(*bound[s], back, mode);
+  }
+  // Front waits for nothing and inherits no failure (the buffers were idle, their last writers
+  // succeeded): the tasks need not wait for it. Else the tasks without recorded predecessors do
+  // (its count only drops: once 1, it stays). Other threads add its successors meanwhile (a task
+  // submitted after it on a buffer the graph only reads): under its lock.
+  front->lock.lock();
+  if (front->pending.load(std::memory_order_acquire) > 1 || front->dep_error != nullptr)
+    for (uint32_t root : roots_) {
+      TaskNode* t = nodes_[root];
+      front->successors.push_back({t, true});
+      t->pending.fetch_add(1, std::memory_order_relaxed);
+    }
+  front->lock.unlock();
+}
+
+}  // namespace hcr::detail
+
+namespace hcr {
+
+Event Graph::replay() { return replay(std::span<const Binding>()); }
+Event Graph::replay(std::span<const Binding> bindings) {
+  if (!g_) return {};
+  return Event(g_->replay(bindings));
+}
+size_t Graph::tasks() const noexcept { return g_ ? g_->tasks() : 0; }
+size_t Graph::buffers() const noexcept { return g_ ? g_->buffers() : 0; }
+size_t Graph::edges() const noexcept { return g_ ? g_->edges() : 0; }
+
+}  // namespace hcr

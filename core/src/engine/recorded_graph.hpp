@@ -1,0 +1,189 @@
+// Recorded graphs: the recording in progress (Recorder, one per runtime, fed by Runtime::submit)
+// and what it produces (RecordedGraph, hcr::Graph's state), which submits its tasks again through
+// TaskGraph::submit_prepared: its internal edges were found once, while recording; the buffers'
+// dependency frontiers see only two joins per replay, one in front (waiting for the work before
+// it on each buffer) and one behind (what work after it waits for).
+//
+// Thread safety: Recorder's calls take its mutex; a RecordedGraph replays under its own mutex.
+#pragma once
+
+#include "../task_node.hpp"
+
+#include <hcr/detail/handles.hpp>
+#include <hcr/graph.hpp>
+#include <hcr/types.hpp>
+
+#include <boost/container/small_vector.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace hcr::detail {
+
+class KernelRegistry;
+class TaskGraph;
+struct BufferState;
+struct KernelState;
+
+/// One recorded task: what a replay copies into a fresh task record. Buffers are by slot in
+/// RecordedGraph::buffers_, so that a replay can bind others in their place.
+struct RecordedTask {
+  struct Arg {
+    uint32_t slot;
+    Access access;
+  };
+  struct Next {
+    uint32_t task;
+    bool data;  // as Edge::data
+  };
+  KernelState* kernel = nullptr;  // a reference held by the graph
+  boost::container::small_vector<Arg, 3> args;
+  boost::container::small_vector<Arg, 3> uargs;  // one per distinct buffer, modes combined
+  boost::container::small_vector<std::byte, 32> params;
+  boost::container::small_vector<uint32_t, 4> param_offsets;
+  std::vector<ScratchRec> scratch;
+  uint64_t scratch_bytes = 0;
+  uint64_t global_size[3] = {0, 0, 0};
+  uint32_t local_size[3] = {0, 0, 0};
+  int32_t priority = 0, user_priority = 0, pinned = -1;
+  ContextState* context = nullptr;
+  bool commutes = false;
+  uint64_t footprint = 0;
+  double size = 0;
+  boost::container::small_vector<Next, 2> successors;
+  uint32_t predecessors = 0;
+  // The device it ran on last (-1: unknown): the first one a replay offers it to.
+  int32_t device = -1;
+};
+
+/// What a replay asks of the runtime it replays in (RuntimeCore implements it).
+class ReplayHost {
+ public:
+  /// Throws Error(shutdown) once the runtime has ended, naming the call.
+  virtual void check_replay_alive(std::string_view what) const = 0;
+  /// Whether a recording is open (a replay then is refused).
+  virtual bool recording() const noexcept = 0;
+  virtual uint32_t replay_devices() const noexcept = 0;
+
+ protected:
+  ~ReplayHost() = default;
+};
+
+class RecordedGraph {
+ public:
+  RecordedGraph(TaskGraph& graph, KernelRegistry& kernels) : graph_(graph), kernels_(kernels) {}
+  ~RecordedGraph();
+  RecordedGraph(const RecordedGraph&) = delete;
+  RecordedGraph& operator=(const RecordedGraph&) = delete;
+
+  /// Submits the tasks again, `bindings` in place of recorded buffers (see hcr::Graph).
+  Ref<TaskNode> replay(std::span<const Binding> bindings);
+
+  size_t tasks() const noexcept { return tasks_.size(); }
+  size_t buffers() const noexcept { return buffers_.size(); }
+  size_t edges() const noexcept { return edges_; }
+
+ private:
+  friend class Recorder;
+  // The task record of task `i` for this replay: the last run's, made afresh in the same storage
+  // once nothing else holds it (the usual case: that run finished), else a new one.
+  TaskNode* record_for(size_t i);
+  void fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound);
+  void link(BufferState* const* bound, TaskNode* front, TaskNode* back) noexcept;
+
+  TaskGraph& graph_;
+  KernelRegistry& kernels_;
+  RuntimeCore* rt_ = nullptr;
+  ReplayHost* host_ = nullptr;
+  std::shared_ptr<RuntimeCore> keep_;  // the runtime outlives its buffers and this graph
+  std::vector<Ref<BufferState>> buffers_;
+  std::vector<BufferState*> recorded_;  // buffers_, plain
+  std::vector<Access> modes_;           // per buffer, every recorded access combined
+  std::vector<Ref<KernelState>> kernels_used_;
+  std::deque<RecordedTask> tasks_;  // (a deque: recording appends without moving them)
+  std::vector<uint32_t> roots_;     // tasks without recorded predecessors
+  size_t edges_ = 0;
+
+  std::mutex mutex_;
+  std::vector<TaskNode*> nodes_;  // the last run's task records, a reference each
+  std::vector<TaskNode*> batch_;  // one replay's: front join, tasks, back join
+  std::vector<BufferState*> bound_;
+};
+
+/// The recording in progress, one per runtime: Runtime::begin_recording() to end_recording().
+class Recorder {
+ public:
+  Recorder(TaskGraph& graph, KernelRegistry& kernels) : graph_(graph), kernels_(kernels) {}
+
+  /// Whether a recording is open (read on every submit: a relaxed load).
+  bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
+  /// Throws Error(invalid_argument) when a recording is open already.
+  void begin(std::shared_ptr<RuntimeCore> rt, ReplayHost& host);
+  /// Throws Error(invalid_argument) when none is open.
+  std::shared_ptr<RecordedGraph> end();
+
+  /// Throws Error(unsupported) for a task a recording cannot replay yet: one with a reduce access
+  /// (its private copies and combines belong to one run) or a halo tile (the ghosts' reads of the
+  /// neighbours are not among the recorded edges). Nothing is submitted then.
+  static void check_recordable(const TaskNode& t);
+  /// Runtime::submit while recording: keeps `t` (a kernel task, checked, not yet submitted) and
+  /// submits it with `submit`, under the recorder's lock so that the recorded order is the
+  /// submission order. Tasks a kernel submits are not recorded (the kernel submits them again
+  /// when replayed): the caller submits those itself.
+  template <class Submit>
+  void record_and_submit(TaskNode* t, Submit&& submit) {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (!on_.load(std::memory_order_relaxed)) {
+      submit();
+      return;
+    }
+    Captured c = capture(*t);
+    submit();
+    commit(std::move(c));
+  }
+
+ private:
+  // What a submit consumes, kept across it: the task's fields, its buffers, its explicit
+  // dependencies (by identity only) and its record.
+  struct Captured {
+    RecordedTask r;
+    boost::container::small_vector<Ref<BufferState>, 3> buffers;
+    boost::container::small_vector<Access, 3> modes;
+    boost::container::small_vector<const TaskNode*, 1> after;
+    Ref<TaskNode> node;
+  };
+  Captured capture(TaskNode& t);
+  void commit(Captured c);
+
+  // The dependency frontier of a buffer within the recording (task_graph.cpp's rules, by index).
+  struct Frontier {
+    std::vector<uint32_t> writers;  // the last writer, or the tasks of a closed commute run
+    std::vector<uint32_t> readers;  // since the writers
+    std::vector<RecordedTask::Next> before_run;
+    std::vector<uint32_t> run;  // an open commute run
+    bool run_open = false;
+  };
+  void add_edge(uint32_t pred, uint32_t succ, bool data);
+
+  TaskGraph& graph_;
+  KernelRegistry& kernels_;
+  std::mutex mutex_;
+  std::atomic<bool> on_{false};
+  std::shared_ptr<RecordedGraph> g_;
+  std::unordered_map<BufferState*, uint32_t> slots_;
+  std::unordered_map<KernelState*, bool> kernels_seen_;
+  std::unordered_map<const TaskNode*, uint32_t> index_;  // recorded task records -> their index
+  std::vector<Frontier> frontiers_;                      // per slot
+  std::vector<TaskNode*> recorded_nodes_;                // a reference each
+  std::unordered_set<uint64_t> edge_set_;                // pred << 32 | succ
+};
+
+}  // namespace hcr::detail
