@@ -532,6 +532,30 @@ TEST(ReplayMisuse, RecordingStatesAreChecked) {
   g.replay().get();
 }
 
+// What a replay could not order or combine is refused while recording, and nothing of it runs;
+// the recording goes on, and the same task submitted outside it runs.
+TEST(ReplayMisuse, ReduceAccessesAndHaloTilesAreNotRecorded) {
+  Runtime rt(test::cpu_config(1));
+  Kernel add = rt.kernel("add_one").cpu([](TaskContext& ctx) { ctx.arg<double>(0)(0, 0) += 1; });
+  Kernel touch = rt.kernel("touch").cpu([](TaskContext&) {});
+  auto sum = rt.vector<double>(1);
+  sum.set_reduction(Reduction::sum);
+  auto grid = rt.buffer<float>(8, 8);
+  auto tiles = grid.partition(4, 4, Halo{1});
+  rt.begin_recording();
+  Error err = test::expect_error([&] { rt.submit(Task(add).reduce(sum)); });
+  EXPECT_EQ(err.code(), ErrorCode::unsupported);
+  EXPECT_TRUE(says(err.what(), "kernel 'add_one' with a reduce access cannot be recorded"))
+      << err.what();
+  err = test::expect_error([&] { rt.submit(Task(touch).read(tiles(0, 0))); });
+  EXPECT_EQ(err.code(), ErrorCode::unsupported);
+  EXPECT_TRUE(says(err.what(), "with a halo tile cannot be recorded")) << err.what();
+  Graph g = rt.end_recording();
+  EXPECT_TRUE(g.empty());
+  rt.submit(Task(add).reduce(sum));
+  EXPECT_EQ(sum.to_vector(), std::vector<double>{1.0});
+}
+
 TEST(ReplayMisuse, BindingsAreChecked) {
   Runtime rt(test::cpu_config(1));
   Kernel affine = affine_kernel(rt);
