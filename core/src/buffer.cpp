@@ -211,6 +211,8 @@ void buffer_release_async(TaskNode* token, std::exception_ptr error) noexcept {
   release(token);
 }
 
+void combine_contributions(BufferState& b) { b.rt->reductions().combine(b); }
+
 void buffer_set_reduction(BufferState* b, Reduction op) {
   check_usable(b, "set_reduction");
   b->rt->reductions().declare(*b, op);

@@ -2,8 +2,6 @@
 // into their buffer by combine tasks before its next access of another mode (reductions.hpp).
 #include "reductions.hpp"
 
-#include "../runtime_core.hpp"
-
 #include <hcr/error.hpp>
 #include <hcr/kernel.hpp>
 #include <hcr/task.hpp>
@@ -281,7 +279,5 @@ void Reductions::combine_all() {
   }
   for (auto& b : listed) combine(*b);
 }
-
-void combine_contributions(BufferState& b) { b.rt->reductions().combine(b); }
 
 }  // namespace hcr::detail
