@@ -168,13 +168,33 @@ bool check_opencl(const std::vector<float>& start, size_t n) {
   return worst <= 1e-3;  // the device may contract a * b + c into one rounding
 }
 
+// Argument `i` as a whole number in [lo, hi], `fallback` when absent; 0 after a message if not.
+size_t argument(int argc, char** argv, int i, const char* name, size_t fallback, size_t lo,
+                size_t hi) {
+  if (argc <= i) return fallback;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(argv[i], &end, 10);
+  if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v < lo || v > hi) {
+    std::fprintf(stderr,
+                 "stencil: %s = '%s' is not a whole number from %zu to %zu\n"
+                 "usage: stencil [n=2048] [tile=512] [iterations=100] [runs=5]\n",
+                 name, argv[i], lo, hi);
+    return 0;
+  }
+  return static_cast<size_t>(v);
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  const size_t n = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 2048;
-  const size_t tile = argc > 2 ? std::strtoul(argv[2], nullptr, 10) : 512;
-  const int iterations = argc > 3 ? std::atoi(argv[3]) : 100;
-  const int runs = argc > 4 ? std::atoi(argv[4]) : 5;
+int main(int argc, char** argv) try {
+  const size_t n = argument(argc, argv, 1, "n", 2048, 3, 65536);
+  const size_t tile = argument(argc, argv, 2, "tile", 512, 1, 65536);
+  const int iterations = static_cast<int>(argument(argc, argv, 3, "iterations", 100, 1, 1000000));
+  const int runs = static_cast<int>(argument(argc, argv, 4, "runs", 5, 1, 1000));
+  if (n == 0 || tile == 0 || iterations == 0 || runs == 0 || argc > 5) {
+    if (argc > 5) std::fprintf(stderr, "stencil: at most four arguments\n");
+    return 2;
+  }
   const int threads = omp_get_max_threads();
 
   hcr::Config config;  // the CPU backend with as many workers as OpenMP has threads
@@ -207,4 +227,7 @@ int main(int argc, char** argv) {
   std::printf("results %s\n", equal ? "equal" : "DIFFER");
   const bool opencl_ok = check_opencl(start, std::min<size_t>(n, 256));
   return equal && opencl_ok ? 0 : 1;
+} catch (const hcr::Error& e) {
+  std::fprintf(stderr, "stencil: %s\n", e.what());
+  return 1;
 }
