@@ -212,24 +212,26 @@ Config sim(Options o, std::string policy) {
 }
 
 void device(Options& o, int i, const char* name, const char* gflops, bool host_memory,
-            const char* kernels = nullptr) {
+            const char* kernels = nullptr, const char* bandwidth = "1GB/s") {
   const std::string p = "device." + std::to_string(i) + ".";
   o.push_back({p + "name", name});
   o.push_back({p + "gflops", gflops});
   o.push_back({p + "host_memory", host_memory ? "true" : "false"});
-  if (!host_memory) o.push_back({p + "bandwidth", "1GB/s"});
+  if (!host_memory) o.push_back({p + "bandwidth", bandwidth});
   if (kernels) o.push_back({p + "kernels", kernels});
 }
 
-// A GPU with its own memory behind a 1 GB/s link, and a host CPU ten times slower. "produce"
-// writes a 64 MiB result that only the GPU can consume. With the GPU busy for 20 ms, the earliest
-// finish for produce is the CPU's (10 ms against 21 ms), and its result must then cross the link
-// (67 ms) to every reader; looking at the readers already submitted, it stays on the GPU.
+// A GPU with its own memory behind a 0.5 GB/s link, and a host CPU ten times slower. "produce"
+// writes a 64 MiB result that only the GPU can consume. With the GPU busy for 50 ms, the earliest
+// finish for produce is the CPU's (10 ms against 51 ms), and its result must then cross the link
+// (134 ms) to every reader; looking at the readers already submitted, it stays on the GPU (53 ms
+// against 146). The margins are wide because the simulated devices keep wall-clock time: on a
+// loaded machine under a sanitizer, a 10 ms task has been measured at over 21 ms.
 int producer_device(const std::string& policy) {
   Options o;
-  device(o, 0, "gpu", "10000", false);
+  device(o, 0, "gpu", "10000", false, nullptr, "0.5GB/s");
   device(o, 1, "cpu", "1000", true, "produce");
-  o.push_back({"kernel.block.flops", "2e11"});    // 20 ms on the GPU
+  o.push_back({"kernel.block.flops", "5e11"});    // 50 ms on the GPU
   o.push_back({"kernel.produce.flops", "1e10"});  // 1 ms on the GPU, 10 ms on the CPU
   o.push_back({"kernel.consume.flops", "1e10"});
   o.push_back({"flops_per_byte", "0"});
@@ -250,7 +252,7 @@ int producer_device(const std::string& policy) {
   Event produced;
   {
     // produce becomes ready only once its readers are submitted (what a look ahead can see);
-    // block with it, so that the GPU has all of block's 20 ms left however long the submits
+    // block with it, so that the GPU has all of block's 50 ms left however long the submits
     // take (a sanitizer, a loaded machine).
     auto hold = x.acquire(Access::write);
     rt.submit(Task(block).read(x));
