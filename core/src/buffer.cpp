@@ -16,13 +16,6 @@
 namespace hcr::detail {
 
 namespace {
-bool try_retain(BufferState* b) noexcept {
-  uint32_t r = b->refs.load(std::memory_order_relaxed);
-  while (r != 0)
-    if (b->refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel)) return true;
-  return false;
-}
-
 std::string shape_text(const BufferState& b) {
   return std::to_string(b.rows) + "x" + std::to_string(b.cols);
 }
@@ -58,6 +51,11 @@ BufferState::~BufferState() {
     for (BufferState*& slot : parent->tiles)
       if (slot == this) slot = nullptr;
     parent->lock.unlock();
+  }
+  if (halo_grid) {
+    halo_grid->lock.lock();
+    halo_grid->tiles[size_t{grid_i} * grid_cols + grid_j] = nullptr;
+    halo_grid->lock.unlock();
   }
   delete reduction.load(std::memory_order_acquire);
   if (owned != nullptr) switch (how) {
@@ -278,6 +276,11 @@ TileGrid partition(BufferState* b, size_t tile_rows, size_t tile_cols, size_t ha
   grid.grid_cols = grid_cols;
   grid.halo = halo;
   grid.tiles.reserve(grid.grid_rows * grid.grid_cols);
+  std::shared_ptr<HaloGrid> halo_grid;
+  if (halo != 0) {
+    halo_grid = std::make_shared<HaloGrid>();
+    halo_grid->tiles.assign(grid_rows * grid_cols, nullptr);
+  }
   for (size_t i = 0; i < grid.grid_rows; ++i)
     for (size_t j = 0; j < grid.grid_cols; ++j) {
       auto* c = new BufferState();
@@ -300,6 +303,8 @@ TileGrid partition(BufferState* b, size_t tile_rows, size_t tile_cols, size_t ha
         c->grid_j = static_cast<uint32_t>(j);
         c->grid_rows = static_cast<uint32_t>(grid_rows);
         c->grid_cols = static_cast<uint32_t>(grid_cols);
+        c->halo_grid = halo_grid;
+        halo_grid->tiles[i * grid_cols + j] = c;  // (no other thread sees the grid yet)
       }
       c->ld = b->ld;
       c->host = b->host + (c->row0 * b->ld + c->col0) * b->elem;

@@ -18,6 +18,7 @@ namespace hcr::detail {
 
 struct TaskNode;
 struct BufferData;
+struct BufferState;
 struct ReductionState;
 class RuntimeCore;
 
@@ -41,6 +42,9 @@ struct BufferState {
   // grid, through which its neighbours are found in the parent's `tiles` (engine/halo_reads.hpp).
   uint32_t halo = 0;  // 0: no ghosts
   uint32_t grid_i = 0, grid_j = 0, grid_rows = 0, grid_cols = 0;
+  // The halo tiles of its partition, kept past unpartition (which empties the parent's `tiles`)
+  // for the tasks submitted before it that still fill their ghosts on a device (data/ghosts.hpp).
+  std::shared_ptr<struct HaloGrid> halo_grid;
 
   // Dependency frontier (sequential consistency), guarded by `lock`. References held.
   SpinLock lock;
@@ -85,6 +89,43 @@ struct BufferState {
   static void* operator new(size_t size);
   static void operator delete(void* p) noexcept;
 };
+
+/// The halo tiles of one partition by plain pointer (row-major), each slot cleared by its tile's
+/// destructor, so that none holds another alive (its neighbours are found here).
+struct HaloGrid {
+  SpinLock lock;
+  std::vector<BufferState*> tiles;
+};
+
+/// A reference to `b` unless its count already reached 0 (it is being destroyed).
+inline bool try_retain(BufferState* b) noexcept {
+  uint32_t r = b->refs.load(std::memory_order_relaxed);
+  while (r != 0)
+    if (b->refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
+/// A rectangle of elements in the coordinates of the partitioned buffer (or of the buffer itself).
+struct ElementRect {
+  size_t row0 = 0, col0 = 0, rows = 0, cols = 0;
+};
+
+/// What `b` holds as its own data: a halo tile's interior (its region less the ghosts, which are
+/// its neighbours' data), any other buffer's whole shape.
+inline ElementRect own_elements(const BufferState& b) noexcept {
+  if (b.halo == 0) return {b.row0, b.col0, b.rows, b.cols};
+  const size_t top = b.grid_i > 0 ? b.halo : 0, left = b.grid_j > 0 ? b.halo : 0;
+  const size_t bottom = b.grid_i + 1 < b.grid_rows ? b.halo : 0;
+  const size_t right = b.grid_j + 1 < b.grid_cols ? b.halo : 0;
+  return {b.row0 + top, b.col0 + left, b.rows - top - bottom, b.cols - left - right};
+}
+
+/// Whether halo tiles `a` and `b` are distinct neighbours in one grid (`b`'s edge is `a`'s ghost).
+inline bool halo_neighbours(const BufferState& a, const BufferState& b) noexcept {
+  if (&a == &b || a.halo == 0 || a.halo_grid == nullptr || a.halo_grid != b.halo_grid) return false;
+  const int64_t di = int64_t{a.grid_i} - b.grid_i, dj = int64_t{a.grid_j} - b.grid_j;
+  return di >= -1 && di <= 1 && dj >= -1 && dj <= 1;
+}
 
 /// For messages: "4x4 f32 buffer", "2x2 f32 tile at (0, 2) of a 4x4 buffer".
 inline std::string describe(const BufferState& b) {

@@ -3,7 +3,6 @@
 #include "buffer_state.hpp"
 #include "builtin_check.hpp"
 #include "contexts/context_policy.hpp"
-#include "engine/halo_reads.hpp"
 #include "log_internal.hpp"
 #include "node_pool.hpp"
 #include "runtime_core.hpp"
@@ -315,8 +314,6 @@ Event Runtime::submit(Task& task) {
       throw Error(ErrorCode::invalid_argument,
                   "Runtime::submit: argument " + std::to_string(i) + " (a " + describe(*b) +
                       ") is partitioned: use its tiles, or unpartition it first");
-    if (b->halo != 0) [[unlikely]]
-      detail::exclude_own_memory_devices(*t, *b, core_->roster().snapshot());
     detail::combine_reductions(*b);
   }
   if (!t->reduces.empty()) core_->reductions().join(*t);

@@ -160,7 +160,7 @@ void Coherence::urge(BufferState& b, uint32_t n, int priority) {
 void Coherence::wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
                      std::vector<TaskNode*>& ready, std::vector<Copy>& more) {
   Replica& r = data(b).replicas[node];
-  if (r.fetching || r.evicting) return;
+  if (r.fetching || r.evicting || r.ghost_fetches != 0) return;
   size_t keep = 0;
   bool refetch = false;
   for (const Replica::Waiter& w : r.waiters) {

@@ -43,6 +43,11 @@ struct Replica {
   };
   std::vector<Waiter> waiters;    // tasks waiting for copies into (or out of) this replica
   std::vector<uint32_t> forward;  // host replica: nodes to copy on to once it arrives
+  // A halo tile's replica on a device node (data/ghosts.hpp): ghost edge copies landing in it (its
+  // readers wait for them), and per neighbour (ghost_slot) the version of its data the ghosts hold
+  // or are receiving, 0 for none; empty until first filled, emptied when the memory is freed.
+  uint32_t ghost_fetches = 0;
+  std::vector<uint64_t> ghost_seen;
 };
 
 /// Per-buffer replica table, made when a buffer first meets a device with its own memory.
@@ -56,16 +61,27 @@ struct BufferData {
   std::string lost_with;
   // A reference to the buffer is held (Coherence::update_hold), under the lock.
   bool held = false;
+  // Counts the tasks that wrote it (under the lock): which version a neighbour's ghosts hold.
+  uint64_t version = 1;
 };
 
 /// A copy planned from one memory node to another. It holds a reference to its buffer until it
-/// completes.
+/// completes. It moves `b`'s own data (a halo tile's interior: data/ghosts.hpp), or an edge of a
+/// neighbour's into `b`'s ghosts (a reference held to the neighbour too).
 struct Copy {
   static constexpr int kUrgent = std::numeric_limits<int>::max();
   BufferState* b;
   uint32_t src, dst;
   bool evict;              // a write-back before freeing the source replica
   int priority = kUrgent;  // of the task that needs it; write-backs and refetches go first
+  static constexpr uint8_t kOwn = 0xFF;
+  // A ghost edge: its ghost_slot around `b` (kOwn: a copy of b's own data), and the neighbour
+  // whose replica on `src` is read (null: one gone, its data in host memory).
+  uint8_t slot = kOwn;
+  BufferState* from = nullptr;
+  bool ghost() const noexcept { return slot != kOwn; }
+  /// Waits in its lane under its replica's ticket (a fetch that can move up for an urgent reader).
+  bool ticketed() const noexcept { return !evict && !ghost(); }
 };
 
 /// "rows x cols", for messages.

@@ -47,22 +47,15 @@ uint64_t DataManager::context_bytes(uint32_t n, uint32_t context) const {
 
 DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
   std::vector<Copy> copies;
+  GhostPlan ghost_plan;  // (its references go after the lock)
+  bool halo = false;
   Status status = Status::pending;
   t->transfers_pending.store(1, std::memory_order_relaxed);  // held while we start copies
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = memory_.node(n);
     for (const ArgRec& a : t->uargs) {
-      if (n != 0 && a.buffer->halo != 0) [[unlikely]] {
-        // Placement leaves such devices out (halo_reads.hpp); one hot-plugged after the submit
-        // was not: a copy of the region home would overwrite the neighbours' edges.
-        t->transfer_error = std::make_exception_ptr(Error(
-            ErrorCode::invalid_argument, "a " + describe(*a.buffer) +
-                                             " is a view of host memory; '" + node.name +
-                                             "' has its own memory (halo tiles run on devices "
-                                             "that work in host memory)"));
-        return Status::failed;
-      }
+      halo |= a.buffer->halo != 0;
       BufferData& d = coherence_.data(*a.buffer);
       if (reads(a.access) && !d.lost_with.empty()) {
         bool any = false;
@@ -111,7 +104,18 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         status = Status::blocked;
       }
     }
-    if (status != Status::blocked && n != 0) {
+    // Halo tiles read: which ghost edges to refresh, and from where (ghosts.hpp). After making
+    // room, which leaves alone the neighbours' replicas they may be read from.
+    if (halo && status != Status::blocked) [[unlikely]]
+      switch (ghosts_.plan(t, n, ghost_plan, copies)) {
+        case Ghosts::Step::go: break;
+        case Ghosts::Step::retry:
+          node.waiting_for_memory.push_back(t);  // acquired again when a copy lands
+          status = Status::blocked;
+          break;
+        case Ghosts::Step::failed: status = Status::failed; break;  // (copies planned still go)
+      }
+    if (status == Status::pending && n != 0) {
       // Allocate first, pin after: a failure leaves nothing pinned and no copy waiting for us.
       for (const ArgRec& a : t->uargs) {
         BufferState& b = *a.buffer;
@@ -144,6 +148,8 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
     }
     if (status == Status::pending) {
       t->data_node = static_cast<int32_t>(n);
+      if (halo) [[unlikely]]
+        ghosts_.start(t, n, ghost_plan, copies);
       for (const ArgRec& a : t->uargs) {
         BufferState& b = *a.buffer;
         Replica& r = coherence_.data(b).replicas[n];
@@ -151,7 +157,8 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
         r.last_use = ++clock_;
         // A copy landing here, or a write-back leaving, must finish first; and before a write,
         // any copy still reading this replica.
-        bool busy = r.fetching || r.evicting || (writes(a.access) && r.copies_out != 0);
+        bool busy = r.fetching || r.evicting || (reads(a.access) && r.ghost_fetches != 0) ||
+                    (writes(a.access) && r.copies_out != 0);
         if (reads(a.access) && r.fetching) coherence_.urge(b, n, t->priority);
         if (!busy && reads(a.access) && !r.valid) {
           coherence_.plan_fetch(b, n, copies, t->priority);
@@ -208,6 +215,11 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
 // A copy ended: what it carried becomes valid where it landed (if still current), the tasks
 // waiting on either end go, and a write-back frees the replica it emptied.
 void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After& after) noexcept {
+  if (c.ghost()) {
+    ghosts_.landed(c, failure, after);
+    memory_.take_memory_waiters(after.retry);
+    return;
+  }
   BufferState& b = *c.b;
   BufferData& d = coherence_.data(b);
   Replica& src = d.replicas[c.src];
@@ -327,6 +339,7 @@ void DataManager::commit(TaskNode* t, bool success) {
       Replica& r = d.replicas[n];
       --r.pins;
       if (writes(a.access)) {
+        ++d.version;  // neighbours' ghosts holding the last one are stale (failed: garbage maybe)
         if (success) {
           for (uint32_t m = 0; m < d.replicas.size(); ++m)
             if (m != n && d.replicas[m].valid) coherence_.set_valid(b, m, false);

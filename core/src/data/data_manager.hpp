@@ -8,11 +8,13 @@
 // copy written home first. A task pins all its replicas at once or waits (all or nothing), so a
 // working set that fits never thrashes. The parts, by role (as StarPU's datawizard): coherence
 // (coherence.hpp), transfers (transfers.hpp), memory (node_memory.hpp), write-back
-// (write_back.hpp); it tells the engine what happened through data_events.hpp.
+// (write_back.hpp), halo tiles' ghost edges (ghosts.hpp); it tells the engine what happened
+// through data_events.hpp.
 #pragma once
 
 #include "coherence.hpp"
 #include "data_events.hpp"
+#include "ghosts.hpp"
 #include "node_memory.hpp"
 #include "transfers.hpp"
 #include "write_back.hpp"
@@ -155,6 +157,7 @@ class DataManager final : private CopyLanding {
   // The parts (each names the others it uses; none is used while they are made).
   NodeMemory memory_{coherence_};
   Coherence coherence_{memory_, transfers_};
+  Ghosts ghosts_{coherence_, memory_};
   Transfers transfers_;
   WriteBack write_back_;
   uint64_t clock_ = 0;  // LRU

@@ -18,10 +18,13 @@
 namespace hcr::detail {
 
 namespace {
+// `t` names `b`, or reads a halo tile whose ghosts are `b`'s edge: the replica its ghosts may be
+// filled from (data/ghosts.hpp) must not go while `t` makes room.
 bool uses(const TaskNode* t, const BufferState* b) {
   if (t == nullptr) return false;
   for (const ArgRec& a : t->uargs)
-    if (a.buffer == b) return true;
+    if (a.buffer == b || (b->halo != 0 && reads(a.access) && halo_neighbours(*a.buffer, *b)))
+      return true;
   return false;
 }
 }  // namespace
@@ -65,6 +68,7 @@ void NodeMemory::free_replica(BufferState& b, uint32_t n) noexcept {
     NodeState& node = nodes_[n];
     if (!node.abandoned) node.plugin->api->mem_free(node.plugin->handle, node.index, r.mem);
     r.mem = nullptr;
+    r.ghost_seen.clear();  // the ghosts went with the memory
     node.used -= b.bytes();
     owned(n, r.owner) -= b.bytes();
     node.resident.erase(&b);

@@ -3,6 +3,7 @@
 // are never made with the lock held.
 #include "transfers.hpp"
 
+#include "ghosts.hpp"
 #include "node_memory.hpp"
 
 #include "../buffer_state.hpp"
@@ -84,7 +85,7 @@ void Transfers::issue(const Copy& c) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Lane& l = lane(c);
-    Replica* r = c.evict ? nullptr : &coherence_.data(*c.b).replicas[c.dst];
+    Replica* r = c.ticketed() ? &coherence_.data(*c.b).replicas[c.dst] : nullptr;
     if (l.in_flight >= Lane::kDepth) {
       // At the priority its most urgent reader asked for since it was planned.
       const int priority = r != nullptr ? std::max(c.priority, r->fetch_priority) : c.priority;
@@ -101,6 +102,12 @@ void Transfers::issue(const Copy& c) noexcept {
 
 void Transfers::start(const Copy& c) noexcept {
   BufferState& b = *c.b;
+  // What moves: b's own data (a halo tile's interior, never its ghosts, which are its neighbours'),
+  // or the edge of a neighbour's that is one of b's ghosts (ghosts.hpp), read from the neighbour's
+  // replica (host memory is one for all tiles: b's host pointer places it as well).
+  const ElementRect rect =
+      c.ghost() ? ghost_edge(b, c.slot / 3 - 1, c.slot % 3 - 1) : own_elements(b);
+  BufferState& source = c.from != nullptr ? *c.from : b;
   Transfer* tr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -114,35 +121,35 @@ void Transfers::start(const Copy& c) noexcept {
       transfers_.push_back(tr);
     }
     tr->copy = c;
-    tr->bytes = b.bytes();
+    tr->bytes = rect.rows * rect.cols * b.elem;
     tr->start = std::chrono::steady_clock::now();
     const uint32_t gen = ((tr->state.load(std::memory_order_relaxed) >> 1) + 1) & 0xFFFF;
     tr->state.store(gen << 1 | 1u, std::memory_order_release);
-    BufferData& d = coherence_.data(b);
-    tr->src_mem = d.replicas[c.src].mem;
-    tr->dst_mem = d.replicas[c.dst].mem;
+    tr->src_mem = coherence_.data(source).replicas[c.src].mem;
+    tr->dst_mem = coherence_.data(b).replicas[c.dst].mem;
   }
   const NodeState& dev = memory_.node(c.dst != 0 ? c.dst : c.src);  // the device that copies
-  const uint64_t row = b.cols * b.elem;
+  const RectPlace from = rect_place(source, c.src == 0, rect);
+  const RectPlace to = rect_place(b, c.dst == 0, rect);
   hcr_copy_args_t a{};
   a.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
   a.device = dev.index;
   if (c.src == 0) {
-    a.src_host = b.host;
-    a.src_pitch = b.ld * b.elem;
+    a.src_host = from.host;
   } else {
     a.src_memory = tr->src_mem;
-    a.src_pitch = row;
+    a.src_offset = from.offset;
   }
+  a.src_pitch = from.pitch;
   if (c.dst == 0) {
-    a.dst_host = b.host;
-    a.dst_pitch = b.ld * b.elem;
+    a.dst_host = to.host;
   } else {
     a.dst_memory = tr->dst_mem;
-    a.dst_pitch = row;
+    a.dst_offset = to.offset;
   }
-  a.width = row;
-  a.rows = b.rows;
+  a.dst_pitch = to.pitch;
+  a.width = rect.cols * b.elem;
+  a.rows = rect.rows;
   a.done = &Transfers::on_copy_done;
   void* token = tr->token();
   a.done_user_data = token;
@@ -208,8 +215,9 @@ void Transfers::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     std::string msg = take_error(dev.plugin->api, error);
     // The tasks waiting on the copy learn which device failed it (the engine charges that
     // device, not theirs); a device that is gone is retired below.
-    failed = "copying a " + shape_of(b) + " buffer from '" + memory_.node(c.src).name + "' to '" +
-             memory_.node(c.dst).name + "' failed: " + msg;
+    failed = (c.ghost() ? "copying a ghost edge of the " + describe(b) + " from '"
+                        : "copying a " + shape_of(b) + " buffer from '") +
+             memory_.node(c.src).name + "' to '" + memory_.node(c.dst).name + "' failed: " + msg;
     failure = std::make_exception_ptr(CopyError(failed, dev.device, lost != nullptr));
     HCR_LOG(warn, failed);
   }
@@ -220,7 +228,8 @@ void Transfers::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     landing_.landed(c, failure, after);
   }
   for (BufferState* h : after.drop) release(h);
-  release(&b);  // the copy's reference
+  release(&b);  // the copy's references
+  if (c.from != nullptr) release(c.from);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     tr->next_free = free_transfers_;
@@ -234,7 +243,7 @@ void Transfers::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     while (!l.waiting.empty()) {  // the lane's slot passes to its most urgent waiting copy
       const Lane::Waiting w = l.waiting.top();
       l.waiting.pop();
-      if (!w.copy.evict) {
+      if (w.copy.ticketed()) {
         Replica& r = coherence_.data(*w.copy.b).replicas[w.copy.dst];
         if (r.ticket != w.seq) continue;  // moved up since: its other entry stands
         r.ticket = 0;

@@ -3,6 +3,7 @@
 // version intact.
 #include "write_back.hpp"
 
+#include "ghosts.hpp"
 #include "node_memory.hpp"
 #include "transfers.hpp"
 
@@ -51,8 +52,10 @@ bool WriteBack::write_through(TaskNode* t) {
   const NodeState& dev = memory_.node(n);
   for (auto& st : wt->stages) {
     BufferState& b = *st.b;
-    const uint64_t row = b.cols * b.elem;
-    st.staging = std::aligned_alloc(64, (b.bytes() + 63) / 64 * 64);
+    // Its own data only (a halo tile's interior: its ghosts are its neighbours' data).
+    const ElementRect own = own_elements(b);
+    const uint64_t row = own.cols * b.elem;
+    st.staging = std::aligned_alloc(64, (own.rows * row + 63) / 64 * 64);
     hcr_copy_args_t c{};
     c.struct_size = HCR_COPY_ARGS_STRUCT_SIZE;
     c.device = dev.index;
@@ -60,11 +63,13 @@ bool WriteBack::write_through(TaskNode* t) {
       std::lock_guard<std::mutex> lock(mutex_);
       c.src_memory = coherence_.data(b).replicas[n].mem;  // pinned by the task until it commits
     }
-    c.src_pitch = row;
+    const RectPlace from = rect_place(b, false, own);
+    c.src_offset = from.offset;
+    c.src_pitch = from.pitch;
     c.dst_host = st.staging;
     c.dst_pitch = row;
     c.width = row;
-    c.rows = b.rows;
+    c.rows = own.rows;
     c.done = &WriteBack::on_stage_done;
     c.done_user_data = &st;
     st.start = std::chrono::steady_clock::now();
@@ -105,10 +110,11 @@ void WriteBack::on_stage_done(void* user, hcr_error_t* error, const hcr_completi
             ? info->device_seconds
             : std::chrono::duration<double>(std::chrono::steady_clock::now() - st->start).count();
     // (The trace shows it as long as it took, however long ago it was handed over.)
-    wb.events_.transferred(
-        {wt->node, 0, st->b->bytes(), seconds, std::numeric_limits<int64_t>::min()});
+    const ElementRect own = own_elements(*st->b);
+    const uint64_t bytes = own.rows * own.cols * st->b->elem;
+    wb.events_.transferred({wt->node, 0, bytes, seconds, std::numeric_limits<int64_t>::min()});
     std::lock_guard<std::mutex> lock(wb.mutex_);
-    wb.transfers_.count_link(wt->node, 0, st->b->bytes());
+    wb.transfers_.count_link(wt->node, 0, bytes);
   }
   if (wt->left.fetch_sub(1, std::memory_order_acq_rel) == 1) wb.finish_write_through(wt);
 }
@@ -119,9 +125,11 @@ void WriteBack::finish_write_through(WriteThrough* wt) noexcept {
     // touches these buffers until the task finishes.
     for (auto& st : wt->stages) {
       BufferState& b = *st.b;
-      const uint64_t row = b.cols * b.elem;
-      for (size_t r = 0; r < b.rows; ++r)
-        std::memcpy(b.host + r * b.ld * b.elem, static_cast<std::byte*>(st.staging) + r * row, row);
+      const ElementRect own = own_elements(b);
+      const RectPlace to = rect_place(b, true, own);
+      const uint64_t row = own.cols * b.elem;
+      for (size_t r = 0; r < own.rows; ++r)
+        std::memcpy(to.host + r * to.pitch, static_cast<std::byte*>(st.staging) + r * row, row);
     }
     wt->t->written_through = true;
   }

@@ -1,21 +1,10 @@
 // Halo tiles in dependency order (halo_reads.hpp): the neighbours whose interiors a halo tile's
-// ghosts are, found through the parent's grid, and the devices a task with one cannot use.
+// ghosts are, found through the parent's grid.
 #include "halo_reads.hpp"
 
 #include "../buffer_state.hpp"
 
-#include <algorithm>
-
 namespace hcr::detail {
-
-namespace {
-bool try_retain(BufferState* b) noexcept {
-  uint32_t r = b->refs.load(std::memory_order_relaxed);
-  while (r != 0)
-    if (b->refs.compare_exchange_weak(r, r + 1, std::memory_order_acq_rel)) return true;
-  return false;
-}
-}  // namespace
 
 GhostSources ghost_sources(const TaskNode& t) {
   GhostSources out;
@@ -45,20 +34,6 @@ GhostSources ghost_sources(const TaskNode& t) {
     parent.lock.unlock();
   }
   return out;
-}
-
-void exclude_own_memory_devices(TaskNode& t, const BufferState& b,
-                                std::span<const Device> devices) {
-  for (const Device& d : devices) {
-    if (d.memory_node == 0 ||
-        std::find(t.excluded.begin(), t.excluded.end(), d.id) != t.excluded.end())
-      continue;
-    t.excluded.push_back(d.id);
-    if (!t.device_errors.empty()) t.device_errors += "; ";
-    t.device_errors += d.name + ": the task's " + describe(b) +
-                       " is a view of host memory, and this device has its own memory (halo "
-                       "tiles run on devices that work in host memory)";
-  }
 }
 
 }  // namespace hcr::detail

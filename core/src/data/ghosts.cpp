@@ -1,0 +1,155 @@
+// Owns the ghost edges of halo tiles on memory nodes (ghosts.hpp): planning their refresh when a
+// task reads a tile, the copies of edges, and their end. Runs under the data manager's lock.
+#include "ghosts.hpp"
+
+#include "node_memory.hpp"
+
+#include <hcr/error.hpp>
+
+#include <algorithm>
+
+namespace hcr::detail {
+
+namespace {
+
+bool names(const TaskNode& t, const BufferState* b) {
+  for (const ArgRec& a : t.uargs)
+    if (a.buffer == b) return true;
+  return false;
+}
+
+}  // namespace
+
+Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<Copy>& copies) {
+  struct Around {
+    BufferState* tile;
+    BufferState* nb;  // null: gone (one whose count reached 0 is being destroyed; its data is
+                      // home, Coherence::update_hold having kept it alive while it was away)
+    uint8_t slot;
+  };
+  std::vector<Around> around;
+  for (const ArgRec& a : t->uargs) {
+    BufferState& tile = *a.buffer;
+    if (tile.halo == 0 || !reads(a.access)) continue;
+    HaloGrid& grid = *tile.halo_grid;
+    grid.lock.lock();
+    for (int di = -1; di <= 1; ++di)
+      for (int dj = -1; dj <= 1; ++dj) {
+        const int64_t i = int64_t{tile.grid_i} + di, j = int64_t{tile.grid_j} + dj;
+        if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= tile.grid_rows || j >= tile.grid_cols)
+          continue;
+        BufferState* nb = grid.tiles[static_cast<size_t>(i) * tile.grid_cols + j];
+        if (nb != nullptr && try_retain(nb)) plan.refs.push_back(nb);
+        else nb = nullptr;
+        around.push_back({&tile, nb, ghost_slot(di, dj)});
+      }
+    grid.lock.unlock();
+  }
+  // A neighbour whose data was lost with a device: the ghosts cannot be filled (checked before
+  // anything is planned).
+  for (const Around& x : around) {
+    if (x.nb == nullptr) continue;
+    BufferData& nd = coherence_.data(*x.nb);
+    if (nd.lost_with.empty()) continue;
+    bool any = false;
+    for (const Replica& r : nd.replicas) any = any || r.valid || r.fetching;
+    if (any) continue;
+    t->data_lost = true;
+    t->transfer_error = std::make_exception_ptr(
+        Error(ErrorCode::device_lost, "the only valid copy of the " + describe(*x.nb) +
+                                          " whose edge is a ghost of the " + describe(*x.tile) +
+                                          " this task reads was lost with device '" +
+                                          nd.lost_with + "'"));
+    return Step::failed;
+  }
+  for (const Around& x : around) {
+    BufferState* nb = x.nb;
+    if (n == 0) {  // the ghosts are the neighbour's own memory: its host replica must be valid
+      if (nb != nullptr && !names(*t, nb) && !coherence_.data(*nb).replicas[0].valid)
+        plan.homes.push_back(nb);
+      continue;
+    }
+    const Replica& r = coherence_.data(*x.tile).replicas[n];
+    const uint64_t version = nb != nullptr ? coherence_.data(*nb).version : kGone;
+    if (!r.ghost_seen.empty() && r.ghost_seen[x.slot] == version) continue;  // current
+    // An older edge may still be landing in these ghosts (its reader was placed elsewhere): two
+    // copies into the same place, in flight at once, could land in either order.
+    if (r.ghost_fetches != 0) return Step::retry;
+    uint32_t src = 0;
+    if (nb != nullptr) {
+      BufferData& nd = coherence_.data(*nb);
+      int found = -1;
+      if (nd.replicas[n].valid) found = static_cast<int>(n);
+      else if (nd.replicas[0].valid) found = 0;
+      for (uint32_t m = 1; found < 0 && m < nd.replicas.size(); ++m)
+        if (nd.replicas[m].valid && memory_.node(m).plugin == memory_.node(n).plugin)
+          found = static_cast<int>(m);
+      if (found < 0) {
+        bool elsewhere = false;  // on another plugin's device: through host memory
+        for (const Replica& m : nd.replicas) elsewhere = elsewhere || m.valid;
+        if (elsewhere || nd.replicas[0].fetching) {
+          if (!nd.replicas[0].fetching) coherence_.plan_fetch(*nb, 0, copies, t->priority);
+          return Step::retry;
+        }
+        // Valid nowhere, never written: host memory is as good as any (plan_fetch says so).
+        coherence_.plan_fetch(*nb, 0, copies, t->priority);
+        found = 0;
+      }
+      src = static_cast<uint32_t>(found);
+    }
+    plan.edges.push_back({x.tile, nb, src, x.slot, version});
+  }
+  return Step::go;
+}
+
+void Ghosts::start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<Copy>& copies) {
+  for (const GhostPlan::Edge& e : plan.edges) {
+    Replica& r = coherence_.data(*e.tile).replicas[n];
+    if (r.ghost_seen.empty()) r.ghost_seen.assign(9, 0);
+    r.ghost_seen[e.slot] = e.version;  // (a second reader finds it current and waits for it)
+    ++r.ghost_fetches;
+    ++r.pins;  // the copy writes it: not evicted under it
+    if (e.from != nullptr) {
+      Replica& s = coherence_.data(*e.from).replicas[e.src];
+      ++s.pins;
+      ++s.copies_out;  // a writer of the neighbour there waits for it
+      retain(e.from);
+    }
+    retain(e.tile);
+    Copy c{e.tile, e.src, n, false, t->priority};
+    c.slot = e.slot;
+    c.from = e.from;
+    copies.push_back(c);
+  }
+  for (BufferState* nb : plan.homes) {
+    Replica& h = coherence_.data(*nb).replicas[0];
+    if (h.fetching) coherence_.urge(*nb, 0, t->priority);
+    else if (!h.valid) coherence_.plan_fetch(*nb, 0, copies, t->priority);
+    if (h.fetching || h.evicting) {
+      h.waiters.push_back({t, true, false});
+      t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Ghosts::landed(const Copy& c, const std::exception_ptr& failure,
+                    CopyLanding::After& after) {
+  Replica& dst = coherence_.data(*c.b).replicas[c.dst];
+  --dst.ghost_fetches;
+  --dst.pins;
+  if (c.from != nullptr) {
+    Replica& src = coherence_.data(*c.from).replicas[c.src];
+    --src.pins;
+    --src.copies_out;
+    coherence_.wake(*c.from, c.src, nullptr, after.ready, after.more);
+  }
+  if (failure) {
+    // The ghosts hold no known version now; the readers waiting for them fail with the copy.
+    if (!dst.ghost_seen.empty()) dst.ghost_seen[c.slot] = 0;
+    for (const Replica::Waiter& w : dst.waiters)
+      if (w.reads && !w.task->transfer_error) w.task->transfer_error = failure;
+  }
+  coherence_.wake(*c.b, c.dst, nullptr, after.ready, after.more);
+}
+
+}  // namespace hcr::detail

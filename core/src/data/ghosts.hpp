@@ -1,0 +1,118 @@
+// Owns halo tiles' ghosts on memory nodes: which version of each neighbour's data a replica's
+// ghost edges hold, and the copies of edges that refresh them.
+//
+// A halo tile (Buffer::partition with an hcr::Halo) is a region of the partitioned buffer: its
+// interior, its own data, and ghost edges that are its neighbours' interiors. Coherence treats
+// only the interior as the tile's data: its replicas are valid or not as any buffer's, and every
+// copy of the tile itself moves the interior alone (Transfers, WriteBack), so a copy home never
+// overwrites the neighbours' edges in host memory. A replica on a device is region-sized; before
+// a task that reads the tile runs there, each ghost edge is copied in from the neighbour's valid
+// copy (on that device, in host memory, or on another device of the same plugin) unless the
+// ghosts already hold the neighbour's current version: each buffer counts its writes
+// (BufferData::version), each device replica of a halo tile remembers, per neighbour, the version
+// its ghosts received (Replica::ghost_seen). Only edges move, and only those whose neighbour
+// changed. The task graph orders the read after the neighbours' earlier writers and before
+// their later ones (engine/halo_reads.hpp), so the version seen when the task acquires its data
+// is the one it must read. In host memory the ghosts are the neighbours' own memory: a task
+// reading a tile there needs each neighbour's host replica valid, which is fetched home whole as
+// for any reader. A neighbour whose only valid copy is on another plugin's device goes home first,
+// the task waiting (acquire retried when a copy lands).
+#pragma once
+
+#include "coherence.hpp"
+#include "transfers.hpp"
+
+#include "../buffer_state.hpp"
+#include "../task_node.hpp"
+
+#include <cstdint>
+#include <exception>
+#include <vector>
+
+namespace hcr::detail {
+
+class NodeMemory;
+
+/// The ghost edge of `tile` that lies in the neighbour at (di, dj) from it, in the partitioned
+/// buffer's coordinates (computed from the tile alone: the neighbour may be gone).
+inline ElementRect ghost_edge(const BufferState& tile, int di, int dj) noexcept {
+  const ElementRect own = own_elements(tile);
+  ElementRect e;
+  e.row0 = di < 0 ? tile.row0 : di == 0 ? own.row0 : own.row0 + own.rows;
+  e.rows = di < 0 ? own.row0 - tile.row0 : di == 0 ? own.rows : tile.row0 + tile.rows - e.row0;
+  e.col0 = dj < 0 ? tile.col0 : dj == 0 ? own.col0 : own.col0 + own.cols;
+  e.cols = dj < 0 ? own.col0 - tile.col0 : dj == 0 ? own.cols : tile.col0 + tile.cols - e.col0;
+  return e;
+}
+
+/// A neighbour's place around a tile, 0..8 row-major over (di, dj) in [-1, 1]^2 (4, the tile
+/// itself, never used).
+constexpr uint8_t ghost_slot(int di, int dj) noexcept {
+  return static_cast<uint8_t>((di + 1) * 3 + (dj + 1));
+}
+
+/// Where rectangle `r` lies in `x`'s replica: in host memory (the buffer's pitch) or in a device
+/// replica of x's region (packed, row-major).
+struct RectPlace {
+  std::byte* host;  // node 0
+  uint64_t offset;  // device nodes
+  uint64_t pitch;
+};
+inline RectPlace rect_place(const BufferState& x, bool host, const ElementRect& r) noexcept {
+  const size_t dr = r.row0 - x.row0, dc = r.col0 - x.col0;
+  if (host) return {x.host + (dr * x.ld + dc) * x.elem, 0, x.ld * x.elem};
+  return {nullptr, (dr * x.cols + dc) * x.elem, x.cols * x.elem};
+}
+
+/// What a task's halo reads need on a node, decided before it pins anything, done once it does.
+struct GhostPlan {
+  struct Edge {
+    BufferState* tile;
+    BufferState* from;  // the neighbour (null: gone, its data in host memory)
+    uint32_t src;       // the node its edge is read on
+    uint8_t slot;
+    uint64_t version;
+  };
+  std::vector<Edge> edges;          // device nodes: edges to copy into the tiles' ghosts
+  std::vector<BufferState*> homes;  // host memory: neighbours whose host replica must be valid
+  std::vector<BufferState*> refs;   // the neighbours' references taken
+
+  GhostPlan() = default;
+  GhostPlan(const GhostPlan&) = delete;
+  GhostPlan& operator=(const GhostPlan&) = delete;
+  /// Releases the references: outside the data manager's lock (one may be the last).
+  ~GhostPlan() {
+    for (BufferState* b : refs) release(b);
+  }
+};
+
+/// The ghosts' part of the data manager; everything runs under its lock.
+class Ghosts {
+ public:
+  static constexpr uint64_t kGone = UINT64_MAX;  // ghost_seen of a neighbour that no longer lives
+
+  Ghosts(Coherence& coherence, const NodeMemory& memory)
+      : coherence_(coherence), memory_(memory) {}
+  Ghosts(const Ghosts&) = delete;
+  Ghosts& operator=(const Ghosts&) = delete;
+
+  enum class Step {
+    go,     // `plan` holds what to do once the task pins its replicas
+    retry,  // not now (a neighbour on its way home, ghosts still receiving an older edge):
+            // acquire again when a copy lands; copies that lead there are in `copies`
+    failed  // a neighbour's data was lost: t->transfer_error says so
+  };
+  /// What task `t`'s reads of halo tiles need on node `n`.
+  Step plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<Copy>& copies);
+  /// `t` pins its replicas on `n`: the planned edge copies start (their tiles' readers wait for
+  /// them, Replica::ghost_fetches), and `t` waits for its neighbours' host replicas.
+  void start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<Copy>& copies);
+  /// Edge copy `c` ended (failed, when `failure` is set).
+  void landed(const Copy& c, const std::exception_ptr& failure, CopyLanding::After& after);
+
+ private:
+  Coherence& coherence_;
+  const NodeMemory& memory_;
+};
+
+}  // namespace hcr::detail
