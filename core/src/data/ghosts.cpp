@@ -55,11 +55,10 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
     for (const Replica& r : nd.replicas) any = any || r.valid || r.fetching;
     if (any) continue;
     t->data_lost = true;
-    t->transfer_error = std::make_exception_ptr(
-        Error(ErrorCode::device_lost, "the only valid copy of the " + describe(*x.nb) +
-                                          " whose edge is a ghost of the " + describe(*x.tile) +
-                                          " this task reads was lost with device '" +
-                                          nd.lost_with + "'"));
+    t->transfer_error = std::make_exception_ptr(Error(
+        ErrorCode::device_lost,
+        "the only valid copy of the " + describe(*x.nb) + " whose edge is a ghost of the " +
+            describe(*x.tile) + " this task reads was lost with device '" + nd.lost_with + "'"));
     return Step::failed;
   }
   for (const Around& x : around) {
@@ -132,8 +131,7 @@ void Ghosts::start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<C
   }
 }
 
-void Ghosts::landed(const Copy& c, const std::exception_ptr& failure,
-                    CopyLanding::After& after) {
+void Ghosts::landed(const Copy& c, const std::exception_ptr& failure, CopyLanding::After& after) {
   Replica& dst = coherence_.data(*c.b).replicas[c.dst];
   --dst.ghost_fetches;
   --dst.pins;

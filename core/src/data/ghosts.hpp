@@ -91,8 +91,7 @@ class Ghosts {
  public:
   static constexpr uint64_t kGone = UINT64_MAX;  // ghost_seen of a neighbour that no longer lives
 
-  Ghosts(Coherence& coherence, const NodeMemory& memory)
-      : coherence_(coherence), memory_(memory) {}
+  Ghosts(Coherence& coherence, const NodeMemory& memory) : coherence_(coherence), memory_(memory) {}
   Ghosts(const Ghosts&) = delete;
   Ghosts& operator=(const Ghosts&) = delete;
 
