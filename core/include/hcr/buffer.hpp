@@ -175,9 +175,13 @@ struct Ghosts {
 /// first. A task may write only the interior; the ghosts are its neighbours' interiors, read-only.
 /// Ordering is automatic: a task that reads a halo tile waits for the earlier writers of its
 /// neighbours (their edges are its ghosts), and a later writer of a neighbour waits for it, so
-/// nothing needs refreshing by hand. Halo tiles are views of the partitioned buffer's host memory:
-/// ghosts are the neighbours' memory and nothing is copied. They run on devices that work in host
-/// memory (CPU; a task with a halo tile is not placed on a device with its own memory).
+/// nothing needs refreshing by hand. In host memory (CPU) halo tiles are views of the partitioned
+/// buffer's memory: ghosts are the neighbours' memory and nothing is copied (the kernel's `ld` is
+/// the buffer's). On a device with its own memory (GPU, OpenCL) a tile is held as its region,
+/// packed (`ld` == cols: row stride left + interior + right); before a task reads it there, the
+/// runtime copies in the ghost edges whose neighbour was written since (from that device, host
+/// memory or a peer: edges only, never whole neighbours), and a copy home carries the interior
+/// only.
 ///
 /// \code
 /// auto tiles = grid.partition(512, 512, hcr::Halo{1});   // tiles(i, j): up to 514 x 514
