@@ -20,6 +20,21 @@ __global__ void scale_kernel(float* x, unsigned long long rows, unsigned long lo
   x[r * ld + c] *= a;
 }
 
+// One step of the halo-tile stencil (test_kernels.hpp): a thread per interior element.
+__global__ void halo_step_kernel(const int* a, int* b, unsigned long long ld,
+                                 unsigned long long top, unsigned long long left,
+                                 unsigned long long rows, unsigned long long cols,
+                                 unsigned long long row0, unsigned long long col0,
+                                 unsigned long long n, unsigned long long m) {
+  const unsigned long long i = blockIdx.x * 1ull * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  const unsigned long long r = i / cols, c = i % cols, gr = row0 + r, gc = col0 + c;
+  const unsigned long long x = (top + r) * ld + left + c;
+  b[x] = gr == 0 || gc == 0 || gr + 1 == n || gc + 1 == m
+             ? a[x]
+             : (2 * a[x] + a[x - 1] + a[x + 1] + a[x - ld] + a[x + ld]) % 10007;
+}
+
 int fail(char* message, size_t size, const char* text) {
   std::snprintf(message, size, "%s", text);
   return 1;
@@ -53,6 +68,24 @@ extern "C" int hcr_test_scale(void* user_data, const hcr_exec_context_t* ctx, ch
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   scale_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(ctx->native_queue)>>>(
       static_cast<float*>(x.host), x.rows, x.cols, x.ld, a);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return fail(message, message_size, cudaGetErrorString(e));
+  return 0;
+}
+
+extern "C" int hcr_test_halo_step(void*, const hcr_exec_context_t* ctx, char* message,
+                                  size_t message_size) {
+  if (ctx->num_args != 2 || ctx->num_params != 8)
+    return fail(message, message_size, "hcr_test_halo_step takes 2 buffers, 8 parameters");
+  unsigned long long p[8];
+  for (int i = 0; i < 8; ++i)
+    std::memcpy(&p[i], static_cast<const char*>(ctx->params) + ctx->param_offsets[i], sizeof p[i]);
+  const hcr_arg_t& a = ctx->args[0];
+  const unsigned long long rows = a.rows - p[0] - p[2], cols = a.cols - p[1] - p[3];
+  const unsigned blocks = static_cast<unsigned>((rows * cols + 255) / 256);
+  halo_step_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(ctx->native_queue)>>>(
+      static_cast<const int*>(a.host), static_cast<int*>(ctx->args[1].host), a.ld, p[0], p[1], rows,
+      cols, p[4], p[5], p[6], p[7]);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     return fail(message, message_size, cudaGetErrorString(e));
   return 0;

@@ -20,6 +20,12 @@ struct NativeSeen {
 /// args[0] (f32 matrix, device pointer in `host`) *= param 0 (float), on ctx->native_queue.
 extern "C" int hcr_test_scale(void* user_data, const hcr_exec_context_t* ctx, char* message,
                               size_t message_size);
+/// One step of an integer stencil over halo tiles: args[0] the input tile's region, args[1] the
+/// output's (i32, device pointers in `host`, packed); parameters (u64): the ghosts top, left,
+/// bottom, right, the interior's first row and column in the n x m grid, n, m. Each interior
+/// element off the grid's border becomes (2 x + its four neighbours) % 10007; the border keeps.
+extern "C" int hcr_test_halo_step(void* user_data, const hcr_exec_context_t* ctx, char* message,
+                                  size_t message_size);
 /// Always fails with "native failure on purpose".
 extern "C" int hcr_test_fail(void* user_data, const hcr_exec_context_t* ctx, char* message,
                              size_t message_size);
