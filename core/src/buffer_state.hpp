@@ -120,13 +120,6 @@ inline ElementRect own_elements(const BufferState& b) noexcept {
   return {b.row0 + top, b.col0 + left, b.rows - top - bottom, b.cols - left - right};
 }
 
-/// Whether halo tiles `a` and `b` are distinct neighbours in one grid (`b`'s edge is `a`'s ghost).
-inline bool halo_neighbours(const BufferState& a, const BufferState& b) noexcept {
-  if (&a == &b || a.halo == 0 || a.halo_grid == nullptr || a.halo_grid != b.halo_grid) return false;
-  const int64_t di = int64_t{a.grid_i} - b.grid_i, dj = int64_t{a.grid_j} - b.grid_j;
-  return di >= -1 && di <= 1 && dj >= -1 && dj <= 1;
-}
-
 /// For messages: "4x4 f32 buffer", "2x2 f32 tile at (0, 2) of a 4x4 buffer".
 inline std::string describe(const BufferState& b) {
   std::string s = std::to_string(b.rows) + "x" + std::to_string(b.cols) + " " +

@@ -416,7 +416,8 @@ using Options = std::vector<std::pair<std::string, std::string>>;
 
 // `own` simulated devices with their own memory that run the CPU kernels for real (time scaled
 // far down), and `cpu_threads` CPU workers beside them (0: none), under `policy`.
-Config own_memory_machine(int own, int cpu_threads, std::string policy) {
+Config own_memory_machine(int own, int cpu_threads, std::string policy,
+                          const char* memory = "8GiB") {
   Config c;
   c.use_environment = false;
   c.model_dir = "off";
@@ -427,6 +428,7 @@ Config own_memory_machine(int own, int cpu_threads, std::string policy) {
     o.push_back({d + "name", "gpu" + std::to_string(i)});
     o.push_back({d + "host_memory", "false"});
     o.push_back({d + "concurrency", "2"});
+    o.push_back({d + "memory", memory});
   }
   c.backends.push_back({"sim", true, std::move(o), "test"});
   if (cpu_threads > 0)
@@ -551,6 +553,31 @@ TEST(HaloTilesOnDevices, UnchangedNeighboursAreNotCopiedAgain) {
   rt.wait_all();
   EXPECT_EQ(moved(rt).in, first.in);
   g.unpartition().get();
+}
+
+// Eager write-back copies each task's results home as it ends: the interiors only (a region would
+// write the neighbours' edges over with the stale ghosts), one grid's per step, and nothing is left
+// to bring home at the end.
+TEST(HaloTilesOnDevices, EagerWriteBackBringsInteriorsHome) {
+  constexpr size_t kN = 40, kM = 36;
+  constexpr int kSteps = 4;
+  Config c = own_memory_machine(1, 0, "eager");
+  c.writeback = "eager";
+  Runtime rt(c);
+  std::vector<double> want;
+  EXPECT_EQ(run_stencil(rt, {kN, kM, 8, 12, 2, 0}, kSteps, want), want);
+  EXPECT_EQ(moved(rt).out, kSteps * kN * kM * sizeof(double));
+}
+
+// A device too small for the grids: tiles are evicted (their interiors written home when only
+// the device held them) and fetched again, their ghosts refilled; the result is the same.
+TEST(HaloTilesOnDevices, EvictionKeepsTheStencilExact) {
+  // 10 regions of at most 10 x 14 doubles (1120 bytes) fit, of the grids' 30; a task holds two.
+  // (With 7000 bytes, less than the device's window of tasks holds, the run was seen to hang.)
+  Runtime rt(own_memory_machine(1, 0, "eager", "12000B"));
+  std::vector<double> want;
+  EXPECT_EQ(run_stencil(rt, {40, 36, 8, 12, 1, 0}, 5, want), want);
+  EXPECT_GT(rt.stats().data.evictions, 0u);
 }
 
 // A kernel that writes `value` into the interior of its tile (arguments: the tile; parameters:

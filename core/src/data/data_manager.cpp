@@ -105,7 +105,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
       }
     }
     // Halo tiles read: which ghost edges to refresh, and from where (ghosts.hpp). After making
-    // room, which leaves alone the neighbours' replicas they may be read from.
+    // room: the plan reads only replicas still there (make_room may have freed a neighbour's).
     if (halo && status != Status::blocked) [[unlikely]]
       switch (ghosts_.plan(t, n, ghost_plan, copies)) {
         case Ghosts::Step::go: break;

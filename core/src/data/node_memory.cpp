@@ -18,13 +18,10 @@
 namespace hcr::detail {
 
 namespace {
-// `t` names `b`, or reads a halo tile whose ghosts are `b`'s edge: the replica its ghosts may be
-// filled from (data/ghosts.hpp) must not go while `t` makes room.
 bool uses(const TaskNode* t, const BufferState* b) {
   if (t == nullptr) return false;
   for (const ArgRec& a : t->uargs)
-    if (a.buffer == b || (b->halo != 0 && reads(a.access) && halo_neighbours(*a.buffer, *b)))
-      return true;
+    if (a.buffer == b) return true;
   return false;
 }
 }  // namespace
