@@ -47,6 +47,15 @@ GhostSources ghost_sources(const TaskNode& t) {
   return out;
 }
 
+bool ordered_through_ghosts(const BufferState& held, Access held_mode, const BufferState& b,
+                            Access mode) noexcept {
+  if (held.halo == 0 || b.halo == 0 || held.parent != b.parent || &held == &b) return false;
+  const auto apart = [](uint32_t x, uint32_t y) { return x > y ? x - y : y - x; };
+  if (apart(held.grid_i, b.grid_i) > 1 || apart(held.grid_j, b.grid_j) > 1) return false;
+  // Each reads the other's edge through its ghosts; writes touch only their own interiors.
+  return (reads(mode) && writes(held_mode)) || (reads(held_mode) && writes(mode));
+}
+
 void exclude_own_memory_devices(TaskNode& t, const BufferState& b,
                                 std::span<const Device> devices) {
   for (const Device& d : devices) {

@@ -27,6 +27,13 @@ using GhostSources = boost::container::small_vector<Ref<BufferState>, 8>;
 /// each, each once), leaving out the buffers `t` names itself (registered with their own modes).
 GhostSources ghost_sources(const TaskNode& t);
 
+/// Whether an access of `b` in `mode` is ordered after an access of `held` in `held_mode` through
+/// ghosts alone: two halo tiles of one grid, neighbours (diagonals included), one reading the
+/// other's interior through its ghosts while the other writes it. A thread holding the first
+/// access that asks for the second would wait for itself.
+bool ordered_through_ghosts(const BufferState& held, Access held_mode, const BufferState& b,
+                            Access mode) noexcept;
+
 /// A task given halo tile `b`: those of `devices` with their own memory are excluded for it (a
 /// halo tile is a view of host memory, its ghosts its neighbours' memory), each saying so.
 void exclude_own_memory_devices(TaskNode& t, const BufferState& b, std::span<const Device> devices);
