@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -213,10 +214,15 @@ int main(int argc, char** argv) try {
   };
   std::vector<double> hcr_s, omp_s;
   bool equal = run_hcr(rt, k, start, n, tile, 1) == run_openmp(start, n, tile, 1);  // warm-up
+  // Idle OpenMP threads spin for a while after a parallel loop, and so do idle TBB workers: each
+  // side starts once the other's threads have gone to sleep, not while they still take a core.
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
   for (int r = 0; r < runs; ++r) {  // alternated, so both see the same machine
+    settle();
     auto t0 = clock::now();
     const std::vector<float> x = run_hcr(rt, k, start, n, tile, iterations);
     hcr_s.push_back(seconds(t0));
+    settle();
     t0 = clock::now();
     const std::vector<float> y = run_openmp(start, n, tile, iterations);
     omp_s.push_back(seconds(t0));
