@@ -9,6 +9,7 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <vector>
 
 namespace hcr {
 namespace {
@@ -148,6 +149,42 @@ TEST(CpuBackend, EachPartitionRunsItsOwnTasksOnItsOwnWorkers) {
   EXPECT_EQ(met.load(), 2) << "the two partitions' tasks ran side by side";
   EXPECT_EQ(x.device(), static_cast<int>(rt.devices()[0].id));
   EXPECT_EQ(y.device(), static_cast<int>(rt.devices()[1].id));
+}
+
+// A partition's workers keep to its run of the process's cores while they work there; the
+// application's threads are left as they were.
+TEST(CpuBackend, PartitionsWorkOnTheirOwnCores) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  Config c = test::cpu_config(2);
+  c.backends[0].options.push_back({"partitions", "2"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 2u);
+  std::vector<int> seen[2];
+  Kernel where = rt.kernel("where").cpu([&](TaskContext& ctx) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+    for (int core = 0; core < CPU_SETSIZE; ++core)
+      if (CPU_ISSET(core, &mine)) seen[ctx.param<int>(0)].push_back(core);
+  });
+  for (int p = 0; p < 2; ++p) rt.submit(Task(where).param(p).on(rt.devices()[p].id)).get();
+  const size_t m = cores.size();
+  for (size_t p = 0; p < 2; ++p) {
+    std::vector<int> want;  // the run of cores of partition p, or one core each in turn
+    if (m < 2) want = {cores[p % m]};
+    else
+      for (size_t i = p * m / 2; i < (p + 1) * m / 2; ++i) want.push_back(cores[i]);
+    EXPECT_EQ(seen[p], want) << "partition " << p;
+  }
+  cpu_set_t after;
+  CPU_ZERO(&after);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(after), &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&after, &allowed)) << "the application's thread is not pinned";
 }
 
 TEST(CpuBackend, IdleWorkersSleep) {
