@@ -47,6 +47,25 @@ GhostSources ghost_sources(const TaskNode& t) {
   return out;
 }
 
+HaloNeighbours halo_neighbours(const BufferState& h) {
+  HaloNeighbours out;
+  BufferState& parent = *h.parent;
+  parent.lock.lock();
+  if (parent.tiles.size() == size_t{h.grid_rows} * h.grid_cols)
+    for (int di = -1; di <= 1; ++di)
+      for (int dj = -1; dj <= 1; ++dj) {
+        const int64_t i = int64_t{h.grid_i} + di, j = int64_t{h.grid_j} + dj;
+        if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= h.grid_rows || j >= h.grid_cols)
+          continue;
+        BufferState* n = parent.tiles[static_cast<size_t>(i) * h.grid_cols + j];
+        if (n != nullptr && try_retain(n))
+          out.push_back(
+              {Ref<BufferState>::adopt(n), static_cast<int8_t>(di), static_cast<int8_t>(dj)});
+      }
+  parent.lock.unlock();
+  return out;
+}
+
 void exclude_own_memory_devices(TaskNode& t, const BufferState& b,
                                 std::span<const Device> devices) {
   for (const Device& d : devices) {
