@@ -559,8 +559,8 @@ std::vector<double> halo_reference(std::vector<double> a, size_t n, size_t m, in
   for (int s = 0; s < steps; ++s) {
     for (size_t r = 1; r + 1 < n; ++r)
       for (size_t c = 1; c + 1 < m; ++c)
-        b[r * m + c] = 0.25 * (a[(r - 1) * m + c] + a[(r + 1) * m + c] + a[r * m + c - 1] +
-                               a[r * m + c + 1]);
+        b[r * m + c] =
+            0.25 * (a[(r - 1) * m + c] + a[(r + 1) * m + c] + a[r * m + c - 1] + a[r * m + c + 1]);
     std::swap(a, b);
   }
   return a;

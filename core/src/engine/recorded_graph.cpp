@@ -2,8 +2,8 @@
 // through TaskGraph::submit_prepared with the edges found once.
 #include "recorded_graph.hpp"
 
-#include "task_graph.hpp"
 #include "reductions.hpp"
+#include "task_graph.hpp"
 #include "../buffer_state.hpp"
 #include "../kernel_registry.hpp"
 #include "../kernel_state.hpp"
@@ -49,7 +49,8 @@ std::shared_ptr<RecordedGraph> Recorder::end() {
     for (const RecordedGraph::CopySlot& c : out->copies_) {
       out->slot_kinds_[c.slot] = RecordedGraph::kCopy;
       // A target no recorded task accesses itself: what is pending on it is combined later.
-      if (out->modes_[c.target] == Access::read && out->slot_kinds_[c.target] == RecordedGraph::kPlain)
+      if (out->modes_[c.target] == Access::read &&
+          out->slot_kinds_[c.target] == RecordedGraph::kPlain)
         out->slot_kinds_[c.target] = RecordedGraph::kReduceTarget;
     }
     for (const RecordedTask& t : out->tasks_)
@@ -145,8 +146,7 @@ uint32_t Recorder::slot_of(const Ref<BufferState>& b, Access access) {
     frontiers_.emplace_back();
   }
   const uint32_t slot = it->second;
-  g.modes_[slot] =
-      static_cast<Access>(static_cast<int>(g.modes_[slot]) | static_cast<int>(access));
+  g.modes_[slot] = static_cast<Access>(static_cast<int>(g.modes_[slot]) | static_cast<int>(access));
   return slot;
 }
 

@@ -7,8 +7,8 @@
 // Thread safety: Recorder's calls take its mutex; a RecordedGraph replays under its own mutex.
 #pragma once
 
-#include "../task_node.hpp"
 #include "halo_reads.hpp"
+#include "../task_node.hpp"
 
 #include <hcr/detail/handles.hpp>
 #include <hcr/graph.hpp>

@@ -117,7 +117,8 @@ void RecordedGraph::exclude_devices() {
 
 void RecordedGraph::contribute(BufferState* const* bound) {
   for (size_t i = 0; i < copies_.size(); ++i)
-    if (!copies_[i].combined) reductions_.contribute(*bound[copies_[i].target], std::move(fresh_[i]));
+    if (!copies_[i].combined)
+      reductions_.contribute(*bound[copies_[i].target], std::move(fresh_[i]));
   fresh_.clear();
 }
 
