@@ -34,8 +34,8 @@ BufferObj& binding_buffer(const std::shared_ptr<RuntimeHolder>& holder, py::hand
 }
 
 /// The bindings of Graph.replay: a dict {recorded: bound} or a sequence of (recorded, bound).
-std::vector<hcr::Binding> bindings_of(const std::shared_ptr<RuntimeHolder>& holder,
-                                      py::handle spec, std::vector<py::object>& made) {
+std::vector<hcr::Binding> bindings_of(const std::shared_ptr<RuntimeHolder>& holder, py::handle spec,
+                                      std::vector<py::object>& made) {
   std::vector<std::pair<py::object, py::object>> pairs;
   if (py::isinstance<py::dict>(spec)) {
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(spec))
@@ -139,8 +139,8 @@ dtype. Raises InvalidArgumentError naming the binding at fault, and while the ru
       .def("__len__", [](const GraphObj& g) { return g.graph.tasks(); })
       .def("__repr__", [](const GraphObj& g) {
         return "hcr.Graph(" + std::to_string(g.graph.tasks()) + " tasks, " +
-               std::to_string(g.graph.buffers()) + " buffers, " +
-               std::to_string(g.graph.edges()) + " edges)";
+               std::to_string(g.graph.buffers()) + " buffers, " + std::to_string(g.graph.edges()) +
+               " edges)";
       });
 }
 
