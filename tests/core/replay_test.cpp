@@ -791,6 +791,65 @@ TEST_P(Replay, ReduceReadInsideTheRecording) {
   EXPECT_EQ(prod.to_vector()[0], 1);  // nothing left to combine after the recorded reader
 }
 
+// What was contributed to a buffer before a replay that reads it is combined first, as a submitted
+// reader's arguments are: the replay sees the reduction's value.
+TEST_P(Replay, CombinesContributionsBeforeReadingThem) {
+  Runtime rt(GetParam().config);
+  Kernel add = rt.kernel("add_k").cpu(
+      [](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0); });
+  Kernel affine = affine_kernel(rt);
+  auto sum = rt.vector<int64_t>(1), out = rt.vector<int64_t>(1);
+  fill(sum, 0);
+  sum.set_reduction(Reduction::sum);
+  rt.begin_recording();
+  rt.submit(Task(affine).read(sum).write(out).param(int64_t{1}));
+  Graph g = rt.end_recording();
+  EXPECT_EQ(out.to_vector()[0], 1);
+  for (int64_t k = 1; k <= 4; ++k) rt.submit(Task(add).reduce(sum).param(k));  // 10 in all
+  g.replay().get();
+  EXPECT_EQ(out.to_vector()[0], 21);
+}
+
+// A replayed halo task is kept off the devices Runtime::submit keeps it off (those with their own
+// memory, engine/halo_reads.hpp): with the CPU gone, the replay fares as the same task submitted.
+TEST(ReplayHalo, DevicesExcludedAsForSubmit) {
+  Config c = test::cpu_config(1);
+  c.backends.push_back(
+      {"sim",
+       true,
+       {{"flops_per_byte", "0"}, {"device.0.name", "own"}, {"device.0.gflops", "1000"}},
+       "test"});
+  Runtime rt(c);
+  Kernel touch = rt.kernel("touch").cpu([](TaskContext& ctx) { ctx.arg<double>(0)(0, 0) += 1; });
+  auto grid = rt.buffer<double>(12, 12);
+  Tiles<double> tiles = grid.partition(4, 4, Halo{1});  // 3 x 3: (0, 0) and (2, 2) apart
+  rt.begin_recording();
+  rt.submit(Task(touch).read_write(tiles(0, 0)));
+  Graph g = rt.end_recording();
+  g.replay().get();
+  int cpu = -1;
+  for (const Device& d : rt.devices())
+    if (d.memory_node == 0) cpu = static_cast<int>(d.id);
+  ASSERT_GE(cpu, 0);
+  rt.remove_device(static_cast<uint32_t>(cpu));
+  auto outcome = [](auto&& run) {
+    try {
+      run();
+      return std::string("ran");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+  };
+  const std::string submitted =
+      outcome([&] { rt.submit(Task(touch).read_write(tiles(2, 2))).get(); });
+  const std::string replayed = outcome([&] { g.replay().get(); });
+  // (Placed on a device with its own memory, the task would fail there, for another reason.)
+  const char* why = "no device can run kernel 'touch'";
+  EXPECT_EQ(replayed == "ran", submitted == "ran") << replayed << "\n  vs submitted: " << submitted;
+  EXPECT_EQ(says(replayed, why), says(submitted, why))
+      << replayed << "\n  vs submitted: " << submitted;
+}
+
 TEST(ReplayMisuse, BindingsAreChecked) {
   Runtime rt(test::cpu_config(1));
   Kernel affine = affine_kernel(rt);
