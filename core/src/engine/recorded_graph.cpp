@@ -220,35 +220,33 @@ void Recorder::commit(Captured c) {
 
 // Task `self`'s access of `slot` in the recording's frontier (task_graph.cpp's rules, by index).
 void Recorder::access(uint32_t self, uint32_t slot, Access mode) {
-  {
-    Frontier& f = frontiers_[slot];
-    if (commutes(mode)) {
-      if (!f.run_open) {
-        for (uint32_t w : f.writers) f.before_run.push_back({w, true});
-        for (uint32_t x : f.readers) f.before_run.push_back({x, false});
-        f.writers.clear();
-        f.readers.clear();
-        f.run.clear();
-        f.run_open = true;
-      }
-      for (const RecordedTask::Next& b : f.before_run) add_edge(b.task, self, b.data);
-      f.run.push_back(self);
-      return;
-    }
-    if (f.run_open) {  // the run closes: its tasks are the writers now
-      f.writers = std::move(f.run);
-      f.run.clear();
-      f.before_run.clear();
-      f.run_open = false;
-    }
-    for (uint32_t w : f.writers) add_edge(w, self, reads(mode));
-    if (writes(mode)) {
-      for (uint32_t x : f.readers) add_edge(x, self, false);
+  Frontier& f = frontiers_[slot];
+  if (commutes(mode)) {
+    if (!f.run_open) {
+      for (uint32_t w : f.writers) f.before_run.push_back({w, true});
+      for (uint32_t x : f.readers) f.before_run.push_back({x, false});
+      f.writers.clear();
       f.readers.clear();
-      f.writers.assign(1, self);
-    } else {
-      f.readers.push_back(self);
+      f.run.clear();
+      f.run_open = true;
     }
+    for (const RecordedTask::Next& b : f.before_run) add_edge(b.task, self, b.data);
+    f.run.push_back(self);
+    return;
+  }
+  if (f.run_open) {  // the run closes: its tasks are the writers now
+    f.writers = std::move(f.run);
+    f.run.clear();
+    f.before_run.clear();
+    f.run_open = false;
+  }
+  for (uint32_t w : f.writers) add_edge(w, self, reads(mode));
+  if (writes(mode)) {
+    for (uint32_t x : f.readers) add_edge(x, self, false);
+    f.readers.clear();
+    f.writers.assign(1, self);
+  } else {
+    f.readers.push_back(self);
   }
 }
 
@@ -350,7 +348,6 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
                       " would stand for two of the graph's buffers (the recorded dependencies "
                       "assume they are distinct)");
     bound = bound_.data();
-    check_halo_bindings(bound);
   }
   for (size_t s = 0; s < nb; ++s) {
     BufferState* b = bound[s];
@@ -367,6 +364,7 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
                   "Graph::replay: the " + describe(*b) +
                       " has been partitioned since it was recorded: unpartition it first");
   }
+  if (!bindings.empty()) check_halo_bindings(bound);
   for (const Ref<KernelState>& k : kernels_used_) kernels_.resolve(*k);
   bound = prepare_reductions(bound);
 
