@@ -1,8 +1,10 @@
 // Recorded graphs (Runtime::begin_recording, end_recording, Graph::replay): a Jacobi stencil over
 // the tiles of a partitioned buffer and a Jacobi solver replayed until converged, each checked
-// against a plain loop; rebinding buffers; replays chained with ordinary submits; failures; and
-// the misuses refused. On CPU slots in host memory and on two simulated devices with memories of
-// their own (the data moves between them, and the first placement tried is the last run's).
+// against a plain loop; Jacobi steps over halo tiles (ordered by their neighbours), ping-pong by
+// rebinding; reductions replayed with fresh private copies; rebinding buffers; replays chained
+// with ordinary submits; failures; and the misuses refused. On CPU slots in host memory and on two
+// simulated devices with memories of their own (the data moves between them, and the first
+// placement tried is the last run's).
 #include "../test_support.hpp"
 
 #include <atomic>
