@@ -812,6 +812,28 @@ TEST_P(Replay, CombinesContributionsBeforeReadingThem) {
   EXPECT_EQ(out.to_vector()[0], 21);
 }
 
+// What tasks contributed before begin_recording is combined then, not by combine tasks the
+// recording would keep: a replay does not fold those contributions again.
+TEST_P(Replay, ContributionsFromBeforeTheRecordingAreNotRecorded) {
+  Runtime rt(GetParam().config);
+  Kernel add = rt.kernel("add_k").cpu(
+      [](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) += ctx.param<int64_t>(0); });
+  Kernel affine = affine_kernel(rt);
+  auto sum = rt.vector<int64_t>(1), out = rt.vector<int64_t>(1);
+  fill(sum, 0);
+  sum.set_reduction(Reduction::sum);
+  for (int64_t k = 1; k <= 3; ++k) rt.submit(Task(add).reduce(sum).param(k));  // 6 in all
+  rt.begin_recording();
+  rt.submit(Task(affine).read(sum).write(out).param(int64_t{0}));
+  Graph g = rt.end_recording();
+  EXPECT_EQ(g.tasks(), 1u);
+  EXPECT_EQ(out.to_vector()[0], 12);
+  g.replay().get();
+  g.replay().get();
+  EXPECT_EQ(out.to_vector()[0], 12);
+  EXPECT_EQ(sum.to_vector()[0], 6);
+}
+
 // A replayed halo task is kept off the devices Runtime::submit keeps it off (those with their own
 // memory, engine/halo_reads.hpp): with the CPU gone, the replay fares as the same task submitted.
 TEST(ReplayHalo, DevicesExcludedAsForSubmit) {
