@@ -791,6 +791,17 @@ TEST_P(Replay, ReduceReadInsideTheRecording) {
   }
   EXPECT_EQ(count.to_vector()[0], 4);
   EXPECT_EQ(prod.to_vector()[0], 1);  // nothing left to combine after the recorded reader
+  // Into another target declaring the same reduction: the recorded combines fold into it.
+  auto prod2 = rt.vector<int64_t>(1), out2 = rt.vector<int64_t>(1);
+  fill(prod2, 1);
+  prod2.set_reduction(one, times);
+  g.replay({{prod, prod2}, {out, out2}}).get();
+  EXPECT_EQ(out2.to_vector()[0], want(4));
+  EXPECT_EQ(count.to_vector()[0], 5);
+  auto summed = rt.vector<int64_t>(1);
+  summed.set_reduction(Reduction::sum);
+  const std::string m = error_of([&] { g.replay({{prod, summed}}); });
+  EXPECT_TRUE(says(m, "declares another reduction") && says(m, "'times'")) << m;
 }
 
 // What was contributed to a buffer before a replay that reads it is combined first, as a submitted
