@@ -3,6 +3,8 @@
 // (or DLPack tensors) they wrap outlive every replay, as they outlive a submitted task.
 #include "binding.hpp"
 
+#include <algorithm>
+
 namespace hcrpy {
 
 namespace {
@@ -159,6 +161,14 @@ py::object end_recording(const std::shared_ptr<RuntimeHolder>& holder) {
   obj->graph = std::move(graph);
   obj->buffers = std::move(holder->recorded);
   holder->recorded.clear();
+  // One reference per Buffer (the recording noted one per task argument).
+  auto& kept = obj->buffers;
+  std::sort(kept.begin(), kept.end(),
+            [](const PyRef& a, const PyRef& b) { return a.get().ptr() < b.get().ptr(); });
+  kept.erase(
+      std::unique(kept.begin(), kept.end(),
+                  [](const PyRef& a, const PyRef& b) { return a.get().ptr() == b.get().ptr(); }),
+      kept.end());
   return py::cast(std::move(obj));
 }
 
