@@ -570,12 +570,12 @@ std::vector<double> halo_reference(std::vector<double> a, size_t n, size_t m, in
 
 struct HaloGrids {
   static constexpr size_t kN = 37, kM = 45, kTr = 8, kTc = 10;  // 5 x 5 tiles, the last ones 5 x 5
-  Runtime rt{test::cpu_config(3)};
+  Runtime rt;
   Kernel step = halo_step_kernel(rt);
   std::vector<double> start = initial_grid(kN, kM);
   Buffer<double> a = rt.buffer<double>(kN, kM), b = rt.buffer<double>(kN, kM);
   Tiles<double> ta, tb;
-  HaloGrids() {
+  explicit HaloGrids(Config c = test::cpu_config(3)) : rt(std::move(c)) {
     {
       auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
       for (size_t i = 0; i < start.size(); ++i) va.data()[i] = vb.data()[i] = start[i];
@@ -584,11 +584,12 @@ struct HaloGrids {
     tb = b.partition(kTr, kTc, Halo{1});
   }
   // One Jacobi step, `from`'s tiles to `to`'s.
-  void submit_step(const Tiles<double>& from, const Tiles<double>& to) {
+  void submit_step(const Tiles<double>& from, const Tiles<double>& to, int priority = 0) {
     for (size_t i = 0; i < from.rows(); ++i)
       for (size_t j = 0; j < from.cols(); ++j) {
         const Ghosts g = from.ghosts(i, j);
         rt.submit(Task(step)
+                      .priority(priority)
                       .read(from(i, j))
                       .write(to(i, j))
                       .param(uint64_t{g.top})
@@ -620,13 +621,15 @@ struct HaloGrids {
 
 // A ping-pong pair of Jacobi steps over halo tiles, recorded once and replayed k times without a
 // wait: each step of the pair waits for the writers of its input tile's neighbours (the recorded
-// edges are those, one per neighbour), and the grid is the plain loop's, exactly.
+// edges are those, one per neighbour), and the grid is the plain loop's, exactly. One worker, the
+// second step's tasks more urgent (dmdas queues by priority): a tile of it that waited only for
+// its own tile's writer would run before its neighbours' writers, every time.
 TEST(ReplayHalo, PingPongPairMatchesPlainLoop) {
-  HaloGrids h;
+  HaloGrids h(test::cpu_config(1, "dmdas"));
   constexpr int kReplays = 6;
   h.rt.begin_recording();
   h.submit_step(h.ta, h.tb);
-  h.submit_step(h.tb, h.ta);
+  h.submit_step(h.tb, h.ta, 1);
   Graph g = h.rt.end_recording();
   EXPECT_EQ(g.tasks(), 2 * h.ta.rows() * h.ta.cols());
   EXPECT_EQ(g.buffers(), 2 * h.ta.rows() * h.ta.cols());
