@@ -130,7 +130,7 @@ std::vector<float> run_hcr(hcr::Runtime& rt, const hcr::Kernel& k, const std::ve
     step(0);
     step(1);
     hcr::Graph pair = rt.end_recording();
-    for (it = 2; it + 1 < iterations; it += 2) pair.replay();  // ordered by the tiles, no waits
+    for (it = 2; it + 1 < iterations; it += 2) pair.replay();  // chained by their buffers, no waits
   }
   for (; it < iterations; ++it) step(it);
   ba.unpartition();
