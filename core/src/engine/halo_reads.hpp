@@ -34,6 +34,18 @@ GhostSources ghost_sources(const TaskNode& t);
 bool ordered_through_ghosts(const BufferState& held, Access held_mode, const BufferState& b,
                             Access mode) noexcept;
 
+/// A neighbour of a halo tile: the tile at (grid_i + di, grid_j + dj) of its grid.
+struct HaloNeighbour {
+  Ref<BufferState> tile;
+  int8_t di, dj;
+};
+using HaloNeighbours = boost::container::small_vector<HaloNeighbour, 8>;
+
+/// The alive neighbours of halo tile `h` (a reference each), whose edges its ghosts are: what a
+/// recording keeps of a read of `h`, by place, so that a replay that binds other tiles can check
+/// that it binds their neighbours too (engine/recorded_graph.hpp).
+HaloNeighbours halo_neighbours(const BufferState& h);
+
 /// A task given halo tile `b`: those of `devices` with their own memory are excluded for it (a
 /// halo tile is a view of host memory, its ghosts its neighbours' memory), each saying so.
 void exclude_own_memory_devices(TaskNode& t, const BufferState& b, std::span<const Device> devices);
