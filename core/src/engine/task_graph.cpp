@@ -338,8 +338,7 @@ void TaskGraph::settle(TaskNode* t, const std::exception_ptr& e) noexcept {
       return a->priority > b->priority;
     });
   for (TaskNode* r : now_ready) stages_.ready(r);
-  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
-  t->state.notify_all();
+  settle_state(t, e ? kFailed : kSucceeded);
 }
 
 void TaskGraph::close(TaskNode* t) noexcept {
