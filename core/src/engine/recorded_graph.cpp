@@ -194,8 +194,11 @@ TaskNode* RecordedGraph::record_for(size_t i) {
   if (done && host_->replay_devices() > 1)
     tasks_[i].device = n->device.load(std::memory_order_relaxed);
   if (done && n->refs.load(std::memory_order_acquire) == 1) {
+    // Its kernel reference carries over to the new record (the same recorded task's kernel).
+    KernelState* kernel = std::exchange(n->kernel, nullptr);
     n->~TaskNode();
     n = ::new (static_cast<void*>(n)) TaskNode();
+    n->kernel = kernel;
   } else {  // still running, or held (an Event of the recording run): its holders keep it
     release(n);
     n = new TaskNode;
@@ -205,8 +208,10 @@ TaskNode* RecordedGraph::record_for(size_t i) {
 
 void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound) {
   n->rt = rt_;
-  retain(r.kernel);
-  n->kernel = r.kernel;
+  if (n->kernel == nullptr) {  // a new record (record_for)
+    retain(r.kernel);
+    n->kernel = r.kernel;
+  }
   for (const RecordedTask::Arg& a : r.args) {
     retain(bound[a.slot]);
     n->args.push_back({bound[a.slot], a.access});
@@ -325,6 +330,9 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
     t->successors.push_back({back, true});  // any failure is the replay's
   }
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
+  // submit_prepared wants every task kept alive until it returns: nodes_ keeps the tasks, `done`
+  // the back join, this the front one.
+  const Ref<TaskNode> keep_front = Ref<TaskNode>::share(front);
   struct Link {
     RecordedGraph* g;
     BufferState* const* bound;

@@ -198,12 +198,24 @@ void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks, void (*link)(v
     t->epoch = epoch;
   }
   link(user);
+  // The ready ones go on in runs: placed as a batch, they cost placement less than one by one,
+  // and the devices start on the first run while the rest are counted down.
+  constexpr size_t kRun = 256;
+  TaskNode* run[kRun];
+  size_t ready = 0;
   const bool gated = gate_ != nullptr && gate_->closed();
   for (size_t i = 0; i < n; ++i) {
     TaskNode* t = tasks[i];
     if (gated && gate_->hold(t, seq + i)) continue;
-    if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
+    if (t->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+    run[ready++] = t;
+    if (ready == kRun) {
+      stages_.ready_batch({run, ready});
+      ready = 0;
+    }
   }
+  if (ready == 1) stages_.ready(run[0]);
+  else if (ready != 0) stages_.ready_batch({run, ready});
 }
 
 namespace {
