@@ -311,7 +311,6 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   auto* back = new TaskNode;
   back->kind = TaskKind::join;
   back->rt = rt_;
-  back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
   batch_.clear();
   batch_.push_back(front);
   for (size_t i = 0; i < n; ++i) {
@@ -323,12 +322,24 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
     batch_.push_back(t);
   }
   batch_.push_back(back);
+  // Any failure is the replay's: it reaches the back join along data edges. A task with a data
+  // successor passes its failure on to it (which then fails, and so on), and finishes before it
+  // starts: only the tasks without one need an edge to the back join, which then counts far fewer
+  // ends than there are tasks (one per chain, not one per task).
+  int32_t to_back = 0;
   for (size_t i = 0; i < n; ++i) {
     TaskNode* t = nodes_[i];
-    for (const RecordedTask::Next& x : tasks_[i].successors)
+    bool passes_on = false;
+    for (const RecordedTask::Next& x : tasks_[i].successors) {
       t->successors.push_back({nodes_[x.task], x.data});
-    t->successors.push_back({back, true});  // any failure is the replay's
+      passes_on = passes_on || x.data;
+    }
+    if (!passes_on) {
+      t->successors.push_back({back, true});
+      ++to_back;
+    }
   }
+  back->pending.store(1 + to_back, std::memory_order_relaxed);
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
   // submit_prepared wants every task kept alive until it returns: nodes_ keeps the tasks, `done`
   // the back join, this the front one.
