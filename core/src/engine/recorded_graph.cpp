@@ -311,26 +311,24 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   auto* back = new TaskNode;
   back->kind = TaskKind::join;
   back->rt = rt_;
-  batch_.clear();
-  batch_.push_back(front);
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = record_for(i);
-    const RecordedTask& r = tasks_[i];
-    fill(t, r, bound);
-    t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
-    retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
-    batch_.push_back(t);
-  }
-  batch_.push_back(back);
+  batch_.assign(n + 2, nullptr);
+  batch_.front() = front;
+  batch_.back() = back;
+  // One pass, last task first: a recorded edge always goes to a later task, whose record for this
+  // run is then made already (the records are many and large: each pass over them costs).
   // Any failure is the replay's: it reaches the back join along data edges. A task with a data
   // successor passes its failure on to it (which then fails, and so on), and finishes before it
   // starts: only the tasks without one need an edge to the back join, which then counts far fewer
   // ends than there are tasks (one per chain, not one per task).
   int32_t to_back = 0;
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = nodes_[i];
+  for (size_t i = n; i-- > 0;) {
+    TaskNode* t = record_for(i);
+    const RecordedTask& r = tasks_[i];
+    fill(t, r, bound);
+    t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
+    retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
     bool passes_on = false;
-    for (const RecordedTask::Next& x : tasks_[i].successors) {
+    for (const RecordedTask::Next& x : r.successors) {
       t->successors.push_back({nodes_[x.task], x.data});
       passes_on = passes_on || x.data;
     }
@@ -338,6 +336,7 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
       t->successors.push_back({back, true});
       ++to_back;
     }
+    batch_[i + 1] = t;
   }
   back->pending.store(1 + to_back, std::memory_order_relaxed);
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
