@@ -161,6 +161,9 @@ class RuntimeCore final : public GraphStages,
 
   // GraphStages: what the task graph hands on.
   void ready(TaskNode* t) noexcept override { placement_.place(t); }
+  void ready_batch(std::span<TaskNode* const> tasks) noexcept override {
+    placement_.place_batch(tasks);
+  }
   void waiting_with_inputs(TaskNode* t, std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
   bool moves_inputs_early(const TaskNode& t) const noexcept override;

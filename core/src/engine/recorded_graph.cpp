@@ -263,8 +263,11 @@ TaskNode* RecordedGraph::record_for(size_t i) {
   if (done && host_->replay_devices() > 1)
     tasks_[i].device = n->device.load(std::memory_order_relaxed);
   if (done && n->refs.load(std::memory_order_acquire) == 1) {
+    // Its kernel reference carries over to the new record (the same recorded task's kernel).
+    KernelState* kernel = std::exchange(n->kernel, nullptr);
     n->~TaskNode();
     n = ::new (static_cast<void*>(n)) TaskNode();
+    n->kernel = kernel;
   } else {  // still running, or held (an Event of the recording run): its holders keep it
     release(n);
     n = new TaskNode;
@@ -274,8 +277,10 @@ TaskNode* RecordedGraph::record_for(size_t i) {
 
 void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound) {
   n->rt = rt_;
-  retain(r.kernel);
-  n->kernel = r.kernel;
+  if (n->kernel == nullptr) {  // a new record (record_for)
+    retain(r.kernel);
+    n->kernel = r.kernel;
+  }
   for (const RecordedTask::Arg& a : r.args) {
     retain(bound[a.slot]);
     n->args.push_back({bound[a.slot], a.access});
@@ -377,26 +382,39 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   auto* back = new TaskNode;
   back->kind = TaskKind::join;
   back->rt = rt_;
-  back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
-  batch_.clear();
-  batch_.push_back(front);
-  for (size_t i = 0; i < n; ++i) {
+  batch_.assign(n + 2, nullptr);
+  batch_.front() = front;
+  batch_.back() = back;
+  // One pass, last task first: a recorded edge always goes to a later task, whose record for this
+  // run is then made already (the records are many and large: each pass over them costs).
+  // Any failure is the replay's: it reaches the back join along data edges. A task with a data
+  // successor passes its failure on to it (which then fails, and so on), and finishes before it
+  // starts: only the tasks without one need an edge to the back join, which then counts far fewer
+  // ends than there are tasks (one per chain, not one per task).
+  int32_t to_back = 0;
+  for (size_t i = n; i-- > 0;) {
     TaskNode* t = record_for(i);
     const RecordedTask& r = tasks_[i];
     fill(t, r, bound);
     t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
     retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
-    batch_.push_back(t);
-  }
-  batch_.push_back(back);
-  exclude_devices();
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = nodes_[i];
-    for (const RecordedTask::Next& x : tasks_[i].successors)
+    bool passes_on = false;
+    for (const RecordedTask::Next& x : r.successors) {
       t->successors.push_back({nodes_[x.task], x.data});
-    t->successors.push_back({back, true});  // any failure is the replay's
+      passes_on = passes_on || x.data;
+    }
+    if (!passes_on) {
+      t->successors.push_back({back, true});
+      ++to_back;
+    }
+    batch_[i + 1] = t;
   }
+  back->pending.store(1 + to_back, std::memory_order_relaxed);
+  exclude_devices();
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
+  // submit_prepared wants every task kept alive until it returns: nodes_ keeps the tasks, `done`
+  // the back join, this the front one.
+  const Ref<TaskNode> keep_front = Ref<TaskNode>::share(front);
   struct Link {
     RecordedGraph* g;
     BufferState* const* bound;
