@@ -54,21 +54,35 @@ float tile_dot(const float* x, const float* y, size_t n) {
 int main(int argc, char** argv) {
   int n_log2 = 26, tasks = 64, runs = 9, settle_ms = 100;
   std::string policy;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const auto usage = [&] {
+    std::fprintf(stderr,
+                 "usage: %s [--n-log2 26] [--tasks 64] [--runs 9] [--settle-ms 100] [--policy P]\n",
+                 argv[0]);
+    return 2;
+  };
+  for (int i = 1; i < argc; i += 2) {
     const std::string a = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (a == "--n-log2") n_log2 = v;
-    else if (a == "--tasks") tasks = v;
-    else if (a == "--runs") runs = v;
-    else if (a == "--settle-ms") settle_ms = v;
-    else if (a == "--policy") policy = argv[i + 1];
-    else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--n-log2 26] [--tasks 64] [--runs 9] [--settle-ms 100] [--policy P]\n",
-          argv[0]);
+    if (i + 1 >= argc) return usage();  // --help, or an option without its value
+    const char* text = argv[i + 1];
+    if (a == "--policy") {
+      policy = text;
+      continue;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    if (end == text || *end != '\0' || v < 0 || v > 1'000'000) {
+      std::fprintf(stderr, "%s: '%s' is not a count\n", a.c_str(), text);
       return 2;
     }
+    if (a == "--n-log2") n_log2 = static_cast<int>(v);
+    else if (a == "--tasks") tasks = static_cast<int>(v);
+    else if (a == "--runs") runs = static_cast<int>(v);
+    else if (a == "--settle-ms") settle_ms = static_cast<int>(v);
+    else return usage();
+  }
+  if (n_log2 < 1 || n_log2 > 34) {
+    std::fprintf(stderr, "--n-log2 must be 1 to 34, not %d\n", n_log2);
+    return 2;
   }
   const size_t n = size_t{1} << n_log2;
   if (tasks < 1 || n % static_cast<size_t>(tasks) != 0 || runs < 1) {

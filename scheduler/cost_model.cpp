@@ -316,7 +316,7 @@ void CostModel::refit(Pair& p) {
 namespace {
 // A sample not yet in any file: kept (the last kFreshKept) and counted for the next save.
 void keep_fresh(std::vector<double>& fresh, uint32_t& count, double x) {
-  if (fresh.size() == CostModel::kFreshKept) fresh.erase(fresh.begin());
+  if (fresh.size() == ModelFile::kFreshKept) fresh.erase(fresh.begin());
   fresh.push_back(x);
   ++count;
 }

@@ -103,6 +103,45 @@ struct PowerLaw {
 /// for the offset c.
 PowerLaw fit_power_law(const std::vector<std::array<double, 3>>& points);
 
+/// The cost model's file format: one versioned TOML file per architecture (model_toml.cpp), and
+/// how a save merges into the file another process left. CostModel learns; this writes and reads.
+struct ModelFile {
+  /// One cell as a save sees it: its window and, apart, the
+  /// samples recorded since the last save that completed (those not yet in any file).
+  struct SavedCell {
+    std::string kernel;
+    uint64_t footprint = 0;
+    double size = 0;
+    std::vector<double> samples;  ///< the window, oldest first
+    uint32_t count = 0;           ///< every sample ever
+    int64_t updated = 0;          ///< its last sample, microseconds since 1970 (0: unknown)
+    std::vector<double> fresh;    ///< the latest of the samples not yet saved, oldest first
+    uint32_t fresh_count = 0;     ///< how many there are (`fresh` keeps the last kFreshKept)
+    /// The same for energy (joules per launch), where measured.
+    std::vector<double> joules;
+    uint32_t joules_count = 0;
+    std::vector<double> joules_fresh;
+    uint32_t joules_fresh_count = 0;
+  };
+  static constexpr size_t kFreshKept = 2 * History::kWindow;
+  /// The text of `arch`'s file once `cells` are saved into it, `on_disk` being its text now
+  /// (another process may have saved since this one loaded; nullopt: no file). The file's cells
+  /// stay, with the fresh samples of `cells` added to them (never the samples this model loaded:
+  /// they are in the file already); cells the file lacks are written as `cells` has them. An
+  /// `on_disk` that is not a model of `arch` of this version is replaced, and `why` (if given)
+  /// says what was wrong with it, naming `origin`.
+  static std::string merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
+                                 std::optional<std::string_view> on_disk, const std::string& origin,
+                                 std::string* why = nullptr);
+  /// The file name save() gives an architecture's model.
+  static std::string file_name(const std::string& arch);
+  /// The architecture a model file's text says it holds; nullopt when it cannot be read as one.
+  static std::optional<std::string> arch_of(std::string_view text);
+
+  static constexpr int kFormatVersion = 1;
+  static constexpr const char* kFormat = "hcr-cost-model";
+};
+
 class CostModel {
  public:
   CostModel() = default;
@@ -167,45 +206,13 @@ class CostModel {
   /// was loaded truncated or over the caps).
   bool needs_rewrite(const std::string& arch) const;
 
-  /// Saving beside other processes. One cell as a save sees it: its window and, apart, the
-  /// samples recorded since the last save that completed (those not yet in any file).
-  struct SavedCell {
-    std::string kernel;
-    uint64_t footprint = 0;
-    double size = 0;
-    std::vector<double> samples;  ///< the window, oldest first
-    uint32_t count = 0;           ///< every sample ever
-    int64_t updated = 0;          ///< its last sample, microseconds since 1970 (0: unknown)
-    std::vector<double> fresh;    ///< the latest of the samples not yet saved, oldest first
-    uint32_t fresh_count = 0;     ///< how many there are (`fresh` keeps the last kFreshKept)
-    /// The same for energy (joules per launch), where measured.
-    std::vector<double> joules;
-    uint32_t joules_count = 0;
-    std::vector<double> joules_fresh;
-    uint32_t joules_fresh_count = 0;
-  };
-  static constexpr size_t kFreshKept = 2 * History::kWindow;
-  /// Every cell with samples, by architecture, in file order (kernel, footprint).
+  /// Saving beside other processes: every cell with samples, by architecture, in file order
+  /// (kernel, footprint), as ModelFile::merged_text takes them.
+  using SavedCell = ModelFile::SavedCell;
   std::map<std::string, std::vector<SavedCell>> snapshot() const;
-  /// The text of `arch`'s file once `cells` are saved into it, `on_disk` being its text now
-  /// (another process may have saved since this one loaded; nullopt: no file). The file's cells
-  /// stay, with the fresh samples of `cells` added to them (never the samples this model loaded:
-  /// they are in the file already); cells the file lacks are written as `cells` has them. An
-  /// `on_disk` that is not a model of `arch` of this version is replaced, and `why` (if given)
-  /// says what was wrong with it, naming `origin`.
-  static std::string merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
-                                 std::optional<std::string_view> on_disk, const std::string& origin,
-                                 std::string* why = nullptr);
   /// The fresh samples of `cells` (from snapshot()) are in `arch`'s file now: the next save adds
   /// only the samples recorded since.
   void mark_saved(const std::string& arch, const std::vector<SavedCell>& cells);
-  /// The file name save() gives an architecture's model.
-  static std::string file_name(const std::string& arch);
-  /// The architecture a model file's text says it holds; nullopt when it cannot be read as one.
-  static std::optional<std::string> arch_of(std::string_view text);
-
-  static constexpr int kFormatVersion = 1;
-  static constexpr const char* kFormat = "hcr-cost-model";
 
  private:
   struct Cell {

@@ -69,8 +69,8 @@ void load_from(CostModel& model, const files::TrustedDir& dir, std::vector<std::
     try {
       std::optional<std::string> text = dir.read(name, kMaxModelFileBytes);
       if (!text) continue;  // removed meanwhile
-      auto arch = CostModel::arch_of(*text);
-      const bool of_record = arch && name == CostModel::file_name(*arch);
+      auto arch = ModelFile::arch_of(*text);
+      const bool of_record = arch && name == ModelFile::file_name(*arch);
       found.push_back({name, std::move(*text), of_record});
     } catch (const std::exception& e) {
       warnings.push_back(std::string("ignoring cost model file ") + e.what());
@@ -93,7 +93,7 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
   std::vector<fs::path> written;
   std::set<std::string> saved;  // architectures
   for (auto& [arch, cells] : model.snapshot()) {
-    const std::string name = CostModel::file_name(arch);
+    const std::string name = ModelFile::file_name(arch);
     const std::string path = dir.file(name).string();
     std::optional<std::string> text;
     try {
@@ -108,7 +108,7 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
     // or over the caps, and must be written within them.
     if (text && !fresh && !model.needs_rewrite(arch)) continue;
     std::string why;
-    std::string merged = CostModel::merged_text(
+    std::string merged = ModelFile::merged_text(
         arch, cells, text ? std::optional<std::string_view>(*text) : std::nullopt, path, &why);
     if (!why.empty()) warnings.push_back("replacing cost model file " + why);
     dir.write(name, merged, kFileMode);
@@ -130,7 +130,7 @@ std::vector<fs::path> save_locked(CostModel& model, const files::TrustedDir& dir
       continue;
     std::optional<std::string> arch;
     try {
-      if (auto text = dir.read(name, kMaxModelFileBytes)) arch = CostModel::arch_of(*text);
+      if (auto text = dir.read(name, kMaxModelFileBytes)) arch = ModelFile::arch_of(*text);
     } catch (const files::FileError&) {  // unreadable: not ours to remove
     }
     if (arch && saved.count(*arch)) dir.remove(name);
@@ -180,10 +180,10 @@ std::string check_model_file(std::string_view name, std::string_view text) {
   } catch (const std::exception& e) {
     return e.what();
   }
-  const std::optional<std::string> arch = CostModel::arch_of(text);
-  if (!arch || CostModel::file_name(*arch) != name)
+  const std::optional<std::string> arch = ModelFile::arch_of(text);
+  if (!arch || ModelFile::file_name(*arch) != name)
     return origin + ": holds architecture '" + arch.value_or("") + "', whose file is " +
-           CostModel::file_name(arch.value_or(""));
+           ModelFile::file_name(arch.value_or(""));
   return {};
 }
 

@@ -98,16 +98,16 @@ ParsedModel parse_model(std::string_view whole, const std::string& origin) {
   // value_exact: TOML++'s value<int64_t>() of a float converts it first, undefined for 1e308.
   auto version = root["version"].value_exact<int64_t>();
   auto arch = root["arch"].value<std::string>();
-  if (!format || *format != CostModel::kFormat)
+  if (!format || *format != ModelFile::kFormat)
     throw std::runtime_error(origin + ": not an hcr cost model (no format = \"" +
-                             std::string(CostModel::kFormat) + "\")");
-  if (!version || *version != CostModel::kFormatVersion)
+                             std::string(ModelFile::kFormat) + "\")");
+  if (!version || *version != ModelFile::kFormatVersion)
     throw std::runtime_error(origin + ": model format version " +
                              (version                    ? std::to_string(*version)
                               : root.contains("version") ? std::string("not an integer")
                                                          : std::string("missing")) +
                              ", this hcr reads version " +
-                             std::to_string(CostModel::kFormatVersion));
+                             std::to_string(ModelFile::kFormatVersion));
   if (!arch) throw std::runtime_error(origin + ": no arch");
   ParsedModel out{*arch, {}, 0, text.size() < whole.size() ? whole.size() : 0};
   auto* cells = root["cell"].as_array();
@@ -214,8 +214,8 @@ std::string format_model(const std::string& arch,
     }
     rows.push_back(std::move(row));
   }
-  toml::table root{{"format", CostModel::kFormat},
-                   {"version", CostModel::kFormatVersion},
+  toml::table root{{"format", ModelFile::kFormat},
+                   {"version", ModelFile::kFormatVersion},
                    {"arch", arch},
                    {"cell", std::move(rows)}};
   std::ostringstream out;
@@ -226,9 +226,9 @@ std::string format_model(const std::string& arch,
 }
 }  // namespace
 
-std::string CostModel::file_name(const std::string& arch) { return file_name_for(arch); }
+std::string ModelFile::file_name(const std::string& arch) { return file_name_for(arch); }
 
-std::optional<std::string> CostModel::arch_of(std::string_view text) {
+std::optional<std::string> ModelFile::arch_of(std::string_view text) {
   auto arch_in = [](std::string_view t) -> std::optional<std::string> {
     try {
       return toml::parse(t)["arch"].value<std::string>();
@@ -265,7 +265,7 @@ std::map<std::string, std::vector<CostModel::SavedCell>> CostModel::snapshot() c
   return out;
 }
 
-std::string CostModel::merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
+std::string ModelFile::merged_text(const std::string& arch, const std::vector<SavedCell>& cells,
                                    std::optional<std::string_view> on_disk,
                                    const std::string& origin, std::string* why) {
   std::map<std::pair<std::string, uint64_t>, FileCell> merged;
@@ -356,7 +356,8 @@ void CostModel::mark_saved(const std::string& arch, const std::vector<SavedCell>
 
 std::map<std::string, std::string> CostModel::save_text() const {
   std::map<std::string, std::string> texts;
-  for (auto& [arch, cells] : snapshot()) texts[arch] = merged_text(arch, cells, std::nullopt, arch);
+  for (auto& [arch, cells] : snapshot())
+    texts[arch] = ModelFile::merged_text(arch, cells, std::nullopt, arch);
   return texts;
 }
 

@@ -1,6 +1,7 @@
-// The CPU backend plugin: one device whose slots are oneTBB worker threads. The built-in BLAS and
-// LAPACK kernels (gemm, syrk, trsm, potrf, getrf_nopiv; f32 and f64) run through hcr_host_blas on
-// hcr's own single-threaded OpenBLAS (parallelism comes from running tiles side by side; the
+// The CPU backend plugin: one device whose slots are oneTBB worker threads (or, with option
+// `partitions`, several devices sharing them out, each with an arena of its own). The built-in BLAS
+// and LAPACK kernels (gemm, syrk, trsm, potrf, getrf_nopiv; f32 and f64) run through hcr_host_blas
+// on hcr's own single-threaded OpenBLAS (parallelism comes from running tiles side by side; the
 // application's OpenBLAS and its thread count are never touched); user kernels arrive as host
 // functions. Idle TBB workers sleep.
 #include "host_blas.hpp"
@@ -8,19 +9,24 @@
 
 #include <hcr/sdk/backend.hpp>
 
+#include <sched.h>
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
+#include <tbb/task_scheduler_observer.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <bit>
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 // ThreadSanitizer (HCR_SANITIZE=thread) does not see the synchronisation inside libtbb, which is
 // not built with it: without being told, it takes every task the arena runs for a data race with
@@ -80,10 +86,66 @@ std::string cpu_model() {
 // (host_blas::run_split), which the workers with nothing else to run take up (see run()).
 int blas_threads(const hcr_launch_args_t&) { return 1; }
 
+// Keeps the workers of one partition's arena on that partition's cores while they work there (a
+// TBB worker may serve another arena later: it takes that one's cores then). The application's
+// own threads entering the arena (synchronize) are left alone.
+class PinToCores final : public tbb::task_scheduler_observer {
+ public:
+  PinToCores(tbb::task_arena& arena, const cpu_set_t& cores)
+      : tbb::task_scheduler_observer(arena), cores_(cores) {
+    observe(true);
+  }
+  ~PinToCores() override { observe(false); }
+
+  void on_scheduler_entry(bool worker) override {
+    if (!worker) return;
+    Saved& s = saved();
+    s.valid = ::sched_getaffinity(0, sizeof s.mask, &s.mask) == 0;
+    if (s.valid) (void)::sched_setaffinity(0, sizeof cores_, &cores_);
+  }
+  void on_scheduler_exit(bool worker) override {
+    if (!worker) return;
+    Saved& s = saved();
+    if (s.valid) (void)::sched_setaffinity(0, sizeof s.mask, &s.mask);
+    s.valid = false;
+  }
+
+ private:
+  struct Saved {
+    cpu_set_t mask;
+    bool valid = false;
+  };
+  static Saved& saved() {  // a worker is in one arena at a time
+    thread_local Saved s;
+    return s;
+  }
+  cpu_set_t cores_;
+};
+
+// The cores of partition `k` of `parts`: the process's allowed cores cut into runs, in order (a
+// core each in turn when there are fewer cores than partitions).
+cpu_set_t partition_cores(size_t k, size_t parts) {
+  cpu_set_t allowed, out;
+  CPU_ZERO(&out);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &out);
+    return out;
+  }
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  const size_t m = cores.size();
+  if (m < parts) CPU_SET(cores[k % m], &out);
+  else
+    for (size_t i = k * m / parts; i < (k + 1) * m / parts; ++i) CPU_SET(cores[i], &out);
+  return out;
+}
+
 class CpuBackend final : public sdk::Backend {
  public:
   explicit CpuBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     long long threads = ctx.options.get_int("threads", 0);
+    const long long partitions = ctx.options.get_int("partitions", 1);
     parallel_tasks_ = ctx.options.get_bool("parallel_tasks", false);
     const std::string powercap = ctx.options.get("powercap", "/sys/class/powercap");
     ctx.options.check_all_used();
@@ -96,41 +158,69 @@ class CpuBackend final : public sdk::Backend {
                                                   ": must be 0 (all cores) or 1 to 4096");
     threads_ = threads == 0 ? static_cast<int>(tbb::info::default_concurrency())
                             : static_cast<int>(threads);
+    // Partitions, as OpenCL's CL_DEVICE_PARTITION_EQUALLY: devices of threads / partitions workers
+    // (the first ones one more where it does not divide), each working on its own share of the
+    // process's cores. Tasks pinned to a partition keep to those cores, and their data to those
+    // cores' caches: a stencil whose neighbouring tiles run on one partition reads its ghosts
+    // from its own writes (bench/tile_affinity_bench).
+    if (partitions < 1 || partitions > threads_)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                  "option 'partitions' = " + std::to_string(partitions) + ": must be 1 to the " +
+                      std::to_string(threads_) + " worker thread(s)");
     // TBB's pool holds one thread fewer than allowed (the caller is expected to join in); our
     // arena is fed by enqueue only, so allow one more so that `threads` workers exist.
     parallelism_ = std::make_unique<tbb::global_control>(
         tbb::global_control::max_allowed_parallelism, static_cast<size_t>(threads_) + 1);
-    arena_.initialize(threads_, 0);
+    for (long long i = 0; i < partitions; ++i) {
+      auto& part = parts_.emplace_back(std::make_unique<Partition>());
+      part->init(threads_ / static_cast<int>(partitions) + (i < threads_ % partitions ? 1 : 0));
+      part->arena.initialize(part->threads, 0);
+      if (partitions > 1)
+        part->pin = std::make_unique<PinToCores>(
+            part->arena, partition_cores(static_cast<size_t>(i), static_cast<size_t>(partitions)));
+    }
+    // One package counter cannot be shared out between partitions: none of them measures energy.
+    const bool rapl_found = rapl_.has_value();
+    if (partitions > 1) rapl_.reset();
     model_ = cpu_model();
     host().info("cpu: " + std::to_string(threads_) + " worker(s) on " + model_ +
+                (partitions > 1 ? " in " + std::to_string(partitions) + " partitions" : "") +
                 (rapl_ ? ", energy from " + std::to_string(rapl_->domains()) + " RAPL package(s)"
-                       : ", no readable RAPL counter"));
+                 : rapl_found ? ", energy not measured (RAPL counts the package, not a partition)"
+                              : ", no readable RAPL counter"));
   }
 
   // The library may be unloaded right after this, and libtbb with it when we were its only user:
   // TBB's worker threads must be gone by then, so the pool is finalized (joined), not left asleep.
   ~CpuBackend() noexcept override {
-    try {
-      synchronize(0);
-    } catch (...) {  // nothing sensible to do while unloading
+    for (size_t d = 0; d < parts_.size(); ++d) {
+      try {
+        synchronize(d);
+      } catch (...) {  // nothing sensible to do while unloading
+      }
+      parts_[d]->pin.reset();
+      parts_[d]->arena.terminate();
     }
-    arena_.terminate();
     if (!tbb::finalize(scheduler_, std::nothrow))
       host().debug("cpu: TBB workers stay: another part of the process uses TBB");
     parallelism_.reset();
   }
 
-  size_t device_count() override { return 1; }
+  size_t device_count() override { return parts_.size(); }
 
-  void device_info(size_t, sdk::DeviceInfo& info) override {
-    info.name = model_ + " (" + std::to_string(threads_) + " threads)";
+  void device_info(size_t device, sdk::DeviceInfo& info) override {
+    const int threads = parts_.at(device)->threads;
+    info.name = model_ + " (" + std::to_string(threads) + " threads)";
+    if (parts_.size() > 1)
+      info.name +=
+          " [partition " + std::to_string(device) + " of " + std::to_string(parts_.size()) + "]";
     info.arch = model_;
     info.kind = HCR_DEVICE_CPU;
     info.flags = HCR_DEVICE_HOST_MEMORY;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     info.memory_bytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
-    info.compute_units = static_cast<uint32_t>(threads_);
-    info.concurrency = static_cast<uint32_t>(threads_);
+    info.compute_units = static_cast<uint32_t>(threads);
+    info.concurrency = static_cast<uint32_t>(threads);
   }
 
   hcr_kernel_t* kernel_get(size_t, const hcr_kernel_desc_t& desc) override {
@@ -153,12 +243,13 @@ class CpuBackend final : public sdk::Backend {
 
   void launch(const hcr_launch_args_t& args) override {
     if (args.kernel == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "launch without a kernel");
-    tbb::task_handle task = group_.defer([this, args] {
+    Partition& part = *parts_.at(args.device);
+    tbb::task_handle task = part.group.defer([this, args] {
       HCR_CPU_HANDOVER_ACQUIRE();
       run(args);
     });
     HCR_CPU_HANDOVER_RELEASE();
-    arena_.enqueue(std::move(task));
+    part.arena.enqueue(std::move(task));
   }
 
   // RAPL, where the powercap counters can be read (measured: the whole package's draw).
@@ -174,14 +265,15 @@ class CpuBackend final : public sdk::Backend {
 
   // The group counts each task until its function has returned, so nothing of ours is touched
   // after this: safe to destroy the backend right after.
-  void synchronize(size_t) override {
-    auto wait = [this] {
+  void synchronize(size_t device) override {
+    Partition& part = *parts_.at(device);
+    auto wait = [&part] {
       HCR_CPU_HANDOVER_ACQUIRE();
-      group_.wait();
+      part.group.wait();
       HCR_CPU_HANDOVER_RELEASE();
     };
     HCR_CPU_HANDOVER_RELEASE();
-    arena_.execute(wait);
+    part.arena.execute(wait);
     HCR_CPU_HANDOVER_ACQUIRE();
   }
 
@@ -199,13 +291,16 @@ class CpuBackend final : public sdk::Backend {
       err = sdk::guard([&] {
         host_blas::Call call =
             host_blas::check(*k.builtin, a.args, a.num_args, a.params, a.params_size);
-        if (parallel_tasks_ && threads_ > 1) host_blas::run_split(call, a.args, split_);
+        if (parallel_tasks_ && parts_[a.device]->threads > 1)
+          host_blas::run_split(call, a.args, split_);
         else host_blas::run(call, a.args, blas_threads(a));
       });
     } else {
-      int slot = tbb::this_task_arena::current_thread_index();
-      hcr_exec_context_t ctx = sdk::exec_context(a, slot < 0 ? 0u : static_cast<uint32_t>(slot));
+      Partition& part = *parts_[a.device];
+      const uint32_t worker = part.claim_worker();
+      hcr_exec_context_t ctx = sdk::exec_context(a, worker);
       err = sdk::run_host_function(k.fn, k.user_data, ctx);
+      part.release_worker(worker);
     }
     double seconds = -1;
     if (measure)
@@ -240,8 +335,44 @@ class CpuBackend final : public sdk::Backend {
   }};
   std::string model_;
   std::unique_ptr<tbb::global_control> parallelism_;
-  tbb::task_arena arena_;
-  tbb::task_group group_;  // destroyed before the arena
+  // A device: its workers' arena and the launches it runs (destroyed before the arena).
+  struct Partition {
+    int threads = 1;
+    tbb::task_arena arena;
+    tbb::task_group group;
+    std::unique_ptr<PinToCores> pin;  // with several partitions: its workers on its cores
+    // The worker index a kernel sees (TaskContext::worker, what per-worker storage is indexed
+    // by): below `threads` and unique among the tasks running at once. TBB's slot index is
+    // neither (a worker of a one-thread arena has run tasks in slot 1). One bit per index.
+    std::unique_ptr<std::atomic<uint64_t>[]> busy;
+
+    void init(int n) {
+      threads = n;
+      const size_t words = (static_cast<size_t>(n) + 63) / 64;
+      busy = std::make_unique<std::atomic<uint64_t>[]>(words);
+      for (size_t w = 0; w < words; ++w) busy[w].store(0, std::memory_order_relaxed);
+      if (const int rest = n % 64; rest != 0)  // the last word's bits past `threads`: never free
+        busy[words - 1].store(~uint64_t{0} << rest, std::memory_order_relaxed);
+    }
+    uint32_t claim_worker() noexcept {
+      // At most `threads` tasks run at once (the arena's concurrency), so a bit is free.
+      const size_t words = (static_cast<size_t>(threads) + 63) / 64;
+      for (;;)
+        for (size_t w = 0; w < words; ++w) {
+          uint64_t bits = busy[w].load(std::memory_order_relaxed);
+          while (~bits != 0) {
+            const int free = std::countr_one(bits);
+            if (busy[w].compare_exchange_weak(bits, bits | (uint64_t{1} << free),
+                                              std::memory_order_acquire))
+              return static_cast<uint32_t>(w * 64 + static_cast<size_t>(free));
+          }
+        }
+    }
+    void release_worker(uint32_t worker) noexcept {
+      busy[worker / 64].fetch_and(~(uint64_t{1} << (worker % 64)), std::memory_order_release);
+    }
+  };
+  std::vector<std::unique_ptr<Partition>> parts_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Buffers: creation, host access (acquire/release), and partitioning into tiles.
 #include "buffer_state.hpp"
 #include "data/data_manager.hpp"
+#include "engine/halo_reads.hpp"
 #include "engine/reductions.hpp"
 #include "node_pool.hpp"
 #include "runtime_core.hpp"
@@ -152,13 +153,21 @@ HostAccess buffer_acquire(BufferState* b, Access mode) {
   b->rt->pauses().check_not_held(*b, mode);
   if (const TaskNode* running = running_cpu_task();
       running != nullptr && running->rt == b->rt.get())
-    for (const ArgRec& a : running->args)
+    for (const ArgRec& a : running->args) {
       if (a.buffer == b && (writes(mode) || writes(a.access)))
         throw Error(ErrorCode::invalid_argument,
                     "acquire(" + std::string(access_name(mode)) + ") of a " + describe(*b) +
                         " inside kernel '" + running->kernel->name + "', whose task has it as " +
                         access_name(a.access) +
                         " argument: it would wait forever for that task; use ctx.arg() instead");
+      if (ordered_through_ghosts(*a.buffer, a.access, *b, mode))
+        throw Error(ErrorCode::invalid_argument,
+                    "acquire(" + std::string(access_name(mode)) + ") of a " + describe(*b) +
+                        " inside kernel '" + running->kernel->name + "', whose task has the " +
+                        "neighbouring " + describe(*a.buffer) + " as " + access_name(a.access) +
+                        " argument: one reads the other's edge through its ghosts, so it would "
+                        "wait forever for that task");
+    }
   TaskNode* t = make_join(*b->rt, TaskKind::host_access);
   retain(b);
   t->args.push_back({b, mode});

@@ -334,6 +334,9 @@ Event Runtime::submit(Task& task) {
 
 void Runtime::begin_recording() {
   core_->check_alive("Runtime::begin_recording");
+  // Contributions from before are combined now: a combine while recording is recorded, and
+  // folds only the recording's own private copies, which each replay makes afresh.
+  core_->reductions().combine_all();
   core_->recorder().begin(core_->self(), *core_);
 }
 

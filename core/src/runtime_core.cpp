@@ -69,6 +69,17 @@ void RuntimeCore::submit(TaskNode* t) {
   graph_.submit(t);
 }
 
+void RuntimeCore::submit_made(TaskNode* t) {
+  if (recorder_.on()) [[unlikely]] {
+    const TaskNode* running = running_cpu_task();
+    if (running == nullptr || running->rt != this) {
+      recorder_.record_and_submit(t, [&] { submit(t); });
+      return;
+    }
+  }
+  submit(t);
+}
+
 void RuntimeCore::waiting_with_inputs(TaskNode* t,
                                       std::span<const Ref<BufferState>> inputs) noexcept {
   placement_.move_ahead(t, inputs);

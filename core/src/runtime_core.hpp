@@ -104,7 +104,10 @@ class RuntimeCore final : public GraphStages,
 
   /// Takes ownership of the caller's reference to `t`. Blocks while max_tasks_in_flight tasks are
   /// unfinished (back-pressure), except on threads where waiting could deadlock (see runtime.hpp).
-  void submit(TaskNode* t) override;
+  void submit(TaskNode* t);
+  /// ReductionStages: an identity or combine task, recorded while a recording is open (unless a
+  /// kernel's own submit made it, as Runtime::submit does).
+  void submit_made(TaskNode* t) override;
   /// Access::reduce: declared reductions, private copies, combine tasks (engine/reductions.hpp).
   Reductions& reductions() noexcept { return reductions_; }
   /// Ends `t` (success when `e` is null): releases successors, publishes state.
@@ -158,6 +161,9 @@ class RuntimeCore final : public GraphStages,
 
   // GraphStages: what the task graph hands on.
   void ready(TaskNode* t) noexcept override { placement_.place(t); }
+  void ready_batch(std::span<TaskNode* const> tasks) noexcept override {
+    placement_.place_batch(tasks);
+  }
   void waiting_with_inputs(TaskNode* t, std::span<const Ref<BufferState>> inputs) noexcept override;
   void finished_before(TaskNode* t, std::span<const Edge> successors) noexcept override;
   bool moves_inputs_early(const TaskNode& t) const noexcept override;
@@ -218,7 +224,7 @@ class RuntimeCore final : public GraphStages,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   KernelRegistry kernels_{devices_};
-  Recorder recorder_{graph_, kernels_};
+  Recorder recorder_{graph_, kernels_, reductions_};
   Launches launches_{devices_, completion_, data_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};
   // The policy in use. Read on every push, pop and completion (an acquire load, a plain load on

@@ -138,8 +138,7 @@ bool task_done(const TaskNode* t) noexcept {
 void task_wait(const TaskNode* t) {
   if (t->state.load(std::memory_order_acquire) == kPending && t->rt != nullptr)
     t->rt->check_wait(t);
-  for (uint32_t s; (s = t->state.load(std::memory_order_acquire)) == kPending;)
-    t->state.wait(s, std::memory_order_acquire);
+  wait_settled(t);
 }
 std::exception_ptr task_error(const TaskNode* t) noexcept {
   return t->state.load(std::memory_order_acquire) == kFailed ? t->error : nullptr;

@@ -63,6 +63,10 @@ struct TaskNode {
   std::atomic<uint32_t> refs{1};
   std::atomic<int32_t> pending{1};  // unresolved dependencies + 1 held while submitting
   std::atomic<uint32_t> state{kPending};
+  // Threads in wait_settled(): settling wakes waiters only while there are some. A wake costs a
+  // system call, and std::atomic's wait shares a table of 16 slots among all addresses: a
+  // wait_all() waiting on its count sits in the slot of every node's `state` at times.
+  mutable std::atomic<uint32_t> state_waiters{0};
   std::atomic<uint32_t> granted{0};  // host_access: 1 the host may touch the data, 2 released
   TaskKind kind = TaskKind::kernel;
   bool submitted = false;
@@ -148,6 +152,23 @@ struct TaskNode {
   static void* operator new(size_t size);
   static void operator delete(void* p) noexcept;
 };
+
+/// Blocks until `t` has settled (`state` no longer kPending).
+inline void wait_settled(const TaskNode* t) noexcept {
+  if (t->state.load(std::memory_order_acquire) != kPending) return;
+  // Counted, then `state` read again: against settle_state's store, then its read of the count
+  // (seq_cst both sides), one of the two sees the other.
+  t->state_waiters.fetch_add(1, std::memory_order_seq_cst);
+  for (uint32_t s; (s = t->state.load(std::memory_order_seq_cst)) == kPending;)
+    t->state.wait(s, std::memory_order_acquire);
+  t->state_waiters.fetch_sub(1, std::memory_order_release);
+}
+
+/// Publishes `t`'s final state and wakes the threads in wait_settled, if any.
+inline void settle_state(TaskNode* t, TaskState s) noexcept {
+  t->state.store(s, std::memory_order_seq_cst);
+  if (t->state_waiters.load(std::memory_order_seq_cst) != 0) t->state.notify_all();
+}
 
 /// Fills t->footprint and t->size from its kernel and arguments' shapes.
 void compute_footprint(TaskNode* t) noexcept;

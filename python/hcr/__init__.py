@@ -36,6 +36,7 @@ from ._core import (
     Error,
     ErrorCode,
     Event,
+    Graph,
     HostView,
     InternalError,
     InvalidArgumentError,
@@ -105,7 +106,7 @@ _atexit.register(_core._shutdown)
 
 __all__ = [
     "BackendError", "Buffer", "CommunicationError", "ConfigError", "DependencyError", "Device",
-    "DeviceLostError", "Error", "ErrorCode", "Event", "HostView", "InternalError",
+    "DeviceLostError", "Error", "ErrorCode", "Event", "Graph", "HostView", "InternalError",
     "InvalidArgumentError", "Kernel", "KernelError", "NoDeviceError", "NotFoundError",
     "OutOfMemoryError", "Param", "PluginError", "Runtime", "ShutdownError", "Task", "Tiles",
     "TimeoutError", "TraceEvent", "UnknownError", "UnsupportedError", "f32", "f64", "from_dlpack",

@@ -202,6 +202,11 @@ class Runtime:
     def resume(self) -> None: ...
     def paused(self) -> _PausedScope:
         """``with rt.paused():`` submits a whole graph, let go at the block's end."""
+    def begin_recording(self) -> None:
+        """Records the tasks submitted from now on (they run as usual) until end_recording().
+        Recordings do not nest."""
+    def end_recording(self) -> Graph:
+        """Ends the recording; its tasks as a Graph to replay."""
     def start_trace(self) -> None: ...
     def stop_trace(self) -> None: ...
     def trace_events(self) -> list[TraceEvent]: ...
@@ -334,3 +339,26 @@ class Event:
     def device(self) -> int: ...
     def add_done_callback(self, fn: Callable[[Event], Any]) -> None: ...
     def __await__(self) -> Generator[Any, None, None]: ...
+
+BindingsLike = Union[Mapping[BufferLike, BufferLike], Sequence[tuple[BufferLike, BufferLike]]]
+
+class Graph:
+    """Tasks recorded once (Runtime.begin_recording ... end_recording) and submitted again.
+
+    A replay waits for the work submitted before on the graph's buffers, and work submitted after
+    waits for it. Halo tiles are ordered by their neighbours as submitted ones are; reduce
+    accesses get fresh private copies each replay, combined at the buffer's next access. The graph
+    keeps the buffers of its tasks, and the arrays they wrap, alive.
+    """
+
+    def replay(self, bindings: BindingsLike | None = None) -> Event:
+        """Submits the recorded tasks again, each bound buffer (or array, wrapped) in place of the
+        recorded one of the same shape and dtype: {recorded: bound} or [(recorded, bound), ...]."""
+    @property
+    def tasks(self) -> int: ...
+    @property
+    def buffers(self) -> int:
+        """Distinct buffers the tasks use (reduce accesses' copies and targets among them)."""
+    @property
+    def edges(self) -> int: ...
+    def __len__(self) -> int: ...

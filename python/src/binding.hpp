@@ -185,6 +185,10 @@ struct RuntimeHolder {
   std::vector<std::pair<hcr::detail::KernelState*, std::shared_ptr<KernelInfo>>> kernels;
   std::map<WrapKey, WrapEntry> wraps;  // under `mutex`
   uint64_t retirements = 0;            // under `mutex`
+  // Runtime.begin_recording to end_recording: the Buffer objects given to the tasks submitted
+  // meanwhile, which the Graph keeps (graphs.cpp). Under the interpreter lock.
+  bool recording = false;
+  std::vector<PyRef> recorded;
 };
 
 /// True on a thread running a Python kernel of `h`'s runtime (the lock is held there).
@@ -306,5 +310,15 @@ py::object runtime_from_dlpack(const std::shared_ptr<RuntimeHolder>& holder, py:
 
 /// hcr.Event from a C++ event.
 py::object make_event(hcr::Event ev, std::vector<std::shared_ptr<Gate>> gates = {});
+
+// --- recorded graphs (graphs.cpp) ---------------------------------------------------------------
+
+/// Runtime.begin_recording, end_recording (an hcr.Graph).
+void begin_recording(const std::shared_ptr<RuntimeHolder>& holder);
+py::object end_recording(const std::shared_ptr<RuntimeHolder>& holder);
+/// After a submit (a task, an hcr.linalg call): while `holder`'s runtime records, its Buffer
+/// objects are kept for the graph.
+void note_recorded(RuntimeHolder& holder, const std::vector<py::object>& buffers);
+void register_graphs(py::module_& m);
 
 }  // namespace hcrpy

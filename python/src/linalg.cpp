@@ -90,6 +90,11 @@ class Call {
       py::gil_scoped_release unlocked;
       ev = submit();
     }
+    if (holder_->recording) {  // the graph keeps the operands' memory
+      std::vector<py::object> objs;
+      for (auto& [n, op] : ops_) objs.push_back(op.obj);
+      note_recorded(*holder_, objs);
+    }
     std::vector<std::shared_ptr<Gate>> gates;
     for (auto& op : outputs_)
       if (op.from_array) gates.push_back(home_gate(*op.buf));

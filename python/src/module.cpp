@@ -96,6 +96,7 @@ PYBIND11_MODULE(_core, m) {
   register_buffers(m);
   register_tasks(m);
   register_runtime(m);
+  register_graphs(m);
   register_dlpack(m);
   register_linalg(m);
   m.def(

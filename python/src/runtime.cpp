@@ -488,6 +488,13 @@ interpreter lock when max_tasks_in_flight tasks are unfinished.)doc")
           },
           "Ends a pause(); the held tasks start, most urgent first.")
       .def(
+          "begin_recording", [](const RuntimeObj& r) { begin_recording(r.holder); },
+          "Records the tasks submitted from now on (they run as usual) until end_recording(), "
+          "which returns them as an hcr.Graph to replay. Recordings do not nest.")
+      .def(
+          "end_recording", [](const RuntimeObj& r) { return end_recording(r.holder); },
+          "Ends the recording begin_recording() opened; returns its hcr.Graph.")
+      .def(
           "paused", [](const RuntimeObj& r) { return PausedScope{r.holder}; },
           "A context manager: pause() on entry, resume() on exit (`with rt.paused(): ...`).")
       .def(

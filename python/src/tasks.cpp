@@ -485,6 +485,7 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
     hcr::Task& task = t.get("submit");
     check_param_count(*t.info, t.params);
     py::object ev = submit_task(*holder, task);
+    note_recorded(*holder, t.buffers);
     t.task.reset();
     t.buffers.clear();
     return ev;
@@ -516,7 +517,9 @@ py::object submit_call(const std::shared_ptr<RuntimeHolder>& holder, py::handle 
   if (!on.is_none()) task.on(py::cast<uint32_t>(on));
   if (!grid.is_none()) set_geometry(task, grid, true);
   if (!block.is_none()) set_geometry(task, block, false);
-  return submit_task(*holder, task);
+  py::object ev = submit_task(*holder, task);
+  note_recorded(*holder, made);
+  return ev;
 }
 
 void register_tasks(py::module_& m) {

@@ -49,7 +49,7 @@ def test_stubs_cover_every_public_name():
     missing = [n for n in hcr.__all__ if n not in names]
     assert not missing, f"names without a stub: {missing}"
     for cls in ("Runtime", "Buffer", "HostView", "Tiles", "Kernel", "Task", "Event", "Param",
-                "Device", "TraceEvent"):
+                "Device", "TraceEvent", "Graph"):
         public = {m for m in dir(getattr(hcr, cls))
                   if not m.startswith("_") or m in ("__dlpack__", "__dlpack_device__", "__await__",
                                                      "__enter__", "__exit__")}

@@ -3,7 +3,11 @@
 // kernel, looped by hand with OpenMP, is the baseline: both run in turn, several times, and the
 // medians are printed with their ratio. The results must be equal, element for element.
 //
-//   build/bin/stencil [n=2048] [tile=512] [iterations=100] [runs=5]
+//   build/bin/stencil [--mode=replay|submit|both] [n=2048] [tile=512] [iterations=100] [runs=5]
+//
+// --mode: how the iterations reach the runtime. `replay` (the default) records a ping-pong pair of
+// iterations once (hcr::Runtime::begin_recording, end_recording) and replays the graph for the
+// rest; `submit` submits every task of every iteration; `both` times the two against OpenMP.
 //
 // The kernel has a CPU implementation and an OpenCL C one. The timed stencil runs on the CPU
 // backend; where an OpenCL device is found (PoCL's CPU device counts), the same iterations run over
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -103,20 +108,34 @@ std::vector<float> initial(size_t n) {  // a hot square in a cold plate, a warm 
   return v;
 }
 
-// `iterations` steps over halo tiles of two grids in turn; returns the last grid.
+enum class Mode { submit, replay };
+
+// `iterations` steps over halo tiles of two grids in turn; returns the last grid. Mode::replay
+// records the first two steps (a -> b, b -> a: the pair leaves the grids where it found them) and
+// replays that graph for each following pair; an odd count's last step is submitted, and fewer
+// than four iterations are all submitted (there would be nothing to replay).
 std::vector<float> run_hcr(hcr::Runtime& rt, const hcr::Kernel& k, const std::vector<float>& start,
-                           size_t n, size_t tile, int iterations) {
+                           size_t n, size_t tile, int iterations, Mode mode) {
   std::vector<float> a = start, b = start;  // the border is never written: both hold it
   auto ba = rt.wrap(a.data(), n, n), bb = rt.wrap(b.data(), n, n);
   hcr::Tiles<float> ta = ba.partition(tile, tile, hcr::Halo{1});
   hcr::Tiles<float> tb = bb.partition(tile, tile, hcr::Halo{1});
-  for (int it = 0; it < iterations; ++it) {
+  auto step = [&](int it) {
     const hcr::Tiles<float>& in = it % 2 == 0 ? ta : tb;
     const hcr::Tiles<float>& out = it % 2 == 0 ? tb : ta;
     for (size_t i = 0; i < in.rows(); ++i)
       for (size_t j = 0; j < in.cols(); ++j)
         rt.submit(heat_task(k, in(i, j), out(i, j), in.ghosts(i, j), i * tile, j * tile, n));
+  };
+  int it = 0;
+  if (mode == Mode::replay && iterations >= 4) {
+    rt.begin_recording();  // the recorded tasks run too: the first pair
+    step(0);
+    step(1);
+    hcr::Graph pair = rt.end_recording();
+    for (it = 2; it + 1 < iterations; it += 2) pair.replay();  // chained by their buffers, no waits
   }
+  for (; it < iterations; ++it) step(it);
   ba.unpartition();
   bb.unpartition();
   rt.wait_all();
@@ -163,7 +182,7 @@ bool check_opencl(const std::vector<float>& start, size_t n, size_t tile, int it
   }
   hcr::Kernel k = heat_kernel(rt);
   auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float> got = run_hcr(rt, k, start, n, tile, iterations);
+  const std::vector<float> got = run_hcr(rt, k, start, n, tile, iterations, Mode::submit);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t differ = 0;
   for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
@@ -179,6 +198,9 @@ bool check_opencl(const std::vector<float>& start, size_t n, size_t tile, int it
   return differ == 0;
 }
 
+const char* const kUsage =
+    "usage: stencil [--mode=replay|submit|both] [n=2048] [tile=512] [iterations=100] [runs=5]\n";
+
 // Argument `i` as a whole number in [lo, hi], `fallback` when absent; 0 after a message if not.
 size_t argument(int argc, char** argv, int i, const char* name, size_t fallback, size_t lo,
                 size_t hi) {
@@ -186,10 +208,8 @@ size_t argument(int argc, char** argv, int i, const char* name, size_t fallback,
   char* end = nullptr;
   const unsigned long long v = std::strtoull(argv[i], &end, 10);
   if (end == argv[i] || *end != '\0' || argv[i][0] == '-' || v < lo || v > hi) {
-    std::fprintf(stderr,
-                 "stencil: %s = '%s' is not a whole number from %zu to %zu\n"
-                 "usage: stencil [n=2048] [tile=512] [iterations=100] [runs=5]\n",
-                 name, argv[i], lo, hi);
+    std::fprintf(stderr, "stencil: %s = '%s' is not a whole number from %zu to %zu\n%s", name,
+                 argv[i], lo, hi, kUsage);
     return 0;
   }
   return static_cast<size_t>(v);
@@ -197,7 +217,26 @@ size_t argument(int argc, char** argv, int i, const char* name, size_t fallback,
 
 }  // namespace
 
-int main(int argc, char** argv) try {
+int main(int argc_all, char** argv_all) try {
+  // --mode=... (or --mode ...) anywhere; the rest are the numbers, in order.
+  std::vector<char*> positional{argv_all[0]};
+  std::string mode = "replay";
+  for (int i = 1; i < argc_all; ++i) {
+    const std::string a = argv_all[i];
+    if (a.rfind("--mode=", 0) == 0) mode = a.substr(7);
+    else if (a == "--mode" && i + 1 < argc_all) mode = argv_all[++i];
+    else if (a.rfind("--", 0) == 0 || a == "-h") {
+      std::fprintf(stderr, "stencil: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    } else positional.push_back(argv_all[i]);
+  }
+  if (mode != "replay" && mode != "submit" && mode != "both") {
+    std::fprintf(stderr, "stencil: --mode '%s' is not replay, submit or both\n%s", mode.c_str(),
+                 kUsage);
+    return 2;
+  }
+  const int argc = static_cast<int>(positional.size());
+  char** argv = positional.data();
   const size_t n = argument(argc, argv, 1, "n", 2048, 3, 65536);
   const size_t tile = argument(argc, argv, 2, "tile", 512, 1, 65536);
   const int iterations = static_cast<int>(argument(argc, argv, 3, "iterations", 100, 1, 1000000));
@@ -213,29 +252,50 @@ int main(int argc, char** argv) try {
   hcr::Runtime rt(config);
   hcr::Kernel k = heat_kernel(rt);
   const std::vector<float> start = initial(n);
-  std::printf("%zu x %zu grid, %zu x %zu halo tiles, %d iterations, %d threads, %d runs\n", n, n,
-              tile, tile, iterations, threads, runs);
+  std::printf("%zu x %zu grid, %zu x %zu halo tiles, %d iterations, %d threads, %d runs, %s\n", n,
+              n, tile, tile, iterations, threads, runs,
+              mode == "both"     ? "submitted and replayed"
+              : mode == "submit" ? "every task submitted"
+                                 : "a recorded pair of iterations replayed");
 
   using clock = std::chrono::steady_clock;
   auto seconds = [](clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
-  std::vector<double> hcr_s, omp_s;
-  bool equal = run_hcr(rt, k, start, n, tile, 1) == run_openmp(start, n, tile, 1);  // warm-up
-  std::vector<float> want;
-  for (int r = 0; r < runs; ++r) {  // alternated, so both see the same machine
+  std::vector<Mode> modes;
+  if (mode != "replay") modes.push_back(Mode::submit);
+  if (mode != "submit") modes.push_back(Mode::replay);
+  const char* const label[] = {"hcr, submitted", "hcr, replayed"};
+  std::vector<double> hcr_s[2], omp_s;
+  std::vector<float> want;  // the OpenMP loop's grid, which the OpenCL run must equal too
+  bool equal = true;  // a warm-up of each, four iterations (the replay's shortest), compared too
+  for (Mode m : modes)
+    equal = equal && run_hcr(rt, k, start, n, tile, 4, m) == run_openmp(start, n, tile, 4);
+  // Idle OpenMP threads spin for a while after a parallel loop, and so do idle TBB workers: each
+  // run starts once the other side's threads have gone to sleep, not while they still take a core.
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(100)); };
+  for (int r = 0; r < runs; ++r) {  // alternated, so all see the same machine
+    settle();
     auto t0 = clock::now();
-    const std::vector<float> x = run_hcr(rt, k, start, n, tile, iterations);
-    hcr_s.push_back(seconds(t0));
-    t0 = clock::now();
-    want = run_openmp(start, n, tile, iterations);
+    const std::vector<float> y = run_openmp(start, n, tile, iterations);
     omp_s.push_back(seconds(t0));
-    equal = equal && x == want;
+    want = y;
+    for (Mode m : modes) {
+      settle();
+      t0 = clock::now();
+      const std::vector<float> x = run_hcr(rt, k, start, n, tile, iterations, m);
+      hcr_s[static_cast<int>(m)].push_back(seconds(t0));
+      equal = equal && x == y;
+    }
   }
-  const double h = median(hcr_s), o = median(omp_s);
-  std::printf("hcr halo tiles: median %.1f ms\n", h * 1e3);
+  const double o = median(omp_s);
+  for (Mode m : modes)
+    std::printf("%-14s: median %.1f ms\n", label[static_cast<int>(m)],
+                median(hcr_s[static_cast<int>(m)]) * 1e3);
   std::printf("OpenMP loop   : median %.1f ms\n", o * 1e3);
-  std::printf("hcr speed vs OpenMP: %.2fx (OpenMP time / hcr time)\n", o / h);
+  for (Mode m : modes)
+    std::printf("%s vs OpenMP: %.2fx (OpenMP time / hcr time)\n", label[static_cast<int>(m)],
+                o / median(hcr_s[static_cast<int>(m)]));
   std::printf("results %s\n", equal ? "equal" : "DIFFER");
   const bool opencl_ok = check_opencl(start, n, tile, iterations, want);
   return equal && opencl_ok ? 0 : 1;

@@ -407,6 +407,65 @@ TEST(HaloTiles, HostViewsWaitForTheNeighboursWriters) {
   g.unpartition().get();
 }
 
+// A thread holding a view of a halo tile that asks for a neighbour's, where one reads the other's
+// edge through its ghosts and the other writes, would wait for itself: refused, naming both.
+// Views that only read, or only write their own interiors, or are not neighbours, are granted.
+TEST(HaloTiles, AViewThatWouldWaitForItsNeighbourViewIsRefused) {
+  Runtime rt(test::cpu_config(2));
+  auto g = rt.buffer<double>(4, 12);
+  Tiles<double> t = g.partition(4, 4, Halo{1});  // 1 x 3 tiles
+  {
+    auto held = t(0, 1).acquire(Access::write);
+    try {
+      (void)t(0, 0).acquire(Access::read);
+      FAIL() << "a read of tile (0, 0) waits for the write view of its neighbour (0, 1)";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("would wait forever"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("neighbouring 4x6 f64 halo tile at (0, 3)"),
+                std::string::npos)
+          << e.what();
+    }
+    auto far = t(0, 2).acquire(Access::write);                 // its own interior only: no wait
+    EXPECT_THROW((void)t(0, 2).acquire(Access::read), Error);  // the same tile, as before
+  }
+  {
+    auto held = t(0, 0).acquire(Access::read);
+    EXPECT_THROW((void)t(0, 1).acquire(Access::write), Error);
+    auto far = t(0, 2).acquire(Access::write);                 // (0, 0)'s ghosts do not reach it
+    EXPECT_THROW((void)t(0, 1).acquire(Access::read), Error);  // its ghosts read (0, 2)'s edge
+  }
+  {
+    auto held = t(0, 0).acquire(Access::read);
+    auto both = t(0, 1).acquire(Access::read);  // two reads share
+  }
+  {
+    auto w0 = t(0, 0).acquire(Access::write);
+    auto w1 = t(0, 1).acquire(Access::write);  // each writes its own interior
+  }
+  g.unpartition().get();
+}
+
+// The same inside a kernel whose task has a neighbouring halo tile as argument.
+TEST(HaloTiles, AKernelAcquiringItsArgumentsNeighbourIsRefused) {
+  Runtime rt(test::cpu_config(2));
+  auto g = rt.buffer<double>(8, 4);
+  Tiles<double> t = g.partition(4, 4, Halo{1});  // 2 x 1 tiles
+  Buffer<double> below = t(1, 0);
+  std::string refused;
+  Kernel k = rt.kernel("peek").cpu([&](TaskContext&) {
+    try {
+      (void)below.acquire(Access::write);
+    } catch (const Error& e) {
+      refused = e.what();
+    }
+  });
+  rt.submit(Task(k).read(t(0, 0))).get();
+  EXPECT_NE(refused.find("kernel 'peek'"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("through its ghosts"), std::string::npos) << refused;
+  g.unpartition().get();
+}
+
 // ---- devices with their own memory ------------------------------------------------------------
 //
 // There a halo tile is a region-sized copy: its interior is its own data, its ghost edges are

@@ -45,6 +45,30 @@ TEST(Runtime, ConcurrentSubmittersAndWaiters) {
   EXPECT_EQ(ran.load(), 20000);
 }
 
+// Threads waiting on events, each on its own task, some of which end while the waiter still spins
+// and some once it sleeps: every wait returns (a task's end wakes exactly the threads waiting for
+// it, TaskNode::state_waiters).
+TEST(Runtime, EventWaitsAreWokenByTheirTasksEnd) {
+  Runtime rt(test::cpu_config(2));
+  Kernel k = rt.kernel("busy").cpu([](TaskContext& ctx) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(ctx.param<int64_t>(0));
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  });
+  std::atomic<int> waited{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 400; ++i) {
+        rt.submit(Task(k).param(int64_t{(i + t) % 4 == 0 ? 200 : 0})).wait();
+        waited.fetch_add(1);
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(waited.load(), 1200);
+}
+
 TEST(Runtime, DestructionWaitsForOutstandingTasks) {
   std::atomic<int> ran{0};
   {

@@ -3,7 +3,7 @@
 // LinkModel::parse). A loader either accepts the text or throws std::runtime_error naming the
 // origin, and a refused text changes nothing. What is accepted predicts finite, non-negative times
 // and survives save -> load unchanged: the same cells, the same predictions, the same text. A save
-// merging into the text as a file on disk (CostModel::merged_text) never throws and loads back.
+// merging into the text as a file on disk (ModelFile::merged_text) never throws and loads back.
 // Any other exception, a crash, undefined behaviour or a leak is a finding.
 #include "fuzz_check.hpp"
 #include "../../scheduler/cost_model.hpp"
@@ -20,6 +20,7 @@ namespace {
 
 using hcr::sched::CostModel;
 using hcr::sched::LinkModel;
+using hcr::sched::ModelFile;
 using hcr::sched::Prediction;
 
 bool finite_non_negative(double x) { return std::isfinite(x) && x >= 0; }
@@ -85,7 +86,7 @@ void execution_model(std::string_view text) {
   HCR_FUZZ_CHECK(b.save_text() == texts, "saving the reloaded model writes the same text");
 }
 
-// A save merging into the text on disk (CostModel::merged_text, what concurrent savers do) never
+// A save merging into the text on disk (ModelFile::merged_text, what concurrent savers do) never
 // throws whatever that text is, writes a file that loads, adds this model's new sample, and keeps
 // every cell of a file it accepted.
 void merged_save(std::string_view text) {
@@ -94,7 +95,7 @@ void merged_save(std::string_view text) {
   const auto cells = mine.snapshot().at("gpu");
   std::string why, merged;
   try {
-    merged = CostModel::merged_text("gpu", cells, text, "fuzz.model.toml", &why);
+    merged = ModelFile::merged_text("gpu", cells, text, "fuzz.model.toml", &why);
   } catch (const std::exception& e) {
     HCR_FUZZ_CHECK(false, std::string("merging never throws: ") + e.what());
   }

@@ -495,12 +495,12 @@ TEST(CostModel, AHugeFileIsReadOnlyUpToTheParseBound) {
 // follows is not read.
 TEST(CostModel, TheArchitectureOfAFileIsReadFromItsHead) {
   const std::string head = "format = 'hcr-cost-model'\nversion = 1\narch = 'gpu'\n";
-  EXPECT_EQ(CostModel::arch_of(head + "[[cell]]\nkernel = 'k'\n" + std::string(64, '\x01')),
+  EXPECT_EQ(ModelFile::arch_of(head + "[[cell]]\nkernel = 'k'\n" + std::string(64, '\x01')),
             std::optional<std::string>("gpu"));
   // A line opening a table inside a multi-line value: read within the parse bound instead.
-  EXPECT_EQ(CostModel::arch_of("note = '''\n[x]\n'''\n" + head + "[[cell]]\nkernel = 'k'\n"),
+  EXPECT_EQ(ModelFile::arch_of("note = '''\n[x]\n'''\n" + head + "[[cell]]\nkernel = 'k'\n"),
             std::optional<std::string>("gpu"));
-  EXPECT_EQ(CostModel::arch_of("not toml ["), std::nullopt);
+  EXPECT_EQ(ModelFile::arch_of("not toml ["), std::nullopt);
 }
 
 TEST(LinkModel, FileTextRoundTripByNodeNames) {

@@ -17,6 +17,12 @@
 /// submitted on the graph's buffers (ordinary submits, earlier replays) and work submitted after
 /// it waits for it, as if its tasks had been submitted one by one. Each task is first offered to
 /// the device it ran on in the previous run, when that device still takes work and can run it.
+/// Halo tiles are ordered as submit orders them: a read of one waits for the writers of its
+/// neighbours (whose edges its ghosts are), recorded as edges; a replay that binds a halo tile
+/// binds its neighbours with it (a whole grid for another). Reduce accesses (Access::reduce) get
+/// fresh private copies holding the identity on every replay; the copies are combined into their
+/// target when it is next accessed in another mode (or at wait_all), as submitted ones are, or by
+/// the combine tasks recorded with them when the recording itself accessed the target.
 /// Thread safety: a Graph may be replayed from several threads; replays are ordered by their
 /// buffers as submits are.
 #pragma once
@@ -72,7 +78,8 @@ class HCR_API Graph {
 
   /// Recorded tasks.
   size_t tasks() const noexcept;
-  /// Distinct buffers they use.
+  /// Distinct buffers they use (reduce accesses' targets and private copies among them, and the
+  /// neighbours of the halo tiles they read).
   size_t buffers() const noexcept;
   /// Dependencies between recorded tasks.
   size_t edges() const noexcept;

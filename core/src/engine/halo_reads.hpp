@@ -26,4 +26,23 @@ using GhostSources = boost::container::small_vector<Ref<BufferState>, 8>;
 /// each, each once), leaving out the buffers `t` names itself (registered with their own modes).
 GhostSources ghost_sources(const TaskNode& t);
 
+/// Whether an access of `b` in `mode` is ordered after an access of `held` in `held_mode` through
+/// ghosts alone: two halo tiles of one grid, neighbours (diagonals included), one reading the
+/// other's interior through its ghosts while the other writes it. A thread holding the first
+/// access that asks for the second would wait for itself.
+bool ordered_through_ghosts(const BufferState& held, Access held_mode, const BufferState& b,
+                            Access mode) noexcept;
+
+/// A neighbour of a halo tile: the tile at (grid_i + di, grid_j + dj) of its grid.
+struct HaloNeighbour {
+  Ref<BufferState> tile;
+  int8_t di, dj;
+};
+using HaloNeighbours = boost::container::small_vector<HaloNeighbour, 8>;
+
+/// The alive neighbours of halo tile `h` (a reference each), whose edges its ghosts are: what a
+/// recording keeps of a read of `h`, by place, so that a replay that binds other tiles can check
+/// that it binds their neighbours too (engine/recorded_graph.hpp).
+HaloNeighbours halo_neighbours(const BufferState& h);
+
 }  // namespace hcr::detail

@@ -1,6 +1,7 @@
 // Host access (host_access.hpp): views threads hold and async accesses granted.
 #include "host_access.hpp"
 
+#include "halo_reads.hpp"
 #include "../buffer_state.hpp"
 #include "../kernel_state.hpp"
 #include "../log_internal.hpp"
@@ -50,6 +51,11 @@ void HostAccesses::check_view_conflict(const BufferState& b, Access mode) const 
     if (held.buffer == &b) {
       if (writes(mode) || writes(held.access))  // two reads share; anything else waits
         why = "this thread holds a " + std::string(access_name(held.access)) + " view of it";
+    } else if (ordered_through_ghosts(*held.buffer, held.access, b, mode)) {
+      why = "this thread holds a " + std::string(access_name(held.access)) +
+            " view of the neighbouring " + describe(*held.buffer) + ", and " +
+            (reads(mode) && writes(held.access) ? "this view's ghosts read its edge"
+                                                : "its ghosts read this tile's edge");
     } else if (is_tile_of(&b, held.buffer) || is_tile_of(held.buffer, &b)) {
       // Partition and unpartition order tiles and the whole by a join that writes both.
       why = "this thread holds a " + std::string(access_name(held.access)) + " view of the " +

@@ -59,6 +59,34 @@ void Placement::place_together(std::vector<TaskNode*> now) noexcept {
   }
 }
 
+void Placement::place_batch(std::span<TaskNode* const> tasks) noexcept {
+  ReadyList& rl = tl_ready;
+  if (rl.active) {  // this thread is placing already: after what it has
+    for (TaskNode* t : tasks) rl.items.emplace_back(this, t);
+    return;
+  }
+  rl.active = true;
+  // As place_together: every device's pump is ours until all of them are placed; a device whose
+  // pump another thread holds is asked to look again below (that pumper sees the request).
+  const size_t n = devices_.count();
+  boost::container::small_vector<char, 8> ours(n, 0);
+  for (size_t d = 0; d < n; ++d)
+    ours[d] = !devices_[d].pumping.exchange(true, std::memory_order_seq_cst);
+  for (TaskNode* t : tasks) dispatch(t, true);
+  for (size_t d = 0; d < n; ++d) {
+    if (ours[d]) devices_[d].pumping.store(false, std::memory_order_seq_cst);
+    if (usable(d)) stages_.pump(devices_[d]);
+  }
+  // Tasks made ready meanwhile (joins that finished, commute buffers handed on, launches that
+  // completed inline): as place() does.
+  while (!rl.items.empty()) {
+    auto [placement, next] = rl.items.front();
+    rl.items.pop_front();
+    placement->dispatch(next);
+  }
+  rl.active = false;
+}
+
 void Placement::place(TaskNode* t) noexcept {
   ReadyList& rl = tl_ready;
   if (rl.active) {
@@ -75,7 +103,7 @@ void Placement::place(TaskNode* t) noexcept {
   rl.active = false;
 }
 
-void Placement::dispatch(TaskNode* t) noexcept {
+void Placement::dispatch(TaskNode* t, bool batch) noexcept {
   if (t->dep_error) {  // set by predecessors before they released us: visible here
     end_.finish(t, dependency_error(t->dep_error));
     return;
@@ -106,7 +134,7 @@ void Placement::dispatch(TaskNode* t) noexcept {
     if (t->pin_is_hint) {  // a replay's hint: the device it ran on last cannot take it now
       t->pinned = -1;
       t->pin_is_hint = false;
-      dispatch(t);
+      dispatch(t, batch);
       return;
     }
     if (health_.withheld() != 0) {
@@ -125,9 +153,10 @@ void Placement::dispatch(TaskNode* t) noexcept {
   }
   // Once pushed, the task is another thread's to take, run, finish and free at any moment, while
   // the offers below still read it: a reference of ours keeps it until we are done (its node could
-  // otherwise be reused for a new task under us). Finishing gives the task's buffers up, so the
-  // inputs to prefetch are taken, with references, before the push.
-  const Ref<TaskNode> keep = Ref<TaskNode>::share(t);
+  // otherwise be reused for a new task under us), unless place_batch's caller keeps it. Finishing
+  // gives the task's buffers up, so the inputs to prefetch are taken, with references, before the
+  // push.
+  const Ref<TaskNode> keep = batch ? Ref<TaskNode>() : Ref<TaskNode>::share(t);
   boost::container::small_vector<Ref<BufferState>, 3> inputs;
   if (data_.active() && prefetch_)
     for (const ArgRec& a : t->uargs)
@@ -157,9 +186,10 @@ void Placement::dispatch(TaskNode* t) noexcept {
     if (!inputs.empty())
       data_.prefetch({inputs.data(), inputs.size()}, t->priority, devices_[d].info.memory_node,
                      t->context);
-    stages_.pump(devices_[d]);
+    if (!batch) stages_.pump(devices_[d]);
     return;
   }
+  if (batch) return;  // place_batch feeds every device once it has placed them all
   // The task waits in a shared queue: offer it to idle devices until one takes work. Starting
   // from a rotating device spreads the offers; stopping at the first taker keeps this O(1) for
   // many devices (a device finishing a task pumps itself anyway).

@@ -67,6 +67,11 @@ class Placement {
 
   /// `t` waits for nothing any more: placed now, or after what this thread places already.
   void place(TaskNode* t) noexcept;
+  /// Tasks ready at once that the caller keeps alive until this returns (a replay's): placed in
+  /// order, as place() would, while no device takes work (their pumps held, as place_together
+  /// holds them), each device then fed once. Cheaper per task than place(): no reference taken
+  /// per task, no device offered each one.
+  void place_batch(std::span<TaskNode* const> tasks) noexcept;
   /// Tasks made ready at once (a resume): the policy hears of them together, and they are
   /// placed highest priority first while no device takes work, so each device starts the most
   /// urgent of what it was given.
@@ -88,7 +93,8 @@ class Placement {
   std::exception_ptr no_device_error(const TaskNode& t) const;
 
  private:
-  void dispatch(TaskNode* t) noexcept;
+  // `batch`: within place_batch, which keeps `t` alive and feeds the devices once at its end.
+  void dispatch(TaskNode* t, bool batch = false) noexcept;
   bool park(TaskNode* t) noexcept;
   bool usable(size_t d) const noexcept {
     return devices_[d].status.load(std::memory_order_relaxed) == DeviceState::kActive;

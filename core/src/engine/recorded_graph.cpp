@@ -2,6 +2,7 @@
 // through TaskGraph::submit_prepared with the edges found once.
 #include "recorded_graph.hpp"
 
+#include "reductions.hpp"
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
 #include "../kernel_registry.hpp"
@@ -19,17 +20,7 @@ namespace hcr::detail {
 
 // ---- recording ----------------------------------------------------------------------------------
 
-void Recorder::check_recordable(const TaskNode& t) {
-  const char* what = nullptr;
-  if (!t.reduces.empty()) what = "a reduce access";
-  for (const ArgRec& a : t.args)
-    if (a.buffer->halo != 0) what = "a halo tile";
-  if (what != nullptr)
-    throw Error(ErrorCode::unsupported, "Runtime::submit while recording: kernel '" +
-                                            t.kernel->name + "' with " + what +
-                                            " cannot be recorded (a replay would not order or "
-                                            "combine it); submit it outside the recording");
-}
+void Recorder::check_recordable(const TaskNode&) {}
 
 void Recorder::begin(std::shared_ptr<RuntimeCore> rt, ReplayHost& host) {
   std::lock_guard<std::mutex> g(mutex_);
@@ -37,7 +28,7 @@ void Recorder::begin(std::shared_ptr<RuntimeCore> rt, ReplayHost& host) {
     throw Error(ErrorCode::invalid_argument,
                 "Runtime::begin_recording: a recording is open already (recordings do not nest): "
                 "end_recording() first");
-  g_ = std::make_shared<RecordedGraph>(graph_, kernels_);
+  g_ = std::make_shared<RecordedGraph>(graph_, kernels_, reductions_);
   g_->rt_ = rt.get();
   g_->host_ = &host;
   g_->keep_ = std::move(rt);
@@ -53,6 +44,20 @@ std::shared_ptr<RecordedGraph> Recorder::end() {
   std::shared_ptr<RecordedGraph> out = std::move(g_);
   for (uint32_t i = 0; i < out->tasks_.size(); ++i)
     if (out->tasks_[i].predecessors == 0) out->roots_.push_back(i);
+  if (!out->copies_.empty()) {
+    out->slot_kinds_.assign(out->buffers_.size(), RecordedGraph::kPlain);
+    for (const RecordedGraph::CopySlot& c : out->copies_) {
+      out->slot_kinds_[c.slot] = RecordedGraph::kCopy;
+      // A target no recorded task accesses itself: what is pending on it is combined later.
+      if (out->modes_[c.target] == Access::read &&
+          out->slot_kinds_[c.target] == RecordedGraph::kPlain)
+        out->slot_kinds_[c.target] = RecordedGraph::kReduceTarget;
+    }
+    for (const RecordedTask& t : out->tasks_)
+      for (const RecordedTask::Arg& a : t.args)
+        if (out->slot_kinds_[a.slot] == RecordedGraph::kReduceTarget)
+          out->slot_kinds_[a.slot] = RecordedGraph::kPlain;
+  }
   // The recording's own task records are the first run's: reused once they are free.
   out->nodes_ = std::move(recorded_nodes_);
   recorded_nodes_.clear();
@@ -61,6 +66,8 @@ std::shared_ptr<RecordedGraph> Recorder::end() {
   index_.clear();
   frontiers_.clear();
   edge_set_.clear();
+  copy_index_.clear();
+  halo_seen_.clear();
   return out;
 }
 
@@ -73,6 +80,31 @@ Recorder::Captured Recorder::capture(TaskNode& t) {
   }
   c.after.assign(t.after.begin(), t.after.end());
   c.node = Ref<TaskNode>::share(&t);
+  // A reduce access: its copy is an argument already; what a replay needs to make another.
+  for (const ReduceRec& x : t.reduces) {
+    Captured::Reduce red{x.copy, Ref<BufferState>::share(x.target), {}};
+    ReductionState& s = *x.target->reduction.load(std::memory_order_acquire);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    red.info.combine = s.combine;
+    red.info.fill = !s.identity_kernel;
+    red.info.zero = red.info.fill && s.zero_identity;
+    red.info.identity = s.identity;
+    c.reduces.push_back(std::move(red));
+  }
+  // A halo tile read: its neighbours, whose edges the task reads too (TaskGraph::submit registers
+  // it as their reader), and the devices Runtime::submit excluded for it.
+  for (const ArgRec& a : t.args)
+    if (a.buffer->halo != 0 && reads(a.access)) {
+      bool seen = false;
+      for (const Captured::HaloRead& h : c.halos) seen = seen || h.tile == a.buffer;
+      if (!seen) c.halos.push_back({a.buffer, halo_neighbours(*a.buffer)});
+    }
+  bool halo = false;
+  for (const ArgRec& a : t.args) halo = halo || a.buffer->halo != 0;
+  if (halo) {
+    c.excluded.assign(t.excluded.begin(), t.excluded.end());
+    c.excluded_why = t.device_errors;
+  }
   r.kernel = t.kernel;
   r.params = t.params;
   r.param_offsets = t.param_offsets;
@@ -103,6 +135,21 @@ void Recorder::add_edge(uint32_t pred, uint32_t succ, bool data) {
   ++g_->edges_;
 }
 
+// The slot of `b` (a fresh one the first time), its modes joined by `access`.
+uint32_t Recorder::slot_of(const Ref<BufferState>& b, Access access) {
+  RecordedGraph& g = *g_;
+  auto [it, fresh] = slots_.emplace(b.get(), static_cast<uint32_t>(g.buffers_.size()));
+  if (fresh) {
+    g.buffers_.push_back(b);
+    g.recorded_.push_back(b.get());
+    g.modes_.push_back(access);
+    frontiers_.emplace_back();
+  }
+  const uint32_t slot = it->second;
+  g.modes_[slot] = static_cast<Access>(static_cast<int>(g.modes_[slot]) | static_cast<int>(access));
+  return slot;
+}
+
 void Recorder::commit(Captured c) {
   RecordedGraph& g = *g_;
   RecordedTask& r = c.r;
@@ -110,19 +157,11 @@ void Recorder::commit(Captured c) {
   if (kernels_seen_.emplace(r.kernel, true).second)
     g.kernels_used_.push_back(Ref<KernelState>::share(r.kernel));
   for (size_t i = 0; i < c.buffers.size(); ++i) {
-    BufferState* b = c.buffers[i].get();
-    const Access access = c.modes[i];
-    auto [it, fresh] = slots_.emplace(b, static_cast<uint32_t>(g.buffers_.size()));
-    if (fresh) {
-      g.buffers_.push_back(c.buffers[i]);
-      g.recorded_.push_back(b);
-      g.modes_.push_back(access);
-      frontiers_.emplace_back();
-    }
-    const uint32_t slot = it->second;
-    g.modes_[slot] =
-        static_cast<Access>(static_cast<int>(g.modes_[slot]) | static_cast<int>(access));
-    r.args.push_back({slot, access});
+    const uint32_t slot = slot_of(c.buffers[i], c.modes[i]);
+    r.args.push_back({slot, c.modes[i]});
+    // A copy a recorded reduce task made, used again: by a recorded combine.
+    if (auto it = copy_index_.find(slot); it != copy_index_.end())
+      g.copies_[it->second].combined = true;
   }
   // One access per distinct buffer, modes combined, as TaskGraph::submit registers them.
   for (size_t i = 0; i < r.args.size(); ++i) {
@@ -144,41 +183,71 @@ void Recorder::commit(Captured c) {
   g.tasks_.push_back(std::move(r));
   // The dependencies TaskGraph::register_access finds, among recorded tasks (the work before the
   // recording is what a replay's front join waits for).
-  for (const RecordedTask::Arg& u : g.tasks_[self].uargs) {
-    Frontier& f = frontiers_[u.slot];
-    const Access mode = u.access;
-    if (commutes(mode)) {
-      if (!f.run_open) {
-        for (uint32_t w : f.writers) f.before_run.push_back({w, true});
-        for (uint32_t x : f.readers) f.before_run.push_back({x, false});
-        f.writers.clear();
-        f.readers.clear();
-        f.run.clear();
-        f.run_open = true;
+  for (const RecordedTask::Arg& u : g.tasks_[self].uargs) access(self, u.slot, u.access);
+  // The ghosts' reads of the neighbours, registered after the task's own accesses as
+  // TaskGraph::submit does (ghost_sources: each once, none the task names itself).
+  boost::container::small_vector<uint32_t, 8> ghosts;
+  for (const Captured::HaloRead& h : c.halos) {
+    const uint32_t tile = slots_.at(h.tile);
+    RecordedGraph::HaloSlot hs{tile, {}};
+    for (const HaloNeighbour& n : h.neighbours) {
+      bool named = false;
+      for (const Ref<BufferState>& b : c.buffers) named = named || b.get() == n.tile.get();
+      const uint32_t slot = named ? slots_.at(n.tile.get()) : slot_of(n.tile, Access::read);
+      hs.neighbours.push_back({slot, n.di, n.dj});
+      if (!named && std::find(ghosts.begin(), ghosts.end(), slot) == ghosts.end()) {
+        ghosts.push_back(slot);
+        access(self, slot, Access::read);
       }
-      for (const RecordedTask::Next& b : f.before_run) add_edge(b.task, self, b.data);
-      f.run.push_back(self);
-      continue;
     }
-    if (f.run_open) {  // the run closes: its tasks are the writers now
-      f.writers = std::move(f.run);
-      f.run.clear();
-      f.before_run.clear();
-      f.run_open = false;
-    }
-    for (uint32_t w : f.writers) add_edge(w, self, reads(mode));
-    if (writes(mode)) {
-      for (uint32_t x : f.readers) add_edge(x, self, false);
-      f.readers.clear();
-      f.writers.assign(1, self);
-    } else {
-      f.readers.push_back(self);
-    }
+    if (halo_seen_.insert(tile).second) g.halos_.push_back(std::move(hs));
+  }
+  if (!c.excluded.empty())
+    g.excluded_.push_back({self, std::move(c.excluded), std::move(c.excluded_why)});
+  // The reduce accesses' copies, made afresh by each replay; their targets, bound as any buffer.
+  for (Captured::Reduce& x : c.reduces) {
+    RecordedGraph::CopySlot info = std::move(x.info);
+    info.slot = slots_.at(x.copy);
+    info.target = slot_of(x.target, Access::read);
+    copy_index_.emplace(info.slot, static_cast<uint32_t>(g.copies_.size()));
+    g.copies_.push_back(std::move(info));
   }
   for (const TaskNode* before : c.after)  // explicit dependencies on recorded tasks
     if (auto it = index_.find(before); it != index_.end()) add_edge(it->second, self, true);
   index_.emplace(c.node.get(), self);
   recorded_nodes_.push_back(c.node.detach());
+}
+
+// Task `self`'s access of `slot` in the recording's frontier (task_graph.cpp's rules, by index).
+void Recorder::access(uint32_t self, uint32_t slot, Access mode) {
+  Frontier& f = frontiers_[slot];
+  if (commutes(mode)) {
+    if (!f.run_open) {
+      for (uint32_t w : f.writers) f.before_run.push_back({w, true});
+      for (uint32_t x : f.readers) f.before_run.push_back({x, false});
+      f.writers.clear();
+      f.readers.clear();
+      f.run.clear();
+      f.run_open = true;
+    }
+    for (const RecordedTask::Next& b : f.before_run) add_edge(b.task, self, b.data);
+    f.run.push_back(self);
+    return;
+  }
+  if (f.run_open) {  // the run closes: its tasks are the writers now
+    f.writers = std::move(f.run);
+    f.run.clear();
+    f.before_run.clear();
+    f.run_open = false;
+  }
+  for (uint32_t w : f.writers) add_edge(w, self, reads(mode));
+  if (writes(mode)) {
+    for (uint32_t x : f.readers) add_edge(x, self, false);
+    f.readers.clear();
+    f.writers.assign(1, self);
+  } else {
+    f.readers.push_back(self);
+  }
 }
 
 // ---- replay -------------------------------------------------------------------------------------
@@ -194,8 +263,11 @@ TaskNode* RecordedGraph::record_for(size_t i) {
   if (done && host_->replay_devices() > 1)
     tasks_[i].device = n->device.load(std::memory_order_relaxed);
   if (done && n->refs.load(std::memory_order_acquire) == 1) {
+    // Its kernel reference carries over to the new record (the same recorded task's kernel).
+    KernelState* kernel = std::exchange(n->kernel, nullptr);
     n->~TaskNode();
     n = ::new (static_cast<void*>(n)) TaskNode();
+    n->kernel = kernel;
   } else {  // still running, or held (an Event of the recording run): its holders keep it
     release(n);
     n = new TaskNode;
@@ -205,8 +277,10 @@ TaskNode* RecordedGraph::record_for(size_t i) {
 
 void RecordedGraph::fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound) {
   n->rt = rt_;
-  retain(r.kernel);
-  n->kernel = r.kernel;
+  if (n->kernel == nullptr) {  // a new record (record_for)
+    retain(r.kernel);
+    n->kernel = r.kernel;
+  }
   for (const RecordedTask::Arg& a : r.args) {
     retain(bound[a.slot]);
     n->args.push_back({bound[a.slot], a.access});
@@ -295,7 +369,9 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
                   "Graph::replay: the " + describe(*b) +
                       " has been partitioned since it was recorded: unpartition it first");
   }
+  if (!bindings.empty()) check_halo_bindings(bound);
   for (const Ref<KernelState>& k : kernels_used_) kernels_.resolve(*k);
+  bound = prepare_reductions(bound);
 
   const size_t n = tasks_.size();
   // Two joins around the tasks: the front one waits for the work before this replay on each
@@ -306,25 +382,39 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   auto* back = new TaskNode;
   back->kind = TaskKind::join;
   back->rt = rt_;
-  back->pending.store(1 + static_cast<int32_t>(n), std::memory_order_relaxed);
-  batch_.clear();
-  batch_.push_back(front);
-  for (size_t i = 0; i < n; ++i) {
+  batch_.assign(n + 2, nullptr);
+  batch_.front() = front;
+  batch_.back() = back;
+  // One pass, last task first: a recorded edge always goes to a later task, whose record for this
+  // run is then made already (the records are many and large: each pass over them costs).
+  // Any failure is the replay's: it reaches the back join along data edges. A task with a data
+  // successor passes its failure on to it (which then fails, and so on), and finishes before it
+  // starts: only the tasks without one need an edge to the back join, which then counts far fewer
+  // ends than there are tasks (one per chain, not one per task).
+  int32_t to_back = 0;
+  for (size_t i = n; i-- > 0;) {
     TaskNode* t = record_for(i);
     const RecordedTask& r = tasks_[i];
     fill(t, r, bound);
     t->pending.store(1 + static_cast<int32_t>(r.predecessors), std::memory_order_relaxed);
     retain(t);  // the submission's (TaskGraph::close gives it up); nodes_ keeps its own
-    batch_.push_back(t);
-  }
-  batch_.push_back(back);
-  for (size_t i = 0; i < n; ++i) {
-    TaskNode* t = nodes_[i];
-    for (const RecordedTask::Next& x : tasks_[i].successors)
+    bool passes_on = false;
+    for (const RecordedTask::Next& x : r.successors) {
       t->successors.push_back({nodes_[x.task], x.data});
-    t->successors.push_back({back, true});  // any failure is the replay's
+      passes_on = passes_on || x.data;
+    }
+    if (!passes_on) {
+      t->successors.push_back({back, true});
+      ++to_back;
+    }
+    batch_[i + 1] = t;
   }
+  back->pending.store(1 + to_back, std::memory_order_relaxed);
+  exclude_devices();
   Ref<TaskNode> done = Ref<TaskNode>::share(back);
+  // submit_prepared wants every task kept alive until it returns: nodes_ keeps the tasks, `done`
+  // the back join, this the front one.
+  const Ref<TaskNode> keep_front = Ref<TaskNode>::share(front);
   struct Link {
     RecordedGraph* g;
     BufferState* const* bound;
@@ -338,6 +428,7 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
         l.g->link(l.bound, l.front, l.back);
       },
       &link);
+  contribute(bound);
   return done;
 }
 

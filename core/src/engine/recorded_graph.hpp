@@ -7,6 +7,7 @@
 // Thread safety: Recorder's calls take its mutex; a RecordedGraph replays under its own mutex.
 #pragma once
 
+#include "halo_reads.hpp"
 #include "../task_node.hpp"
 
 #include <hcr/detail/handles.hpp>
@@ -15,12 +16,14 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -29,6 +32,7 @@
 namespace hcr::detail {
 
 class KernelRegistry;
+class Reductions;
 class TaskGraph;
 struct BufferState;
 struct KernelState;
@@ -79,7 +83,8 @@ class ReplayHost {
 
 class RecordedGraph {
  public:
-  RecordedGraph(TaskGraph& graph, KernelRegistry& kernels) : graph_(graph), kernels_(kernels) {}
+  RecordedGraph(TaskGraph& graph, KernelRegistry& kernels, Reductions& reductions)
+      : graph_(graph), kernels_(kernels), reductions_(reductions) {}
   ~RecordedGraph();
   RecordedGraph(const RecordedGraph&) = delete;
   RecordedGraph& operator=(const RecordedGraph&) = delete;
@@ -116,12 +121,69 @@ class RecordedGraph {
   std::vector<TaskNode*> nodes_;  // the last run's task records, a reference each
   std::vector<TaskNode*> batch_;  // one replay's: front join, tasks, back join
   std::vector<BufferState*> bound_;
+
+  // ---- reduce accesses and halo tiles (recorded_reductions_halos.cpp) ----
+  // A reduce access's private copy, a slot the replay binds to a fresh copy each time. Its target
+  // is a slot too (so that a replay can bind another), accessed as a read by the replay's joins.
+  struct CopySlot {
+    uint32_t slot;
+    uint32_t target;
+    Ref<KernelState> combine;  // the target's reduction when recorded: a bound target's must match
+    // Filled on the host with `identity` (a built-in reduction); else the graph's identity task,
+    // recorded with the reduce task, writes it.
+    bool fill = false;
+    bool zero = false;
+    std::array<std::byte, 8> identity{};
+    // Folded by the graph's own combine tasks (the target was accessed in another mode while
+    // recording); else a contribution to the target once the replay is submitted.
+    bool combined = false;
+  };
+  std::vector<CopySlot> copies_;
+  std::vector<Ref<BufferState>> fresh_;  // one replay's private copies, as copies_
+  // What each slot is: what a replay combines first (kPlain slots) and what it makes afresh.
+  enum SlotKind : uint8_t { kPlain = 0, kCopy = 1, kReduceTarget = 2 };
+  std::vector<uint8_t> slot_kinds_;  // per slot (empty: all plain)
+  // A halo tile read by the graph and its neighbours by place (their slots), for the bindings'
+  // check: the ghosts' reads are recorded edges, valid only where a bound tile's neighbours are
+  // the buffers bound in place of the recorded tile's.
+  struct HaloSlot {
+    struct Neighbour {
+      uint32_t slot;
+      int8_t di, dj;
+    };
+    uint32_t slot;
+    boost::container::small_vector<Neighbour, 8> neighbours;
+  };
+  std::vector<HaloSlot> halos_;
+  // A task with halo tiles: the devices Runtime::submit excluded for it (engine/halo_reads.hpp).
+  struct Excluded {
+    uint32_t task;
+    boost::container::small_vector<uint32_t, 2> devices;
+    std::string why;
+  };
+  std::vector<Excluded> excluded_;
+  Reductions& reductions_;
+
+  // replay()'s steps for them, each a no-op for a graph without any:
+  /// With bindings: refuses a halo tile bound where its neighbours are not (or a plain buffer in
+  /// place of a halo tile the graph reads, or the reverse).
+  void check_halo_bindings(BufferState* const* bound) const;
+  /// Combines the contributions pending on the plain buffers the graph uses (as Runtime::submit
+  /// does for each argument), checks the bound reduce targets and binds fresh private copies;
+  /// returns the bindings to use.
+  BufferState* const* prepare_reductions(BufferState* const* bound);
+  /// The excluded devices of the halo tasks, on their fresh records (nodes_).
+  void exclude_devices();
+  /// After the replay's submit: its copies that no recorded combine folds join their targets'
+  /// contributions.
+  void contribute(BufferState* const* bound);
 };
 
 /// The recording in progress, one per runtime: Runtime::begin_recording() to end_recording().
 class Recorder {
  public:
-  Recorder(TaskGraph& graph, KernelRegistry& kernels) : graph_(graph), kernels_(kernels) {}
+  Recorder(TaskGraph& graph, KernelRegistry& kernels, Reductions& reductions)
+      : graph_(graph), kernels_(kernels), reductions_(reductions) {}
 
   /// Whether a recording is open (read on every submit: a relaxed load).
   bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
@@ -130,9 +192,10 @@ class Recorder {
   /// Throws Error(invalid_argument) when none is open.
   std::shared_ptr<RecordedGraph> end();
 
-  /// Throws Error(unsupported) for a task a recording cannot replay yet: one with a reduce access
-  /// (its private copies and combines belong to one run) or a halo tile (the ghosts' reads of the
-  /// neighbours are not among the recorded edges). Nothing is submitted then.
+  /// Throws Error(unsupported) for a task a recording cannot replay. Every kernel task can be
+  /// recorded now: reduce accesses (a replay makes fresh private copies, and the identity and
+  /// combine tasks submitted while recording are recorded with them) and halo tiles (the ghosts'
+  /// reads of the neighbours are recorded edges) included; Runtime::submit keeps the check.
   static void check_recordable(const TaskNode& t);
   /// Runtime::submit while recording: keeps `t` (a kernel task, checked, not yet submitted) and
   /// submits it with `submit`, under the recorder's lock so that the recorded order is the
@@ -159,6 +222,21 @@ class Recorder {
     boost::container::small_vector<Access, 3> modes;
     boost::container::small_vector<const TaskNode*, 1> after;
     Ref<TaskNode> node;
+    // Its reduce accesses: the private copy (among `buffers`), the target and its reduction.
+    struct Reduce {
+      BufferState* copy;
+      Ref<BufferState> target;
+      RecordedGraph::CopySlot info;  // slot and target filled by commit
+    };
+    boost::container::small_vector<Reduce, 1> reduces;
+    // The halo tiles it reads (among `buffers`) and their neighbours.
+    struct HaloRead {
+      BufferState* tile;
+      HaloNeighbours neighbours;
+    };
+    boost::container::small_vector<HaloRead, 1> halos;
+    boost::container::small_vector<uint32_t, 2> excluded;
+    std::string excluded_why;
   };
   Captured capture(TaskNode& t);
   void commit(Captured c);
@@ -172,9 +250,12 @@ class Recorder {
     bool run_open = false;
   };
   void add_edge(uint32_t pred, uint32_t succ, bool data);
+  uint32_t slot_of(const Ref<BufferState>& b, Access access);
+  void access(uint32_t self, uint32_t slot, Access mode);
 
   TaskGraph& graph_;
   KernelRegistry& kernels_;
+  Reductions& reductions_;
   std::mutex mutex_;
   std::atomic<bool> on_{false};
   std::shared_ptr<RecordedGraph> g_;
@@ -184,6 +265,8 @@ class Recorder {
   std::vector<Frontier> frontiers_;                      // per slot
   std::vector<TaskNode*> recorded_nodes_;                // a reference each
   std::unordered_set<uint64_t> edge_set_;                // pred << 32 | succ
+  std::unordered_map<uint32_t, uint32_t> copy_index_;    // copy slots -> their index in copies_
+  std::unordered_set<uint32_t> halo_seen_;               // halo tile slots in halos_
 };
 
 }  // namespace hcr::detail

@@ -209,20 +209,23 @@ void Reductions::join(TaskNode& t) {
       TaskNode* init = task_create(identity.get());
       task_add_arg(init, r.copy, Access::write);
       stages_.resolve(*identity);
-      stages_.submit(init);
+      stages_.submit_made(init);
     }
-    bool list;
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      s.copies.push_back(Ref<BufferState>::share(r.copy));
-      s.pending.store(true, std::memory_order_release);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      list = !s.listed;
-      s.listed = true;
-      if (list) listed_.push_back(Ref<BufferState>::share(r.target));
-    }
+    contribute(*r.target, Ref<BufferState>::share(r.copy));
+  }
+}
+
+void Reductions::contribute(BufferState& target, Ref<BufferState> copy) {
+  ReductionState& s = *target.reduction.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.copies.push_back(std::move(copy));
+    s.pending.store(true, std::memory_order_release);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!s.listed) {
+    s.listed = true;
+    listed_.push_back(Ref<BufferState>::share(&target));
   }
 }
 
@@ -232,7 +235,7 @@ void Reductions::submit_combine(KernelState* k, BufferState* into,
   task_add_arg(t, into, Access::read_write);
   for (BufferState* f : from) task_add_arg(t, f, Access::read);
   stages_.resolve(*k);
-  stages_.submit(t);
+  stages_.submit_made(t);
 }
 
 // A tree rather than a chain: the combines of one level run at once, on whichever devices hold

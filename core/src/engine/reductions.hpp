@@ -41,7 +41,9 @@ class ReductionStages {
  public:
   virtual Ref<KernelState> kernel(std::string_view name) = 0;
   virtual void resolve(KernelState& k) = 0;
-  virtual void submit(TaskNode* t) = 0;
+  /// Submits an identity or combine task it made; while a recording is open, the recording keeps
+  /// it as it keeps Runtime::submit's tasks (a replay makes fresh copies and runs them again).
+  virtual void submit_made(TaskNode* t) = 0;
 
  protected:
   ~ReductionStages() = default;
@@ -76,6 +78,9 @@ class Reductions {
   /// them, submits the identity tasks of user reductions, and adds its copies to their buffers'
   /// contributions.
   void join(TaskNode& t);
+  /// Adds `copy` to `target`'s contributions, combined at its next access of another mode or at
+  /// wait_all (join's bookkeeping; a replay of recorded reduce tasks calls it for its copies).
+  void contribute(BufferState& target, Ref<BufferState> copy);
   /// Before an access of another mode to `b`: submits the combine tasks of its contributions, if
   /// it has any (a tree of combines of up to `arity` copies each, the last level into `b`).
   void combine(BufferState& b);

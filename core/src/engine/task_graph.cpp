@@ -193,17 +193,29 @@ void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks, void (*link)(v
     }
     epoch = static_cast<uint8_t>(e & 1);
   }
-  for (TaskNode* t : tasks) {
-    t->submitted = true;
-    t->epoch = epoch;
-  }
   link(user);
+  // The ready ones go on in runs: placed as a batch, they cost placement less than one by one,
+  // and the devices start on the first run while the rest are counted down.
+  constexpr size_t kRun = 256;
+  TaskNode* run[kRun];
+  size_t ready = 0;
   const bool gated = gate_ != nullptr && gate_->closed();
   for (size_t i = 0; i < n; ++i) {
+    // (Set here, in the one pass over the tasks: none is handed on before its own count drops
+    // below, so none is seen by another thread before.)
     TaskNode* t = tasks[i];
+    t->submitted = true;
+    t->epoch = epoch;
     if (gated && gate_->hold(t, seq + i)) continue;
-    if (t->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) stages_.ready(t);
+    if (t->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+    run[ready++] = t;
+    if (ready == kRun) {
+      stages_.ready_batch({run, ready});
+      ready = 0;
+    }
   }
+  if (ready == 1) stages_.ready(run[0]);
+  else if (ready != 0) stages_.ready_batch({run, ready});
 }
 
 namespace {
@@ -338,8 +350,7 @@ void TaskGraph::settle(TaskNode* t, const std::exception_ptr& e) noexcept {
       return a->priority > b->priority;
     });
   for (TaskNode* r : now_ready) stages_.ready(r);
-  t->state.store(e ? kFailed : kSucceeded, std::memory_order_release);
-  t->state.notify_all();
+  settle_state(t, e ? kFailed : kSucceeded);
 }
 
 void TaskGraph::close(TaskNode* t) noexcept {

@@ -29,6 +29,9 @@ class GraphStages {
  public:
   /// `t` waits for nothing any more: to placement.
   virtual void ready(TaskNode* t) noexcept = 0;
+  /// As ready() for each of `tasks`, in order, which the caller keeps alive (a reference of its
+  /// own) until this returns: placed as a batch (Placement::place_batch).
+  virtual void ready_batch(std::span<TaskNode* const> tasks) noexcept = 0;
   /// `t`, just submitted, still waits for other tasks and reads `inputs`, which no unfinished
   /// task writes: they may move towards where it will run meanwhile.
   virtual void waiting_with_inputs(TaskNode* t,
@@ -83,10 +86,12 @@ class TaskGraph {
   /// Takes ownership of the caller's reference to each of `tasks`, prepared outside dependency
   /// analysis (a replayed graph, engine/recorded_graph.hpp): their edges, `uargs` and `bytes` set,
   /// each `pending` its predecessors + 1. Counted as submit() counts them (tickets, wait_all's
-  /// epoch, the gate) and handed on, in order, as each waits for nothing; back-pressure is
-  /// checked once, for the first (the batch may exceed the bound by its size). `link(user)` runs
-  /// once they are counted, before any is handed on: what it registers (register_access) is
-  /// registered only for a batch that enters (a refused one throws before it, taking the tasks).
+  /// epoch, the gate) and handed on, in order, as each waits for nothing: those that wait for
+  /// nothing at once go to GraphStages::ready_batch in runs, so the caller must hold a reference
+  /// of its own to each until this returns. Back-pressure is checked once, for the first (the
+  /// batch may exceed the bound by its size). `link(user)` runs once they are counted, before
+  /// any is handed on: what it registers (register_access) is registered only for a batch that
+  /// enters (a refused one throws before it, taking the tasks).
   void submit_prepared(std::span<TaskNode* const> tasks, void (*link)(void* user) noexcept,
                        void* user);
   /// The first half of a task's end: counts it, releases its successors (those it was the last

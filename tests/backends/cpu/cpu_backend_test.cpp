@@ -9,6 +9,7 @@
 #include <chrono>
 #include <set>
 #include <thread>
+#include <vector>
 
 namespace hcr {
 namespace {
@@ -68,7 +69,9 @@ TEST(CpuBackend, BadOptionsAreConfigErrorsNamingTheOption) {
   for (auto [key, value, why] :
        {std::tuple{"threads", "-1", "option 'threads' = -1"},
         std::tuple{"threads", "many", "option 'threads' = 'many' is not an integer"},
-        std::tuple{"thread", "2", "unknown option 'thread'"}}) {
+        std::tuple{"thread", "2", "unknown option 'thread'"},
+        std::tuple{"partitions", "0", "option 'partitions' = 0: must be 1 to the"},
+        std::tuple{"partitions", "5000", "option 'partitions' = 5000: must be 1 to the"}}) {
     Config c;
     c.use_environment = false;
     c.backends.push_back({"cpu", true, {{key, value}}, "t.toml:4"});
@@ -103,6 +106,85 @@ TEST(CpuBackend, WorkersRunTasksSideBySide) {
   b.get();
   EXPECT_TRUE(both.load());
   for (uint32_t w : workers) EXPECT_LT(w, 2u);
+}
+
+// Partitions share the workers out as devices of their own (the first ones one more where the
+// count does not divide), all on host memory, all of one architecture.
+TEST(CpuBackend, PartitionsAreDevicesSharingTheWorkers) {
+  Config c = test::cpu_config(3);
+  c.backends[0].options.push_back({"partitions", "2"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 2u);
+  const Device a = rt.devices()[0], b = rt.devices()[1];
+  EXPECT_EQ(a.concurrency, 2u);
+  EXPECT_EQ(b.concurrency, 1u);
+  EXPECT_NE(a.name.find("(2 threads) [partition 0 of 2]"), std::string::npos) << a.name;
+  EXPECT_NE(b.name.find("(1 threads) [partition 1 of 2]"), std::string::npos) << b.name;
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.memory_node, 0u);
+  EXPECT_EQ(b.memory_node, 0u);
+}
+
+// Each partition has workers of its own: tasks pinned to two partitions of one worker each run
+// side by side, and a partition runs its own tasks (the other's staying pinned there).
+TEST(CpuBackend, EachPartitionRunsItsOwnTasksOnItsOwnWorkers) {
+  Config c = test::cpu_config(2);
+  c.backends[0].options.push_back({"partitions", "2"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 2u);
+  std::atomic<int> arrived{0};
+  std::atomic<int> met{0};
+  Kernel meet = rt.kernel("meet").cpu([&](TaskContext& ctx) {
+    EXPECT_EQ(ctx.worker(), 0u) << "one worker per partition";
+    arrived.fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (arrived.load() >= 2) met.fetch_add(1);
+  });
+  Event x = rt.submit(Task(meet).on(rt.devices()[0].id));
+  Event y = rt.submit(Task(meet).on(rt.devices()[1].id));
+  x.get();
+  y.get();
+  EXPECT_EQ(met.load(), 2) << "the two partitions' tasks ran side by side";
+  EXPECT_EQ(x.device(), static_cast<int>(rt.devices()[0].id));
+  EXPECT_EQ(y.device(), static_cast<int>(rt.devices()[1].id));
+}
+
+// A partition's workers keep to its run of the process's cores while they work there; the
+// application's threads are left as they were.
+TEST(CpuBackend, PartitionsWorkOnTheirOwnCores) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  Config c = test::cpu_config(2);
+  c.backends[0].options.push_back({"partitions", "2"});
+  Runtime rt(c);
+  ASSERT_EQ(rt.devices().size(), 2u);
+  std::vector<int> seen[2];
+  Kernel where = rt.kernel("where").cpu([&](TaskContext& ctx) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+    for (int core = 0; core < CPU_SETSIZE; ++core)
+      if (CPU_ISSET(core, &mine)) seen[ctx.param<int>(0)].push_back(core);
+  });
+  for (int p = 0; p < 2; ++p) rt.submit(Task(where).param(p).on(rt.devices()[p].id)).get();
+  const size_t m = cores.size();
+  for (size_t p = 0; p < 2; ++p) {
+    std::vector<int> want;  // the run of cores of partition p, or one core each in turn
+    if (m < 2) want = {cores[p % m]};
+    else
+      for (size_t i = p * m / 2; i < (p + 1) * m / 2; ++i) want.push_back(cores[i]);
+    EXPECT_EQ(seen[p], want) << "partition " << p;
+  }
+  cpu_set_t after;
+  CPU_ZERO(&after);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(after), &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&after, &allowed)) << "the application's thread is not pinned";
 }
 
 TEST(CpuBackend, IdleWorkersSleep) {

@@ -83,6 +83,14 @@ TEST(RaplMeter, TheCpuDeviceReportsThePackagesJoulesAsMeasured) {
   EXPECT_EQ(s.devices[0].energy_source, "measured");
   EXPECT_NEAR(s.devices[0].energy_joules, 2.5, 1e-6);
 
+  // Partitions share one package counter: none of them claims it.
+  Config parts = test::cpu_config(2);
+  parts.backends[0].options.push_back({"powercap", p.root.string()});
+  parts.backends[0].options.push_back({"partitions", "2"});
+  Runtime split(parts);
+  ASSERT_EQ(split.stats().devices.size(), 2u);
+  for (const auto& d : split.stats().devices) EXPECT_EQ(d.energy_source, "none");
+
   Config off = test::cpu_config(2);
   off.backends[0].options.push_back({"powercap", "off"});
   Runtime none(off);
