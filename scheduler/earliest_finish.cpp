@@ -267,6 +267,12 @@ void EarliestFinish::record_completion(TaskRef t, DeviceId d, double seconds) {
     measured(t, d, seconds, first);
   }
   end_explore(t, d, data);  // after the record: the next decision sees the sample
+  // Parked tasks that another device declined while this exploration held the kernel's probe
+  // (peft explores a kernel on one device at a time) can be taken now. That device went to sleep,
+  // and no other offers it a task only it may run (pinned): wake the others to look again.
+  if ((data & kExploreBit) != 0 && unknown_.size() > 0)
+    for (DeviceId other = 0, n = ctx_->device_count(); other < n; ++other)
+      if (other != d) ctx_->wake(other);
 }
 
 // d left scheduling: its queue goes back to the core with its predicted work (and any
