@@ -14,8 +14,9 @@
 // `partitions`, each on its own core) and pins each thread's contiguous run of tiles to it, as
 // OpenMP's schedule(static) hands them out: a tile's ghosts are then mostly its own core's writes.
 // `any` leaves the tasks to the policy on one CPU device of all the threads, where any worker runs
-// any tile. On this 2-core machine a thread reading ghosts another core wrote made the tile sweep
-// 1.2-1.35x slower (bench/tile_affinity_bench), which is what `any` pays.
+// any tile. By hand, on the 2-core development machine, threads whose tiles' ghosts another core
+// wrote swept 1.2-1.35x slower (bench/tile_affinity_bench); through hcr the two placements were
+// within noise of each other on a quiet machine, and `blocks` the steadier on a loaded one.
 //
 // The kernel has a CPU implementation and an OpenCL C one. The timed stencil runs on the CPU
 // backend; where an OpenCL device is found (PoCL's CPU device counts), the same iterations run over
