@@ -9,5 +9,7 @@ const size_t hcr_c_struct_sizes[] = {
     HCR_EXEC_CONTEXT_STRUCT_SIZE,       HCR_KERNEL_DESC_STRUCT_SIZE,
     HCR_KERNEL_GET_ARGS_STRUCT_SIZE,    HCR_LAUNCH_ARGS_STRUCT_SIZE,
     HCR_GEMM_PARAMS_STRUCT_SIZE,        HCR_PLUGIN_API_STRUCT_SIZE,
+    HCR_GRAPH_NODE_STRUCT_SIZE,         HCR_GRAPH_CREATE_ARGS_STRUCT_SIZE,
+    HCR_GRAPH_LAUNCH_ARGS_STRUCT_SIZE,
 };
 const size_t hcr_c_struct_count = sizeof hcr_c_struct_sizes / sizeof hcr_c_struct_sizes[0];

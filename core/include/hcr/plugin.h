@@ -48,7 +48,7 @@ extern "C" {
  * ====================================================================================== */
 
 #define HCR_ABI_MAJOR 1
-#define HCR_ABI_MINOR 1
+#define HCR_ABI_MINOR 2
 
 /* Name of the one exported symbol. */
 #define HCR_PLUGIN_ENTRY_SYMBOL "hcr_plugin_get_api"
@@ -401,6 +401,72 @@ typedef struct hcr_launch_args {
  * with their struct-size constants, and what each built-in computes. */
 
 /* ======================================================================================
+ * Device graphs (ABI 1.2) — a recorded graph the device runs by itself
+ * ====================================================================================== */
+
+/* When every task of a recorded graph (hcr::Graph) ran on one device, the host may hand the whole
+ * graph to that device's plugin once (graph_create) and then run it with one call per replay
+ * (graph_launch), as CUDA graphs and Taskflow's executor do: the plugin follows the edges itself,
+ * with no host round trip per task. The host keeps the graph's buffers acquired on the device for
+ * the whole launch, in the modes its nodes access them. */
+
+typedef struct hcr_graph hcr_graph_t; /* opaque device graph, owned by the plugin */
+
+/* One node: a launch as hcr_launch_args_t describes one (no done, no flags: the graph's), and the
+ * nodes that wait for it. Its buffer arguments are `num_args` consecutive elements of the graph's
+ * argument array (node 0's first, then node 1's, ...; see hcr_graph_launch_args_t). */
+typedef struct hcr_graph_node {
+  size_t struct_size;
+  void* extension;
+  hcr_kernel_t* kernel; /* from kernel_get on the graph's device; valid while the graph lives */
+  size_t num_args;
+  const void* params; /* borrowed for graph_create (copy what you keep) */
+  size_t params_size;
+  const uint32_t* param_offsets; /* borrowed for graph_create */
+  size_t num_params;
+  uint64_t global_size[3];
+  uint32_t local_size[3];
+  void* host_token;           /* handed to the implementation in hcr_exec_context_t */
+  const uint32_t* successors; /* borrowed for graph_create: indices of nodes after this one */
+  size_t num_successors;
+} hcr_graph_node_t;
+#define HCR_GRAPH_NODE_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_graph_node_t, num_successors)
+
+typedef struct hcr_graph_create_args {
+  size_t struct_size;
+  void* extension;
+  size_t device;
+  /* Borrowed for the call. In an order where every successor comes after its predecessors (a
+   * node's successors are at higher indices); nodes without predecessors may run at once. */
+  const hcr_graph_node_t* nodes; /* element i at i * nodes[0].struct_size bytes */
+  size_t num_nodes;
+  /* Every node's arguments as they are now, in node order (borrowed for the call). A launch may
+   * hand other memory (another buffer of the same shape bound by a replay, data moved): shapes,
+   * types and access modes stay the same. */
+  const hcr_arg_t* args;
+  size_t num_args;
+  hcr_graph_t* graph; /* out; freed with graph_release */
+} hcr_graph_create_args_t;
+#define HCR_GRAPH_CREATE_ARGS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_graph_create_args_t, graph)
+
+typedef struct hcr_graph_launch_args {
+  size_t struct_size;
+  void* extension;
+  hcr_graph_t* graph;
+  /* Every node's arguments, laid out as at graph_create (borrowed until done). */
+  const hcr_arg_t* args;
+  size_t num_args;
+  uint32_t flags; /* HCR_LAUNCH_MEASURE: device_seconds of the whole graph in the completion */
+  /* Called once, when every node has run or been skipped. A node whose predecessor failed (or was
+   * skipped) is skipped; the others run. The error is the first failure's; before calling done
+   * the plugin writes that node's index to *failed_node (when failed_node is not NULL). */
+  hcr_done_fn done;
+  void* done_user_data;
+  uint64_t* failed_node; /* out (may be NULL) */
+} hcr_graph_launch_args_t;
+#define HCR_GRAPH_LAUNCH_ARGS_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_graph_launch_args_t, failed_node)
+
+/* ======================================================================================
  * The table
  * ====================================================================================== */
 
@@ -462,11 +528,21 @@ typedef struct hcr_plugin_api {
    * HCR_ENERGY_NONE when it has none. Quick: the host reads it every few tens of milliseconds. */
   hcr_error_t* (*device_energy)(hcr_plugin_t* plugin, size_t device,
                                 hcr_energy_reading_t* reading /* in: struct_size; out */);
+
+  /* --- appended in ABI 1.2 (optional: NULL, or beyond an older table's struct_size) --- */
+  /* Device graphs (see hcr_graph_node_t). graph_create returns HCR_ERROR_UNSUPPORTED for a graph
+   * the device cannot run as one (the host then replays it task by task). The host never launches
+   * a graph while an earlier launch of it has not called done, and releases it only after. */
+  hcr_error_t* (*graph_create)(hcr_plugin_t* plugin, hcr_graph_create_args_t* args);
+  /* Asynchronous: args borrowed for the call, what they point to until done. */
+  hcr_error_t* (*graph_launch)(hcr_plugin_t* plugin, const hcr_graph_launch_args_t* args);
+  void (*graph_release)(hcr_plugin_t* plugin, hcr_graph_t* graph);
 } hcr_plugin_api_t;
 
 /* The smallest table a major-1 host accepts: every entry of ABI 1.0 (optional ones may be NULL). */
 #define HCR_PLUGIN_API_STRUCT_SIZE_1_0 HCR_STRUCT_SIZE(hcr_plugin_api_t, estimate)
-#define HCR_PLUGIN_API_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_plugin_api_t, device_energy)
+#define HCR_PLUGIN_API_STRUCT_SIZE_1_1 HCR_STRUCT_SIZE(hcr_plugin_api_t, device_energy)
+#define HCR_PLUGIN_API_STRUCT_SIZE HCR_STRUCT_SIZE(hcr_plugin_api_t, graph_release)
 
 /* The entry point every plugin exports. The returned table is static: valid while the library is
  * loaded, never freed. */
