@@ -354,6 +354,22 @@ inline hcr_error_t* run_host_function(hcr_kernel_fn fn, void* user_data,
   return make_error(HCR_ERROR_KERNEL, message[0] ? message : "kernel failed");
 }
 
+/// A device graph as graph_create hands it over (ABI 1.2), read into this build's structs and
+/// checked: every successor index names a later node, and the nodes' argument counts add up to
+/// the argument array's. Borrowed for the call, as the ABI says of what it points to.
+struct GraphDesc {
+  size_t device = 0;
+  std::vector<hcr_graph_node_t> nodes;
+  std::vector<size_t> first_arg;    // node i's arguments: num_args of them from first_arg[i]
+  const hcr_arg_t* args = nullptr;  // the sender's stride: sdk::element, or arg_at below
+  size_t num_args = 0;
+
+  /// The address of argument `i` of the array (its sender's stride).
+  static const hcr_arg_t* arg_at(const hcr_arg_t* array, size_t i) noexcept {
+    return i == 0 ? array : &element(array, i);
+  }
+};
+
 /// Base class of a backend instance. One object per [[backend]] table.
 class Backend {
  public:
@@ -387,6 +403,15 @@ class Backend {
   /// The device's energy meter (ABI 1.1): fill `reading` (its source, joules, watts, idle watts,
   /// resolution) and return true; false (the default) when the device has none.
   virtual bool device_energy(size_t /*device*/, hcr_energy_reading_t& /*reading*/) { return false; }
+  /// Device graphs (ABI 1.2, see hcr_graph_node_t): throw Error(HCR_ERROR_UNSUPPORTED) (the
+  /// default) for a graph this device cannot run as one; the host then replays it task by task.
+  virtual hcr_graph_t* graph_create(const GraphDesc& /*graph*/) {
+    throw Error(HCR_ERROR_UNSUPPORTED, "this backend does not run device graphs");
+  }
+  virtual void graph_launch(const hcr_graph_launch_args_t& /*args*/) {
+    throw Error(HCR_ERROR_UNSUPPORTED, "this backend does not run device graphs");
+  }
+  virtual void graph_release(hcr_graph_t* /*graph*/) noexcept {}
 
   const Host& host() const noexcept { return host_; }
 
@@ -540,6 +565,60 @@ struct Adapter {
       write_struct(out, r);
     });
   }
+  static hcr_error_t* graph_create(hcr_plugin_t* p, hcr_graph_create_args_t* args) noexcept {
+    return guard([&] {
+      if (args == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_create without args");
+      self(p)->check_device(args->device);
+      if (args->num_nodes > 0 && args->nodes == nullptr)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_create: nodes is NULL");
+      if (args->num_args > 0 && args->args == nullptr)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_create: args is NULL");
+      GraphDesc g;
+      g.device = args->device;
+      g.args = args->args;
+      g.num_args = args->num_args;
+      g.nodes.reserve(args->num_nodes);
+      g.first_arg.reserve(args->num_nodes);
+      size_t next = 0;
+      for (size_t i = 0; i < args->num_nodes; ++i) {
+        hcr_graph_node_t n = read_struct(&element(args->nodes, i));
+        if (n.kernel == nullptr)
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      "graph_create: node " + std::to_string(i) + " has no kernel");
+        if (n.num_successors > 0 && n.successors == nullptr)
+          throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                      "graph_create: node " + std::to_string(i) + "'s successors are NULL");
+        for (size_t k = 0; k < n.num_successors; ++k)
+          if (n.successors[k] <= i || n.successors[k] >= args->num_nodes)
+            throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                        "graph_create: node " + std::to_string(i) + "'s successor " +
+                            std::to_string(n.successors[k]) +
+                            " is not a later node (nodes come in dependency order)");
+        g.first_arg.push_back(next);
+        next += n.num_args;
+        g.nodes.push_back(n);
+      }
+      if (next != args->num_args)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT,
+                    "graph_create: the nodes take " + std::to_string(next) +
+                        " arguments, the array has " + std::to_string(args->num_args));
+      args->graph = self(p)->graph_create(g);
+    });
+  }
+  static hcr_error_t* graph_launch(hcr_plugin_t* p, const hcr_graph_launch_args_t* args) noexcept {
+    return guard([&] {
+      auto a = read_struct(args);
+      if (a.graph == nullptr)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch without a graph");
+      if (a.done == nullptr) throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch without done");
+      if (a.num_args > 0 && a.args == nullptr)
+        throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch: args is NULL");
+      self(p)->graph_launch(a);
+    });
+  }
+  static void graph_release(hcr_plugin_t* p, hcr_graph_t* g) noexcept {
+    if (g != nullptr) self(p)->graph_release(g);
+  }
 };
 
 }  // namespace detail
@@ -573,6 +652,9 @@ const hcr_plugin_api_t* plugin_api(const char* name, const char* version) noexce
     t.host_free = &A::host_free;
     t.estimate = &A::estimate;
     t.device_energy = &A::device_energy;
+    t.graph_create = &A::graph_create;
+    t.graph_launch = &A::graph_launch;
+    t.graph_release = &A::graph_release;
     return t;
   }();
   return &api;
