@@ -7,6 +7,8 @@
 
 #include "../buffer_state.hpp"
 
+#include <hcr/error.hpp>
+
 #include <algorithm>
 
 namespace hcr::detail {
@@ -175,6 +177,44 @@ void Coherence::wake(BufferState& b, uint32_t node, const std::exception_ptr& fa
   }
   r.waiters.resize(keep);
   if (refetch) plan_fetch(b, node, more);
+}
+
+std::exception_ptr Coherence::lost_input(const TaskNode& t) {
+  for (const ArgRec& a : t.uargs) {
+    BufferData& d = data(*a.buffer);
+    if (!reads(a.access) || d.lost_with.empty()) continue;
+    bool any = false;
+    for (auto& r : d.replicas) any = any || r.valid || r.fetching;
+    if (!any)
+      return std::make_exception_ptr(
+          Error(ErrorCode::device_lost, "the only valid copy of a " + shape_of(*a.buffer) +
+                                            " buffer this task reads was lost with device '" +
+                                            d.lost_with + "'"));
+  }
+  return nullptr;
+}
+
+void Coherence::pin(TaskNode* t, uint32_t node, std::vector<Copy>& copies) {
+  for (const ArgRec& a : t->uargs) {
+    BufferState& b = *a.buffer;
+    Replica& r = data(b).replicas[node];
+    ++r.pins;
+    touch(r);
+    // A copy landing here, or a write-back leaving, must finish first; and before a write, any
+    // copy still reading this replica.
+    bool busy = r.fetching || r.evicting || (reads(a.access) && r.ghost_fetches != 0) ||
+                (writes(a.access) && r.copies_out != 0);
+    if (reads(a.access) && r.fetching) urge(b, node, t->priority);
+    if (!busy && reads(a.access) && !r.valid) {
+      plan_fetch(b, node, copies, t->priority);
+      busy = r.fetching;
+    }
+    if (reads(a.access)) ++(busy ? misses_ : hits_);
+    if (busy) {
+      r.waiters.push_back({t, reads(a.access), writes(a.access)});
+      t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 }  // namespace hcr::detail

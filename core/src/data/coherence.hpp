@@ -117,6 +117,18 @@ class Coherence {
   // committed elsewhere meanwhile) gets a fresh fetch and waits on. A failed copy fails them.
   void wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
             std::vector<TaskNode*>& ready, std::vector<Copy>& more);
+  // The error a task reading a buffer whose only valid copy died with a device (lost_with) fails
+  // with, until a task writes the buffer again: null when `t` reads none.
+  std::exception_ptr lost_input(const TaskNode& t);
+  // Pins `t`'s replicas on `node` for its attempt (allocated there already): plans the fetches its
+  // reads need, and queues `t` on each replica a copy must first land in, leave, or stop reading,
+  // counting those in t->transfers_pending. Each read is counted a hit or a miss.
+  void pin(TaskNode* t, uint32_t node, std::vector<Copy>& copies);
+  // The replica is used now: the last to be evicted (NodeMemory evicts least-recently-used).
+  void touch(Replica& r) noexcept { r.last_use = ++clock_; }
+  // Reads that found their replica valid and idle, and those that waited for a copy.
+  uint64_t hits() const noexcept { return hits_; }
+  uint64_t misses() const noexcept { return misses_; }
 
   // Lock-free, and possibly momentarily stale (scheduling predictions).
   static bool valid_on(const BufferState& b, uint32_t node) noexcept;
@@ -127,6 +139,8 @@ class Coherence {
  private:
   const NodeMemory& memory_;
   Transfers& transfers_;
+  uint64_t clock_ = 0;  // LRU
+  uint64_t hits_ = 0, misses_ = 0;
 };
 
 }  // namespace hcr::detail

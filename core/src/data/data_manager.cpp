@@ -53,95 +53,29 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
   t->transfers_pending.store(1, std::memory_order_relaxed);  // held while we start copies
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    NodeState& node = memory_.node(n);
-    for (const ArgRec& a : t->uargs) {
-      halo |= a.buffer->halo != 0;
-      BufferData& d = coherence_.data(*a.buffer);
-      if (reads(a.access) && !d.lost_with.empty()) {
-        bool any = false;
-        for (auto& r : d.replicas) any = any || r.valid || r.fetching;
-        if (!any) {
-          t->data_lost = true;
-          t->transfer_error = std::make_exception_ptr(
-              Error(ErrorCode::device_lost, "the only valid copy of a " + shape_of(*a.buffer) +
-                                                " buffer this task reads was lost with device '" +
-                                                d.lost_with + "'"));
-          return Status::failed;
-        }
-      }
+    for (const ArgRec& a : t->uargs) halo |= a.buffer->halo != 0;
+    if (std::exception_ptr e = coherence_.lost_input(*t)) {
+      t->data_lost = true;
+      t->transfer_error = std::move(e);
+      return Status::failed;
     }
-    if (n != 0) {
-      uint64_t need = 0;
-      for (const ArgRec& a : t->uargs)
-        if (coherence_.data(*a.buffer).replicas[n].mem == nullptr) need += a.buffer->bytes();
-      // Scratch the pool has in the sizes asked needs no room; all of it counts to the context.
-      const uint64_t quota_need = need + t->scratch_bytes;
-      need += t->scratch.empty() ? 0 : memory_.scratch_short(n, t);
-      auto takes = [&] {  // (built only on failure: this is every task's path)
-        return t->scratch_bytes == 0
-                   ? "the task's buffers take " + std::to_string(t->bytes) + " bytes"
-                   : "task of kernel '" + t->kernel->name + "' takes " + std::to_string(t->bytes) +
-                         " bytes (" + std::to_string(t->scratch_bytes) + " of them scratch)";
-      };
-      if (t->bytes > node.limit) {
-        t->transfer_error = std::make_exception_ptr(
-            Error(ErrorCode::out_of_memory,
-                  takes() + "; '" + node.name + "' may hold " + std::to_string(node.limit)));
-        return Status::failed;
-      }
-      const ContextState* ctx = t->context;
-      if (ctx != nullptr && ctx->memory_quota != 0 && t->bytes > ctx->memory_quota) {
-        t->transfer_error = std::make_exception_ptr(
-            Error(ErrorCode::out_of_memory, takes() + "; context '" + ctx->name + "' may hold " +
-                                                std::to_string(ctx->memory_quota) + " on '" +
-                                                node.name + "' (its memory_quota)"));
-        return Status::failed;
-      }
-      if ((quota_need > 0 && ctx != nullptr && ctx->memory_quota != 0 &&
-           !memory_.make_room_in_quota(n, quota_need, t, copies)) ||
-          (need > 0 && !memory_.make_room(n, need, t, copies))) {
-        node.waiting_for_memory.push_back(t);
-        status = Status::blocked;
-      }
-    }
+    using Room = NodeMemory::Room;
+    const Room room = n != 0 ? memory_.make_room_for(t, n, copies) : Room::made;
+    if (room == Room::never) return Status::failed;  // (before any copy was planned)
+    if (room == Room::queued) status = Status::blocked;
     // Halo tiles read: which ghost edges to refresh, and from where (ghosts.hpp). After making
     // room: the plan reads only replicas still there (make_room may have freed a neighbour's).
     if (halo && status != Status::blocked) [[unlikely]]
       switch (ghosts_.plan(t, n, ghost_plan, copies)) {
         case Ghosts::Step::go: break;
         case Ghosts::Step::retry:
-          node.waiting_for_memory.push_back(t);  // acquired again when a copy lands
+          memory_.node(n).waiting_for_memory.push_back(t);  // acquired again when a copy lands
           status = Status::blocked;
           break;
         case Ghosts::Step::failed: status = Status::failed; break;  // (copies planned still go)
       }
-    if (status == Status::pending && n != 0) {
-      // Allocate first, pin after: a failure leaves nothing pinned and no copy waiting for us.
-      for (const ArgRec& a : t->uargs) {
-        BufferState& b = *a.buffer;
-        Replica& r = coherence_.data(b).replicas[n];
-        if (r.mem != nullptr) continue;
-        const hcr_plugin_api_t* api = node.plugin->api;
-        hcr_memory_t* mem = nullptr;
-        hcr_error_t* err = memory_.allocate(n, b.bytes(), mem);
-        if (err != nullptr || mem == nullptr) {
-          // A device that is gone says so here too: it must be retired as lost (its data
-          // reported lost), not counted a memory fault toward quarantine.
-          const ErrorCode code = err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
-                                     ? ErrorCode::device_lost
-                                     : ErrorCode::out_of_memory;
-          std::string msg = err ? take_error(api, err) : "no allocation returned";
-          t->transfer_error =
-              std::make_exception_ptr(Error(code, "allocating " + std::to_string(b.bytes()) +
-                                                      " bytes on '" + node.name + "': " + msg));
-          status = Status::failed;
-          break;
-        }
-        memory_.keep(b, r, n, mem, t->context != nullptr ? t->context->index : 0);
-      }
-    }
-    if (status != Status::blocked && status != Status::failed && !t->scratch.empty()) {
-      if (std::exception_ptr e = memory_.take_task_scratch(t, n)) {
+    if (status == Status::pending) {
+      if (std::exception_ptr e = memory_.take_task_memory(t, n)) {
         t->transfer_error = std::move(e);
         status = Status::failed;
       }
@@ -150,26 +84,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
       t->data_node = static_cast<int32_t>(n);
       if (halo) [[unlikely]]
         ghosts_.start(t, n, ghost_plan, copies);
-      for (const ArgRec& a : t->uargs) {
-        BufferState& b = *a.buffer;
-        Replica& r = coherence_.data(b).replicas[n];
-        ++r.pins;
-        r.last_use = ++clock_;
-        // A copy landing here, or a write-back leaving, must finish first; and before a write,
-        // any copy still reading this replica.
-        bool busy = r.fetching || r.evicting || (reads(a.access) && r.ghost_fetches != 0) ||
-                    (writes(a.access) && r.copies_out != 0);
-        if (reads(a.access) && r.fetching) coherence_.urge(b, n, t->priority);
-        if (!busy && reads(a.access) && !r.valid) {
-          coherence_.plan_fetch(b, n, copies, t->priority);
-          busy = r.fetching;
-        }
-        if (reads(a.access)) ++(busy ? misses_ : hits_);
-        if (busy) {
-          r.waiters.push_back({t, reads(a.access), writes(a.access)});
-          t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
+      coherence_.pin(t, n, copies);
     }
   }
   for (const Copy& c : copies) transfers_.issue(c);
@@ -205,7 +120,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
         }
         memory_.keep(b, r, n, mem, owner != nullptr ? owner->index : 0);
       }
-      r.last_use = ++clock_;
+      coherence_.touch(r);
       coherence_.plan_fetch(b, n, copies, priority);
     }
   }
@@ -423,8 +338,8 @@ DataCounters DataManager::counters() const {
   c.scratch_allocations = memory_.scratch_allocations();
   c.scratch_reuses = memory_.scratch_reuses();
   transfers_.links(c);
-  c.hits = hits_;
-  c.misses = misses_;
+  c.hits = coherence_.hits();
+  c.misses = coherence_.misses();
   c.evictions = memory_.evictions();
   c.writebacks = writebacks_;
   return c;

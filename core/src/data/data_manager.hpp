@@ -160,9 +160,9 @@ class DataManager final : private CopyLanding {
   Ghosts ghosts_{coherence_, memory_};
   Transfers transfers_;
   WriteBack write_back_;
-  uint64_t clock_ = 0;  // LRU
-  // Counters (under mutex_); evictions are NodeMemory's, links Transfers'.
-  uint64_t hits_ = 0, misses_ = 0, writebacks_ = 0;
+  // Counters (under mutex_); hits and misses are Coherence's, evictions NodeMemory's, links
+  // Transfers'.
+  uint64_t writebacks_ = 0;
 };
 
 }  // namespace hcr::detail

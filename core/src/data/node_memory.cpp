@@ -5,6 +5,7 @@
 
 #include "../buffer_state.hpp"
 #include "../contexts/context_state.hpp"
+#include "../kernel_state.hpp"
 #include "../plugins/plugin_loader.hpp"
 #include "../task_node.hpp"
 
@@ -37,6 +38,65 @@ uint32_t NodeMemory::add(NodeState node) {
                 "more than " + std::to_string(kMaxNodes - 1) + " devices with their own memory");
   nodes_.push_back(std::move(node));
   return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+NodeMemory::Room NodeMemory::make_room_for(TaskNode* t, uint32_t n, std::vector<Copy>& copies) {
+  NodeState& node = nodes_[n];
+  uint64_t need = 0;
+  for (const ArgRec& a : t->uargs)
+    if (coherence_.data(*a.buffer).replicas[n].mem == nullptr) need += a.buffer->bytes();
+  // Scratch the pool has in the sizes asked needs no room; all of it counts to the context.
+  const uint64_t quota_need = need + t->scratch_bytes;
+  need += t->scratch.empty() ? 0 : scratch_short(n, t);
+  auto takes = [&] {  // (built only on failure: this is every task's path)
+    return t->scratch_bytes == 0
+               ? "the task's buffers take " + std::to_string(t->bytes) + " bytes"
+               : "task of kernel '" + t->kernel->name + "' takes " + std::to_string(t->bytes) +
+                     " bytes (" + std::to_string(t->scratch_bytes) + " of them scratch)";
+  };
+  if (t->bytes > node.limit) {
+    t->transfer_error = std::make_exception_ptr(
+        Error(ErrorCode::out_of_memory,
+              takes() + "; '" + node.name + "' may hold " + std::to_string(node.limit)));
+    return Room::never;
+  }
+  const ContextState* ctx = t->context;
+  if (ctx != nullptr && ctx->memory_quota != 0 && t->bytes > ctx->memory_quota) {
+    t->transfer_error = std::make_exception_ptr(
+        Error(ErrorCode::out_of_memory, takes() + "; context '" + ctx->name + "' may hold " +
+                                            std::to_string(ctx->memory_quota) + " on '" +
+                                            node.name + "' (its memory_quota)"));
+    return Room::never;
+  }
+  if ((quota_need > 0 && ctx != nullptr && ctx->memory_quota != 0 &&
+       !make_room_in_quota(n, quota_need, t, copies)) ||
+      (need > 0 && !make_room(n, need, t, copies))) {
+    node.waiting_for_memory.push_back(t);
+    return Room::queued;
+  }
+  return Room::made;
+}
+
+std::exception_ptr NodeMemory::take_task_memory(TaskNode* t, uint32_t n) {
+  for (size_t i = 0; n != 0 && i < t->uargs.size(); ++i) {  // (host memory: each buffer's own)
+    BufferState& b = *t->uargs[i].buffer;
+    Replica& r = coherence_.data(b).replicas[n];
+    if (r.mem != nullptr) continue;
+    hcr_memory_t* mem = nullptr;
+    if (hcr_error_t* err = allocate(n, b.bytes(), mem); err != nullptr || mem == nullptr) {
+      // A device that is gone says so here too: it must be retired as lost (its data reported
+      // lost), not counted a memory fault toward quarantine.
+      const hcr_plugin_api_t* api = nodes_[n].plugin->api;
+      const ErrorCode code = err != nullptr && api->error_code(err) == HCR_ERROR_DEVICE_LOST
+                                 ? ErrorCode::device_lost
+                                 : ErrorCode::out_of_memory;
+      std::string msg = err ? take_error(api, err) : "no allocation returned";
+      return std::make_exception_ptr(Error(code, "allocating " + std::to_string(b.bytes()) +
+                                                     " bytes on '" + nodes_[n].name + "': " + msg));
+    }
+    keep(b, r, n, mem, t->context != nullptr ? t->context->index : 0);
+  }
+  return t->scratch.empty() ? nullptr : take_task_scratch(t, n);
 }
 
 hcr_error_t* NodeMemory::allocate(uint32_t n, uint64_t bytes, hcr_memory_t*& mem) {

@@ -86,6 +86,18 @@ class NodeMemory {
   bool make_room(uint32_t n, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
   // The same within a context's memory quota: only that context's replicas are evicted.
   bool make_room_in_quota(uint32_t n, uint64_t need, const TaskNode* t, std::vector<Copy>& copies);
+  enum class Room {
+    made,    // it fits now
+    queued,  // `t` waits in the node's waiting_for_memory until others release theirs
+    never,   // it can never fit: t->transfer_error says why
+  };
+  // Room on device node `n` for what `t` lacks there (its buffers without an allocation, the
+  // scratch the pool cannot supply), within its context's memory_quota; evictions into `copies`.
+  Room make_room_for(TaskNode* t, uint32_t n, std::vector<Copy>& copies);
+  // Allocates each of `t`'s buffers lacking one on device node `n`, then takes `t`'s scratch
+  // blocks (on any node): all before anything is pinned, so a failure leaves nothing pinned and
+  // no copy waiting for `t`. The error (allocations made stay, counted), or null.
+  std::exception_ptr take_task_memory(TaskNode* t, uint32_t n);
   // Whatever released pins or freed memory may unblock a task waiting on any node.
   void take_memory_waiters(std::vector<TaskNode*>& out);
 
