@@ -114,6 +114,45 @@ TEST(Pause, WaitingForAHeldTaskIsRefusedNotAHang) {
   EXPECT_NO_THROW(rt.wait_all());
 }
 
+// A join (a replay's event, an unpartition's) or a host access is never held itself, but waits for
+// what it depends on: waiting for one that depends on a held task is refused too, naming the held
+// task's kernel, and waits once resumed. One that depends on none is waited for.
+TEST(Pause, WaitingForAJoinOnAHeldTaskIsRefusedNotAHang) {
+  Runtime rt(one_device());
+  Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
+  auto x = rt.buffer<float>(4, 4), other = rt.buffer<float>(4, 4);
+  Tiles<float> tiles = x.partition(2, 2), untouched = other.partition(2, 2);
+  rt.begin_recording();
+  rt.submit(Task(work).write(tiles(0, 0)));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  rt.pause();
+  rt.submit(Task(work).write(tiles(0, 1)));
+  EXPECT_NO_THROW(other.unpartition().wait());  // no held task uses its tiles
+  const std::string why =
+      "Event::wait would wait forever: the operation (a replay, an unpartition) waits for a task "
+      "of kernel 'work' that was submitted since Runtime::pause() and waits for Runtime::resume()";
+  Event replayed = g.replay();
+  try {
+    replayed.wait();
+    ADD_FAILURE() << "Event::wait waited for a replay of held tasks";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+    EXPECT_EQ(std::string(err.what()), why);
+  }
+  rt.submit(Task(work).write(tiles(1, 1)));
+  Event joined = x.unpartition();
+  try {
+    joined.wait();
+    ADD_FAILURE() << "Event::wait waited for an unpartition after held tasks";
+  } catch (const Error& err) {
+    EXPECT_EQ(std::string(err.what()), why);
+  }
+  rt.resume();
+  EXPECT_NO_THROW(replayed.wait());
+  EXPECT_NO_THROW(joined.wait());
+}
+
 // Back-pressure while paused: the submit past the window would wait for held tasks, which only a
 // resume() lets go; it is refused, like any other wait for held work, and the refusal costs the
 // window nothing.

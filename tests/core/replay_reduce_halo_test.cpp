@@ -158,8 +158,10 @@ TEST(ReplayHalo, BindingsMustKeepNeighboursTogether) {
   g.replay().get();  // still usable after refusals
 }
 
-// A replayed halo task is kept off the devices Runtime::submit keeps it off (those with their own
-// memory, engine/halo_reads.hpp): with the CPU gone, the replay fares as the same task submitted.
+// A replayed halo task is kept off the devices Runtime::submit kept the recorded one off: none,
+// since a device with its own memory runs halo tasks too (the data manager refreshes the ghost
+// edges of the tile's region there, data/ghosts.hpp). With the CPU gone, the replay fares as the
+// same task submitted: both run on the device with its own memory.
 TEST(ReplayHalo, DevicesExcludedAsForSubmit) {
   Config c = test::cpu_config(1);
   c.backends.push_back(
@@ -191,7 +193,7 @@ TEST(ReplayHalo, DevicesExcludedAsForSubmit) {
   const std::string submitted =
       outcome([&] { rt.submit(Task(touch).read_write(tiles(2, 2))).get(); });
   const std::string replayed = outcome([&] { g.replay().get(); });
-  // (Placed on a device with its own memory, the task would fail there, for another reason.)
+  // (Were devices with their own memory kept off halo tasks again, both would fail, saying so.)
   const char* why = "no device can run kernel 'touch'";
   EXPECT_EQ(replayed == "ran", submitted == "ran") << replayed << "\n  vs submitted: " << submitted;
   EXPECT_EQ(says(replayed, why), says(submitted, why))

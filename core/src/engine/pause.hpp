@@ -45,7 +45,7 @@ class Pause final : public SubmitGate {
   /// False when not paused.
   bool resume() noexcept;
   /// Throws Error(invalid_argument) naming `what` when it would wait forever for a kept task:
-  /// `target` kept (null: any).
+  /// `target` kept, or a join or host access that depends on one (null: any).
   void check_not_held(std::string_view what, const TaskNode* target) const;
   /// The same for an acquire of `b` for `mode`: a kept task writing `b` (read), or using it
   /// (write).
@@ -58,6 +58,8 @@ class Pause final : public SubmitGate {
 
  private:
   void let_go(std::vector<TaskNode*> held) noexcept;
+  // Under mutex_: the kept task `target` waits for, if any (itself, if it is kept).
+  const TaskNode* kept_before(const TaskNode* target) const;
   TaskGraph& graph_;
   PlaceTogether& placement_;
   std::atomic<uint32_t> paused_{0};  // pauses not resumed yet (written under mutex_)
