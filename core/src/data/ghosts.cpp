@@ -31,19 +31,10 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
   for (const ArgRec& a : t->uargs) {
     BufferState& tile = *a.buffer;
     if (tile.halo == 0 || !reads(a.access)) continue;
-    HaloGrid& grid = *tile.halo_grid;
-    grid.lock.lock();
-    for (int di = -1; di <= 1; ++di)
-      for (int dj = -1; dj <= 1; ++dj) {
-        const int64_t i = int64_t{tile.grid_i} + di, j = int64_t{tile.grid_j} + dj;
-        if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= tile.grid_rows || j >= tile.grid_cols)
-          continue;
-        BufferState* nb = grid.tiles[static_cast<size_t>(i) * tile.grid_cols + j];
-        if (nb != nullptr && try_retain(nb)) plan.refs.push_back(nb);
-        else nb = nullptr;
-        around.push_back({&tile, nb, ghost_slot(di, dj)});
-      }
-    grid.lock.unlock();
+    for_each_halo_neighbour(tile, [&](BufferState* nb, int di, int dj) {
+      if (nb != nullptr) plan.refs.push_back(nb);
+      around.push_back({&tile, nb, ghost_slot(di, dj)});
+    });
   }
   // A neighbour whose data was lost with a device: the ghosts cannot be filled (checked before
   // anything is planned).
