@@ -5,6 +5,7 @@
 #include "../test_support.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <ostream>
 #include <thread>
@@ -616,6 +617,46 @@ TEST(HaloTilesOnDevices, UnchangedNeighboursAreNotCopiedAgain) {
     for (size_t j = 0; j < 2; ++j) rt.submit(Task(look).read(t(i, j)));
   rt.wait_all();
   EXPECT_EQ(moved(rt).in, first.in);
+  g.unpartition().get();
+}
+
+// Tasks placed on a device whose slots are busy: prefetch moves each tile's interior there and its
+// ghost edges too (interiors plus, per tile, 2 edges of 8 and a corner: (16 * 16 + 4 * 17)
+// doubles, as acquire would), so every task then finds its tile current, ghosts and all: hits, no
+// miss. Edges left to acquire would be misses, the tasks waiting for them.
+TEST(HaloTilesOnDevices, PrefetchRefreshesTheGhostEdges) {
+  Config c = own_memory_machine(1, 0, "random");  // placed when ready, so prefetched then
+  c.lookahead = 0;  // the device takes no task while its two slots are busy
+  c.backends[0].options.push_back({"workers", "4"});  // the simulator copies while they are
+  Runtime rt(c);
+  auto g = rt.buffer<double>(16, 16);
+  g.acquire(Access::write);  // valid in host memory
+  Tiles<double> t = g.partition(8, 8, Halo{1});
+  std::promise<void> open;
+  std::shared_future<void> gate = open.get_future().share();
+  Kernel hold = rt.kernel("hold").cpu(
+      [](TaskContext& ctx) { ctx.param<std::shared_future<void>*>(0)->wait(); });
+  auto x = rt.vector<double>(1), y = rt.vector<double>(1);
+  Event h1 = rt.submit(Task(hold).write(x).param(&gate).on(0));
+  Event h2 = rt.submit(Task(hold).write(y).param(&gate).on(0));
+  Kernel look = rt.kernel("look").cpu([](TaskContext&) {});
+  for (size_t i = 0; i < 2; ++i)
+    for (size_t j = 0; j < 2; ++j) rt.submit(Task(look).read(t(i, j)));
+  const uint64_t want = (16 * 16 + 4 * 17) * sizeof(double);
+  // The copies are asynchronous: wait (bounded) for them to land while the slots stay busy.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (moved(rt).in < want && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::yield();
+  EXPECT_EQ(moved(rt).in, want) << "prefetch moved the interiors but not every ghost edge";
+  const DataCounters before = rt.stats().data;
+  open.set_value();
+  h1.get();
+  h2.get();
+  rt.wait_all();
+  const DataCounters after = rt.stats().data;
+  EXPECT_EQ(after.misses - before.misses, 0u);
+  EXPECT_EQ(after.hits - before.hits, 4u);
+  EXPECT_EQ(moved(rt).in, want);  // nothing moved twice
   g.unpartition().get();
 }
 
