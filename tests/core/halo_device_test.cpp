@@ -1,6 +1,6 @@
 // Halo tiles on devices with their own memory (simulated devices that compute for real, alone or
 // beside the CPU; OpenCL through PoCL where found), where only ghost edges move: stencils against a
-// plain loop, bytes moved, prefetch, eviction, write-back, host views, ordering.
+// plain loop, bytes moved, prefetch, eviction, write-back, host views, ordering, replays.
 #include "halo_support.hpp"
 
 #include <atomic>
@@ -240,6 +240,42 @@ TEST(HaloTilesOnDevices, ADeviceSmallerThanItsWindowRunsTheStencilExactly) {
   EXPECT_GT(rt.stats().data.evictions, 0u);
 }
 
+// A ping-pong pair of stencil steps over halo tiles, recorded once and replayed without a wait, on
+// devices with their own memory (one device; two, each tile's task on the other device than its
+// neighbours' and its previous writer's): each replayed task's ghosts are refreshed where it runs,
+// and the grid is the plain loop's, exactly.
+TEST(HaloTilesOnDevices, ReplayedStencilMatchesAPlainLoop) {
+  for (Machine machine : {Machine::one_device, Machine::two_devices_alternating}) {
+    SCOPED_TRACE(machine == Machine::one_device ? "one device" : "two devices, alternating");
+    Runtime rt(machine_config(machine));
+    const StencilCase p{37, 45, 8, 10, 1, 0};
+    const int pin = machine == Machine::one_device ? 0 : 2;
+    constexpr int kReplays = 4;
+    Kernel k = box_kernel(rt);
+    const std::vector<double> start = start_values(p.n, p.m);
+    auto a = rt.buffer<double>(p.n, p.m), b = rt.buffer<double>(p.n, p.m);
+    {
+      auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
+      std::copy(start.begin(), start.end(), va.data());
+      std::copy(start.begin(), start.end(), vb.data());
+    }
+    Tiles<double> ta = a.partition(p.tile_rows, p.tile_cols, Halo{p.halo});
+    Tiles<double> tb = b.partition(p.tile_rows, p.tile_cols, Halo{p.halo});
+    rt.begin_recording();
+    submit_step(rt, k, ta, tb, p.tile_rows, p.tile_cols, p.n, p.m, p.halo, pin, 0);
+    submit_step(rt, k, tb, ta, p.tile_rows, p.tile_cols, p.n, p.m, p.halo, pin, 1);
+    Graph g = rt.end_recording();
+    EXPECT_EQ(g.tasks(), 2 * ta.rows() * ta.cols());
+    for (int i = 0; i < kReplays; ++i) g.replay();
+    Event ea = a.unpartition(), eb = b.unpartition();
+    ea.get();
+    eb.get();
+    EXPECT_EQ(a.to_vector(), reference(start, p.n, p.m, p.halo, 2 * (kReplays + 1)));
+    EXPECT_EQ(rt.stats().failed, 0u);
+    EXPECT_GT(moved(rt).in, 0u);  // the devices ran them
+  }
+}
+
 // A kernel that writes `value` into the interior of its tile (arguments: the tile; parameters:
 // ghosts top and left, interior rows and columns, the value).
 Kernel fill_interior(Runtime& rt) {
@@ -475,6 +511,51 @@ TEST(HaloTilesOnOpenCL, StencilIterationsMatchAPlainLoop) {
       if (d.backend == "opencl") on_opencl += st.devices[d.id].tasks;
     EXPECT_GT(on_opencl, 0u);
   }
+}
+
+// The OpenCL stencil's two steps recorded once and replayed twice on the OpenCL device alone: the
+// grid after six steps is the plain loop's, exactly.
+TEST(HaloTilesOnOpenCL, ReplayedStencilMatchesAPlainLoop) {
+  Runtime rt(opencl_machine(false));
+  if (!has_opencl(rt)) GTEST_SKIP() << "no OpenCL device";
+  constexpr size_t kN = 37, kM = 45, kTr = 8, kTc = 10, kH = 2;
+  constexpr int kReplays = 2;
+  Kernel k = rt.kernel("ibox").source("opencl", kHaloCl);
+  std::vector<int64_t> want = istart(kN, kM);
+  auto a = rt.buffer<int64_t>(kN, kM), b = rt.buffer<int64_t>(kN, kM);
+  {
+    auto va = a.acquire(Access::write), vb = b.acquire(Access::write);
+    std::copy(want.begin(), want.end(), va.data());
+    std::copy(want.begin(), want.end(), vb.data());
+  }
+  Tiles<int64_t> ta = a.partition(kTr, kTc, Halo{kH}), tb = b.partition(kTr, kTc, Halo{kH});
+  rt.begin_recording();
+  for (int s = 0; s < 2; ++s) {
+    const Tiles<int64_t>& in = s == 0 ? ta : tb;
+    const Tiles<int64_t>& out = s == 0 ? tb : ta;
+    for (size_t i = 0; i < in.rows(); ++i)
+      for (size_t j = 0; j < in.cols(); ++j) {
+        const Ghosts g = in.ghosts(i, j);
+        Task task(k);
+        task.read(in(i, j)).write(out(i, j));
+        for (size_t v : {g.top, g.left, g.bottom, g.right, i * kTr, j * kTc, kN, kM, kH})
+          task.param(uint64_t{v});
+        task.grid(in(i, j).cols() - g.left - g.right, in(i, j).rows() - g.top - g.bottom);
+        rt.submit(task);
+      }
+  }
+  Graph graph = rt.end_recording();
+  for (int r = 0; r < kReplays; ++r) graph.replay();
+  a.unpartition().get();
+  b.unpartition().get();
+  std::vector<int64_t> next = want;
+  for (int s = 0; s < 2 * (kReplays + 1); ++s) {
+    for (size_t r = kH; r + kH < kN; ++r)
+      for (size_t c = kH; c + kH < kM; ++c) next[r * kM + c] = ibox_step(want.data(), kM, r, c, kH);
+    std::swap(want, next);
+  }
+  EXPECT_EQ(a.to_vector(), want);
+  EXPECT_EQ(rt.stats().failed, 0u);
 }
 
 // Gauss-Seidel sweeps in place on the OpenCL device equal the sequential order.
