@@ -23,7 +23,8 @@ inline double box_step(const double* a, size_t ld, size_t r, size_t c, size_t h)
   return 0.5 * a[r * ld + c] + 0.5 * (sum / box);
 }
 
-inline std::vector<double> reference(std::vector<double> a, size_t n, size_t m, size_t h, int steps) {
+inline std::vector<double> reference(std::vector<double> a, size_t n, size_t m, size_t h,
+                                     int steps) {
   std::vector<double> b = a;
   for (int s = 0; s < steps; ++s) {
     for (size_t r = h; r + h < n; ++r)
@@ -63,9 +64,9 @@ inline Kernel box_kernel(Runtime& rt) {
 
 // `pin` > 0: tile (i, j) of step `step` goes to device (i + j + step) % pin, so that every tile's
 // neighbours and its previous writer are on another device.
-inline void submit_step(Runtime& rt, const Kernel& k, const Tiles<double>& in, const Tiles<double>& out,
-                 size_t tile_rows, size_t tile_cols, size_t n, size_t m, size_t h, int pin = 0,
-                 int step = 0) {
+inline void submit_step(Runtime& rt, const Kernel& k, const Tiles<double>& in,
+                        const Tiles<double>& out, size_t tile_rows, size_t tile_cols, size_t n,
+                        size_t m, size_t h, int pin = 0, int step = 0) {
   for (size_t i = 0; i < in.rows(); ++i)
     for (size_t j = 0; j < in.cols(); ++j) {
       const Ghosts g = in.ghosts(i, j);
@@ -98,7 +99,7 @@ inline void PrintTo(const StencilCase& c, std::ostream* os) {
 // Several Jacobi iterations over halo tiles, ping-pong between two grids, submitted without any
 // wait between iterations; returns the last grid, and the reference in `want`.
 inline std::vector<double> run_stencil(Runtime& rt, const StencilCase& p, int steps,
-                                std::vector<double>& want, int pin = 0) {
+                                       std::vector<double>& want, int pin = 0) {
   Kernel k = box_kernel(rt);
   const std::vector<double> start = start_values(p.n, p.m);
   auto a = rt.buffer<double>(p.n, p.m), b = rt.buffer<double>(p.n, p.m);
