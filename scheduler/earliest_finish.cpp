@@ -187,9 +187,13 @@ TaskRef EarliestFinish::take_parked(DeviceId d) {
         ctx_->in_flight(c.device) < loads_[c.device].slots)
       idle_choices[n_idle++] = c.device;
     // Nothing predicts it anywhere and no exploration of d is allowed: run it here rather than
-    // wait for a measurement nothing is making.
-    return c.device == d || (c.device == kAnyDevice &&
-                             (calibration_.mode() == Calibration::kOff || runs_unpredicted(pairs)));
+    // wait for a measurement nothing is making. That is so too once the pair has its samples but
+    // none at this task's size, with no exploration of its kernel in flight: a halo stencil's
+    // tiles of other shapes than those measured, pinned to a second device of the same
+    // architecture, were parked there for good (two fake CUDA devices under dmda hung).
+    return c.device == d ||
+           (c.device == kAnyDevice && (calibration_.mode() == Calibration::kOff ||
+                                       runs_unpredicted(pairs) || !Calibration::exploring(pairs)));
   });
   for (size_t i = 0; i < n_idle; ++i) ctx_->wake(idle_choices[i]);
   if (t) {

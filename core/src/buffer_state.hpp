@@ -105,6 +105,25 @@ inline bool try_retain(BufferState* b) noexcept {
   return false;
 }
 
+/// The one walk over a halo tile's neighbours (the dependency order's, engine/halo_reads.hpp, and
+/// the ghosts', data/ghosts.hpp): calls `f(nb, di, dj)` for each place (di, dj) around `h` that is
+/// inside its grid, `nb` the tile there with a reference taken for `f`, or null when that tile is
+/// gone (its count reached 0; its data is home). Found through `h`'s HaloGrid, under its lock:
+/// `f` must not take it again, nor release a reference there (one may be the last).
+template <class F>
+void for_each_halo_neighbour(const BufferState& h, F&& f) {
+  HaloGrid& grid = *h.halo_grid;
+  grid.lock.lock();
+  for (int di = -1; di <= 1; ++di)
+    for (int dj = -1; dj <= 1; ++dj) {
+      const int64_t i = int64_t{h.grid_i} + di, j = int64_t{h.grid_j} + dj;
+      if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= h.grid_rows || j >= h.grid_cols) continue;
+      BufferState* nb = grid.tiles[static_cast<size_t>(i) * h.grid_cols + j];
+      f(nb != nullptr && try_retain(nb) ? nb : nullptr, di, dj);
+    }
+  grid.lock.unlock();
+}
+
 /// A rectangle of elements in the coordinates of the partitioned buffer (or of the buffer itself).
 struct ElementRect {
   size_t row0 = 0, col0 = 0, rows = 0, cols = 0;

@@ -96,6 +96,7 @@ DataManager::Status DataManager::acquire(TaskNode* t, uint32_t n) {
 void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priority, uint32_t n,
                            const ContextState* owner) {
   std::vector<Copy> copies;
+  GhostPlan ghost_plan;  // (its references go after the lock)
   {
     std::lock_guard<std::mutex> lock(mutex_);
     NodeState& node = memory_.node(n);
@@ -107,7 +108,15 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
       BufferState& b = *in;
       Replica& r = coherence_.data(b).replicas[n];
       if (r.fetching) coherence_.urge(b, n, priority);
-      if (r.valid || r.fetching || r.evicting) continue;
+      // A halo tile's stale ghost edges come with it: its reader waits for none (ghosts.hpp).
+      auto ghosts = [&] {
+        if (b.halo != 0 && n != 0) [[unlikely]]
+          ghosts_.prefetch(b, n, priority, ghost_plan, copies);
+      };
+      if (r.valid || r.fetching || r.evicting) {
+        ghosts();
+        continue;
+      }
       if (n != 0 && r.mem == nullptr) {                    // (host memory: the buffer's own)
         if (node.used + b.bytes() > node.limit) continue;  // only free room: evict nothing
         if (owner != nullptr && owner->memory_quota != 0 &&
@@ -122,6 +131,7 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
       }
       coherence_.touch(r);
       coherence_.plan_fetch(b, n, copies, priority);
+      ghosts();
     }
   }
   for (const Copy& c : copies) transfers_.issue(c);

@@ -31,19 +31,10 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
   for (const ArgRec& a : t->uargs) {
     BufferState& tile = *a.buffer;
     if (tile.halo == 0 || !reads(a.access)) continue;
-    HaloGrid& grid = *tile.halo_grid;
-    grid.lock.lock();
-    for (int di = -1; di <= 1; ++di)
-      for (int dj = -1; dj <= 1; ++dj) {
-        const int64_t i = int64_t{tile.grid_i} + di, j = int64_t{tile.grid_j} + dj;
-        if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= tile.grid_rows || j >= tile.grid_cols)
-          continue;
-        BufferState* nb = grid.tiles[static_cast<size_t>(i) * tile.grid_cols + j];
-        if (nb != nullptr && try_retain(nb)) plan.refs.push_back(nb);
-        else nb = nullptr;
-        around.push_back({&tile, nb, ghost_slot(di, dj)});
-      }
-    grid.lock.unlock();
+    for_each_halo_neighbour(tile, [&](BufferState* nb, int di, int dj) {
+      if (nb != nullptr) plan.refs.push_back(nb);
+      around.push_back({&tile, nb, ghost_slot(di, dj)});
+    });
   }
   // A neighbour whose data was lost with a device: the ghosts cannot be filled (checked before
   // anything is planned).
@@ -77,12 +68,7 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
     uint32_t src = 0;
     if (nb != nullptr) {
       BufferData& nd = coherence_.data(*nb);
-      int found = -1;
-      if (nd.replicas[n].valid) found = static_cast<int>(n);
-      else if (nd.replicas[0].valid) found = 0;
-      for (uint32_t m = 1; found < 0 && m < nd.replicas.size(); ++m)
-        if (nd.replicas[m].valid && memory_.node(m).plugin == memory_.node(n).plugin)
-          found = static_cast<int>(m);
+      int found = edge_source(*nb, n);
       if (found < 0) {
         bool elsewhere = false;  // on another plugin's device: through host memory
         for (const Replica& m : nd.replicas) elsewhere = elsewhere || m.valid;
@@ -101,7 +87,51 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
   return Step::go;
 }
 
+int Ghosts::edge_source(BufferState& nb, uint32_t n) {
+  const BufferData& nd = coherence_.data(nb);
+  if (nd.replicas[n].valid) return static_cast<int>(n);
+  if (nd.replicas[0].valid) return 0;
+  for (uint32_t m = 1; m < nd.replicas.size(); ++m)
+    if (nd.replicas[m].valid && memory_.node(m).plugin == memory_.node(n).plugin)
+      return static_cast<int>(m);
+  return -1;
+}
+
+void Ghosts::prefetch(BufferState& tile, uint32_t n, int priority, GhostPlan& plan,
+                      std::vector<Copy>& copies) {
+  const Replica& r = coherence_.data(tile).replicas[n];
+  // Edges still landing there: the reader's acquire sorts out which are current.
+  if (r.mem == nullptr || r.evicting || r.ghost_fetches != 0) return;
+  const size_t first = plan.edges.size();
+  for_each_halo_neighbour(tile, [&](BufferState* nb, int di, int dj) {
+    if (nb != nullptr) plan.refs.push_back(nb);
+    const uint8_t slot = ghost_slot(di, dj);
+    const uint64_t version = nb != nullptr ? coherence_.data(*nb).version : kGone;
+    if (!r.ghost_seen.empty() && r.ghost_seen[slot] == version) return;  // current
+    int src = 0;                                                         // a neighbour gone is home
+    if (nb != nullptr && (src = edge_source(*nb, n)) < 0) return;
+    plan.edges.push_back({&tile, nb, static_cast<uint32_t>(src), slot, version});
+  });
+  GhostPlan mine;  // (this tile's edges alone; the references stay with `plan`)
+  mine.edges.assign(plan.edges.begin() + static_cast<ptrdiff_t>(first), plan.edges.end());
+  start_edges(mine, n, priority, copies);
+}
+
 void Ghosts::start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<Copy>& copies) {
+  start_edges(plan, n, t->priority, copies);
+  for (BufferState* nb : plan.homes) {
+    Replica& h = coherence_.data(*nb).replicas[0];
+    if (h.fetching) coherence_.urge(*nb, 0, t->priority);
+    else if (!h.valid) coherence_.plan_fetch(*nb, 0, copies, t->priority);
+    if (h.fetching || h.evicting) {
+      h.waiters.push_back({t, true, false});
+      t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Ghosts::start_edges(const GhostPlan& plan, uint32_t n, int priority,
+                         std::vector<Copy>& copies) {
   for (const GhostPlan::Edge& e : plan.edges) {
     Replica& r = coherence_.data(*e.tile).replicas[n];
     if (r.ghost_seen.empty()) r.ghost_seen.assign(9, 0);
@@ -115,19 +145,10 @@ void Ghosts::start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<C
       retain(e.from);
     }
     retain(e.tile);
-    Copy c{e.tile, e.src, n, false, t->priority};
+    Copy c{e.tile, e.src, n, false, priority};
     c.slot = e.slot;
     c.from = e.from;
     copies.push_back(c);
-  }
-  for (BufferState* nb : plan.homes) {
-    Replica& h = coherence_.data(*nb).replicas[0];
-    if (h.fetching) coherence_.urge(*nb, 0, t->priority);
-    else if (!h.valid) coherence_.plan_fetch(*nb, 0, copies, t->priority);
-    if (h.fetching || h.evicting) {
-      h.waiters.push_back({t, true, false});
-      t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
-    }
   }
 }
 

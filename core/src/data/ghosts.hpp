@@ -106,10 +106,23 @@ class Ghosts {
   /// `t` pins its replicas on `n`: the planned edge copies start (their tiles' readers wait for
   /// them, Replica::ghost_fetches), and `t` waits for its neighbours' host replicas.
   void start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<Copy>& copies);
+  /// Prefetch of halo tile `tile` to device node `n`, its replica there allocated: copies start
+  /// into its stale ghost edges from the neighbours' copies that are valid on `n`, in host memory
+  /// or on another device of the plugin (one valid elsewhere is left to the reader's acquire), so
+  /// that the task it is prefetched for finds its ghosts current. The neighbours' references go
+  /// into `plan.refs`.
+  void prefetch(BufferState& tile, uint32_t n, int priority, GhostPlan& plan,
+                std::vector<Copy>& copies);
   /// Edge copy `c` ended (failed, when `failure` is set).
   void landed(const Copy& c, const std::exception_ptr& failure, CopyLanding::After& after);
 
  private:
+  // Where the edge of neighbour `nb` can be read for node `n` without a copy home: n itself, host
+  // memory, another device of n's plugin; -1 when nowhere.
+  int edge_source(BufferState& nb, uint32_t n);
+  // The planned edge copies start (start's and prefetch's).
+  void start_edges(const GhostPlan& plan, uint32_t n, int priority, std::vector<Copy>& copies);
+
   Coherence& coherence_;
   const NodeMemory& memory_;
 };

@@ -79,14 +79,15 @@ void DeviceDriver::launch(TaskNode* t, DeviceState& d) noexcept {
   if (data_.active()) {
     d.fetching.fetch_add(1, std::memory_order_acq_rel);  // (before: data_ready may come first)
     const DataManager::Status s = data_.acquire(t, d.info.memory_node);
-    if (s == DataManager::Status::pending) return;  // data_ready() starts it
+    // Waiting for room counts as waiting for copies: it holds no place in the window. Held there,
+    // tasks waiting for room kept the window full while those whose copies had landed, pinning
+    // the memory they waited for, could not start: a device smaller than its window needs hung.
+    if (s == DataManager::Status::pending || s == DataManager::Status::blocked)
+      return;  // data_ready() or retry_acquire() goes on
     d.fetching.fetch_sub(1, std::memory_order_acq_rel);
-    switch (s) {
-      case DataManager::Status::blocked: return;  // retry_acquire() when memory frees up
-      case DataManager::Status::failed:
-        stages_.failed_before_launch(t, d, t->transfer_error);
-        return;
-      default: break;
+    if (s == DataManager::Status::failed) {
+      stages_.failed_before_launch(t, d, t->transfer_error);
+      return;
     }
   } else if (!t->scratch.empty() && !data_.take_host_scratch(t)) {
     stages_.failed_before_launch(t, d, t->transfer_error);
@@ -115,8 +116,13 @@ void DeviceDriver::data_ready(TaskNode* t) noexcept {
   }
 }
 
+// Still counted as fetching since launch(): what it acquires now goes through data_ready, which
+// starts it when the window has room (or fails it, t->transfer_error set).
 void DeviceDriver::retry_acquire(TaskNode* t) noexcept {
-  launch(t, devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))]);
+  const DeviceState& d = devices_[static_cast<size_t>(t->device.load(std::memory_order_relaxed))];
+  const DataManager::Status s = data_.acquire(t, d.info.memory_node);
+  if (s == DataManager::Status::pending || s == DataManager::Status::blocked) return;
+  data_ready(t);
 }
 
 void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {

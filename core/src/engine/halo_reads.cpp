@@ -1,5 +1,5 @@
 // Halo tiles in dependency order (halo_reads.hpp): the neighbours whose interiors a halo tile's
-// ghosts are, found through the parent's grid.
+// ghosts, found through the tiles' grid (for_each_halo_neighbour, the data manager's walk too).
 #include "halo_reads.hpp"
 
 #include "../buffer_state.hpp"
@@ -34,20 +34,11 @@ bool ordered_through_ghosts(const BufferState& held, Access held_mode, const Buf
 
 HaloNeighbours halo_neighbours(const BufferState& h) {
   HaloNeighbours out;
-  BufferState& parent = *h.parent;
-  parent.lock.lock();
-  if (parent.tiles.size() == size_t{h.grid_rows} * h.grid_cols)
-    for (int di = -1; di <= 1; ++di)
-      for (int dj = -1; dj <= 1; ++dj) {
-        const int64_t i = int64_t{h.grid_i} + di, j = int64_t{h.grid_j} + dj;
-        if ((di == 0 && dj == 0) || i < 0 || j < 0 || i >= h.grid_rows || j >= h.grid_cols)
-          continue;
-        BufferState* n = parent.tiles[static_cast<size_t>(i) * h.grid_cols + j];
-        if (n != nullptr && try_retain(n))
-          out.push_back(
-              {Ref<BufferState>::adopt(n), static_cast<int8_t>(di), static_cast<int8_t>(dj)});
-      }
-  parent.lock.unlock();
+  for_each_halo_neighbour(h, [&](BufferState* nb, int di, int dj) {
+    if (nb != nullptr)
+      out.push_back(
+          {Ref<BufferState>::adopt(nb), static_cast<int8_t>(di), static_cast<int8_t>(dj)});
+  });
   return out;
 }
 
