@@ -47,6 +47,7 @@ TaskNode::~TaskNode() {
   for (ReduceRec& r : reduces) release(r.target);
   for (TaskNode* t : after) release(t);
   if (kernel) release(kernel);
+  if (device_graph) release(device_graph);
 }
 
 // ---- construction and shutdown --------------------------------------------------------------
@@ -130,6 +131,7 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
   }
+  device_graphs_.release_all();  // (they use the kernels' handles)
   kernels_.release_handles(device_stuck);
   placement_.set_policy(nullptr);
   policy_owner_.reset();

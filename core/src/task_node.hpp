@@ -19,6 +19,7 @@ namespace hcr::detail {
 
 struct BufferState;
 struct ContextState;
+struct DeviceGraph;
 struct KernelState;
 struct TaskNode;
 class RuntimeCore;
@@ -145,6 +146,9 @@ struct TaskNode {
   bool footprint_valid = false;
   std::chrono::steady_clock::time_point start;  // handed to the plugin (timing or tracing)
   void* launch_token = nullptr;  // its current launch's done_user_data (launch_slots.hpp)
+  // A replay run as one device graph (engine/device_graphs.hpp): this task launches it instead of
+  // a kernel (a reference, given up with the task).
+  DeviceGraph* device_graph = nullptr;
 
   ~TaskNode();
 
