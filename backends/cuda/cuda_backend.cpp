@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,8 @@ constexpr uint32_t kGraphMagic = 0x68637247;
 // Independent branches of a device graph are captured on at most this many streams; beyond that,
 // branches share streams round robin (ordered where they need not be, never wrongly).
 constexpr size_t kMaxCaptureStreams = 8;
+// What graph_create captures an argument without memory on: any device address does, nothing runs.
+constexpr uint64_t kPlaceholderBytes = 256;
 
 /// A device allocation: what hcr_memory_t points to.
 struct DeviceMemory {
@@ -634,8 +637,24 @@ class CudaBackend final : public sdk::Backend {
     std::vector<hcr_arg_t> args;
     for (size_t i = 0; i < d.num_args; ++i)
       args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(d.args, i)));
-    std::vector<void*> ptrs = graph_pointers(*cg, args);
-    Capture c = capture(g, *cg, args, ptrs);
+    // The host may not have placed the graph's data on the device yet (each launch hands the
+    // memory it then has): an argument without memory is captured on a placeholder allocation,
+    // so that what cannot be captured is refused now, and the first launch captures again (and
+    // updates the executable graph) with the memory it hands.
+    std::vector<bool> missing;
+    std::vector<void*> ptrs = graph_pointers(*cg, args, &missing);
+    Capture c;
+    {
+      // Freed right after the capture: nothing ran on it, the capture only recorded.
+      std::unique_ptr<void, std::function<void(void*)>> placeholder(
+          nullptr, [&g](void* p) { g.release(p); });
+      if (std::find(missing.begin(), missing.end(), true) != missing.end()) {
+        placeholder.reset(g.allocate(kPlaceholderBytes));
+        for (size_t i = 0; i < ptrs.size(); ++i)
+          if (missing[i]) ptrs[i] = placeholder.get();
+      }
+      c = capture(g, *cg, args, ptrs);
+    }
     if (!c.refused.empty())
       throw Error(HCR_ERROR_UNSUPPORTED,
                   "device graph not captured: " + c.refused + "; the host replays it task by task");
@@ -961,12 +980,24 @@ class CudaBackend final : public sdk::Backend {
   }
 
   // Every argument's device pointer, node by node, checked as a launch checks them.
-  std::vector<void*> graph_pointers(const CudaGraph& cg, const std::vector<hcr_arg_t>& args) {
+  // `missing` (graph_create): an argument without memory is no error; its pointer is null and
+  // its entry in *missing true.
+  std::vector<void*> graph_pointers(const CudaGraph& cg, const std::vector<hcr_arg_t>& args,
+                                    std::vector<bool>* missing = nullptr) {
     std::vector<void*> out;
     out.reserve(args.size());
+    std::vector<hcr_arg_t> checked = args;
+    if (missing != nullptr) {
+      missing->assign(args.size(), false);
+      for (size_t k = 0; k < args.size(); ++k)
+        if (args[k].memory == nullptr && args[k].rows > 0 && args[k].cols > 0) {
+          (*missing)[k] = true;
+          checked[k].rows = 0;  // an empty view: no pointer asked for
+        }
+    }
     for (size_t i = 0; i < cg.nodes.size(); ++i) {
       try {
-        std::vector<void*> p = device_pointers(node_launch(cg, i, args));
+        std::vector<void*> p = device_pointers(node_launch(cg, i, checked));
         out.insert(out.end(), p.begin(), p.end());
       } catch (const Error& e) {
         throw Error(e.code(), "graph node " + std::to_string(i) + ": " + e.what());

@@ -382,7 +382,12 @@ class SimBackend final : public sdk::Backend {
       const hcr_launch_args_t a = node_launch(*g, i, args.data(), nullptr);
       try {
         const SimKernel& k = kernel_of(a);
-        builtin_call(k, a, resolve_args(a, c));
+        // The host may not have placed the data on the device yet (each launch hands the memory
+        // it then has): arguments without memory are checked at the launches.
+        const bool placed = c.host_memory || std::all_of(args.begin(), args.end(), [](auto& x) {
+                              return x.memory != nullptr || x.rows == 0 || x.cols == 0;
+                            });
+        builtin_call(k, a, placed ? resolve_args(a, c) : args);
       } catch (const Error& e) {
         throw Error(e.code(), "graph node " + std::to_string(i) + ": " + e.what());
       }

@@ -20,7 +20,8 @@
 namespace hcr {
 namespace {
 
-// ---- the fake runtime's side doors ---------------------------------------------------------------
+// ---- the fake runtime's side doors
+// ---------------------------------------------------------------
 
 template <class F>
 F fake_symbol(const char* name) {
@@ -107,7 +108,8 @@ int fail_later(void* user, const hcr_exec_context_t* ctx, char* message, size_t 
   return f->inner(nullptr, ctx, message, size);
 }
 
-// ---- graphs through the table --------------------------------------------------------------------
+// ---- graphs through the table
+// --------------------------------------------------------------------
 
 /// A graph under construction: nodes with their arguments, one float parameter or axpy's two.
 struct Spec {
@@ -470,6 +472,39 @@ TEST_P(CudaGraph, AFailingNodeSkipsItsSuccessorsOnly) {
   p().free(0, a);
   p().free(0, b);
   p().free(0, c);
+}
+
+// The runtime creates a device graph before its data is on the device (arguments without memory,
+// as the ABI allows): the graph is captured on a placeholder, and the first launch, handed the
+// memory, captures again and computes there.
+TEST_P(CudaGraph, CreatedBeforeItsDataIsOnTheDevice) {
+  hcr_kernel_t* k = scale();
+  hcr_memory_t* a = vector(1);
+  auto chain = [&](hcr_memory_t* m) {
+    Spec g;
+    g.nodes = {Spec::scale(k, rw(m), 2, {1}), Spec::scale(k, rw(m), 7, {})};
+    return g;
+  };
+  hcr_graph_t* graph = nullptr;
+  CallError ce = chain(nullptr).create(p(), &graph);
+  ASSERT_TRUE(ce.ok) << ce.message;
+  const GraphStats before = fake() ? fake_graph_stats() : GraphStats{};
+  Outcome o = launch_graph(p(), graph, chain(a).args());
+  ASSERT_TRUE(o.ok) << o.message;
+  if (fake()) {
+    EXPECT_EQ(fake_graph_stats().updated, before.updated + 1);
+  }
+  const std::vector<float> x = read(a);
+  size_t wrong = 0;
+  for (size_t i = 0; i < kN; ++i) wrong += x[i] != 14 * (1 + static_cast<float>(i % 17));
+  EXPECT_EQ(wrong, 0u);
+  // A launch without memory is refused: only graph_create may leave it out.
+  o = launch_graph(p(), graph, chain(nullptr).args());
+  EXPECT_FALSE(o.ok);
+  EXPECT_EQ(o.code, HCR_ERROR_INVALID_ARGUMENT) << o.message;
+  p().api()->graph_release(p().get(), graph);
+  p().release(k);
+  p().free(0, a);
 }
 
 // graph_release frees the executable graph (the fake runtime counts it); a released or foreign

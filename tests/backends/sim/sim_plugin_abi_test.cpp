@@ -1007,3 +1007,33 @@ TEST_F(SimPlugin, DeviceGraphArgumentsAreCheckedNamingTheNode) {
   sim.free(0, here);
   sim.free(1, there);
 }
+
+// A graph created before its data is on the device (arguments without memory, as the runtime
+// creates them): accepted, and each launch computes in the memory it hands.
+TEST_F(SimPlugin, DeviceGraphMayBeCreatedBeforeItsDataIsPlaced) {
+  Sim sim({{"time_scale", "0.001"}, {"device.0.name", "discrete"}});
+  const size_t n = 4;
+  GraphLog log;
+  auto [s1, aff] = sim.kernel(0, "affine", HCR_IMPL_HOST_FUNCTION, &affine, &log);
+  ASSERT_EQ(s1.code, 0);
+  hcr_memory_t* a = sim.alloc(0, n * 4).second;
+  std::vector<float> v = {1, 2, 3, 4};
+  sim.copy_sync(0, {nullptr, v.data(), 0, 0}, {a, nullptr, 0, 0}, n * 4, 1);
+  auto arg = [&](hcr_memory_t* m) {
+    return matrix(m, 0, HCR_DTYPE_F32, 1, n, n, HCR_ACCESS_READ_WRITE);
+  };
+  GraphSpec g;
+  g.nodes = {{aff, {arg(nullptr)}, {2, 0}, {1}}, {aff, {arg(nullptr)}, {1, 3}, {}}};
+  auto [cs, graph] = g.create(sim, 0);
+  ASSERT_EQ(cs.code, 0) << cs.message;
+  g.nodes[0].args = {arg(a)};
+  g.nodes[1].args = {arg(a)};
+  Done d;
+  ASSERT_EQ(launch_graph(sim, graph, g.all_args(), d).code, 0);
+  ASSERT_EQ(d.status().code, 0) << d.status().message;
+  std::vector<float> out(n);
+  sim.copy_sync(0, {a, nullptr, 0, 0}, {nullptr, out.data(), 0, 0}, n * 4, 1);
+  EXPECT_EQ(out, (std::vector<float>{5, 7, 9, 11}));
+  sim.api()->graph_release(sim.handle(), graph);
+  sim.free(0, a);
+}
