@@ -133,8 +133,8 @@ TEST(DeviceGraphSim, ABoundBufferIsWhereTheGraphComputes) {
     const std::vector<int64_t> out_before = out.to_vector();
     g.replay({{out, other}}).get();
     g.replay({{src, other}, {out, src}}).get();
-    return std::tuple{rt.stats().graph_launches, out_before, out.to_vector(), other.to_vector(),
-                      src.to_vector(), mid.to_vector()};
+    return std::tuple{rt.stats().graph_launches, out_before,      out.to_vector(),
+                      other.to_vector(),         src.to_vector(), mid.to_vector()};
   };
   const auto graph = run(true);
   const auto tasks = run(false);

@@ -532,5 +532,47 @@ TEST_P(CudaGraph, ReleaseFreesTheGraph) {
   p().free(0, a);
 }
 
+// ---- through hcr::Runtime
+// ------------------------------------------------------------------------
+
+class CudaGraphRuntime : public RuntimeFixture {};
+
+INSTANTIATE_TEST_SUITE_P(CudaGpu, CudaGraphRuntime, ::testing::Values(Target{false}),
+                         [](const auto&) { return std::string("gpu"); });
+INSTANTIATE_TEST_SUITE_P(FakeCuda, CudaGraphRuntime, ::testing::Values(Target{true}),
+                         [](const auto&) { return std::string("fake"); });
+
+// A recorded hcr::Graph whose tasks ran on one GPU replays as one device graph (a CUDA graph):
+// every replay is one graph launch, the results are the tasks' (the data manager's device memory
+// handed to the right nodes, brought home at the end), and a replay that binds another buffer
+// computes in it.
+TEST_P(CudaGraphRuntime, ReplaysRunAsOneCudaGraph) {
+  Kernel k = rt().kernel("scale").native("cuda", fake() ? &fake_scale : &hcr_test_scale, nullptr);
+  const size_t n = 300;
+  auto x = rt().buffer<float>(1, n), y = rt().buffer<float>(1, n), other = rt().buffer<float>(1, n);
+  for (auto* b : {&x, &y, &other}) {
+    auto h = b->acquire(Access::write);
+    for (size_t i = 0; i < n; ++i) h(0, i) = 1 + static_cast<float>(i % 7);
+  }
+  // x: a chain scaling it by 3 in all; y: an independent branch scaling it by 2.
+  const float chain[] = {2, 2, 0.5f, 3, 0.5f, 2, 0.5f};
+  rt().begin_recording();
+  for (float f : chain) rt().submit(Task(k).read_write(x).param(f).on(0));
+  rt().submit(Task(k).read_write(y).param(2.0f).on(0));
+  Graph g = rt().end_recording();
+  rt().wait_all();
+  for (int r = 0; r < 3; ++r) g.replay().get();
+  EXPECT_EQ(rt().stats().graph_launches, 3u) << "the replays ran task by task";
+  g.replay({{y, other}}).get();
+  EXPECT_EQ(rt().stats().graph_launches, 4u);
+  const std::vector<float> vx = x.to_vector(), vy = y.to_vector(), vo = other.to_vector();
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = 1 + static_cast<float>(i % 7);
+    wrong += vx[i] != 243 * v || vy[i] != 16 * v || vo[i] != 2 * v;  // 3^5; 2^4 (+ recording)
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
 }  // namespace
 }  // namespace hcr
