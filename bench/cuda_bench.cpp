@@ -30,7 +30,8 @@
 // - BM_TaskChain/<tasks>/<graph>: a chain of small dependent tasks (a 1K-element f32 x += 1,
 //   read_write, an NVRTC source kernel) through hcr::Runtime: graph 0 submits them one by one and
 //   waits for the last, graph 1 replays the same chain recorded as an hcr::Graph (a device graph
-//   where the runtime hands it to the plugin). Read tasks_per_s; the result is checked.
+//   where the runtime hands it to the plugin: device_graph 1, else 0). Read tasks_per_s; the
+//   result is checked.
 // - BM_DeviceGraph/<tasks>/<graph>: the same chain at the plugin's table: graph 0 launches each
 //   kernel once the previous one's done has come back (what a dependent task costs the host),
 //   graph 1 runs it as one device graph (graph_create once, then one graph_launch per
@@ -1020,6 +1021,7 @@ void BM_TaskChain(benchmark::State& state) {
     g.replay().get();  // a device graph is created at the first replay
     size_t runs = 3;
     double busy = 0;
+    const uint64_t graph_launches = rt.stats().graph_launches;
     for (auto _ : state) {
       const auto t0 = Clock::now();
       if (graph) g.replay().get();
@@ -1041,6 +1043,10 @@ void BM_TaskChain(benchmark::State& state) {
     }
     if (busy > 0)
       state.counters["tasks_per_s"] = static_cast<double>(tasks * state.iterations()) / busy;
+    // 1: every replay ran as one device graph; 0: task by task (the plugin refused the graph).
+    state.counters["device_graph"] =
+        static_cast<double>(rt.stats().graph_launches - graph_launches) /
+        static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
     state.SetLabel(std::to_string(tasks) + " tasks, " + (graph ? "hcr::Graph replay" : "submits"));
   } catch (const std::exception& e) {
     state.SkipWithError((std::string("task chain failed: ") + e.what()).c_str());
