@@ -18,6 +18,7 @@
 #include <tbb/task_scheduler_observer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -312,20 +313,14 @@ class CpuBackend final : public sdk::Backend {
         finish_graph(g);
         return;
       }
-      // The roots spread over the workers (a few at a time: one task each would cost more than
-      // an empty node), each followed by the successors it makes ready.
-      if (g.roots.size() == 1) {
-        run_nodes(part, g, g.roots[0]);
-        return;
-      }
-      HCR_CPU_HANDOVER_RELEASE();
-      tbb::parallel_for(tbb::blocked_range<size_t>(0, g.roots.size()),
-                        [this, &g, &part](const tbb::blocked_range<size_t>& r) {
-                          HCR_CPU_HANDOVER_ACQUIRE();
-                          for (size_t k = r.begin(); k != r.end(); ++k)
-                            run_nodes(part, g, g.roots[k]);
-                          HCR_CPU_HANDOVER_RELEASE();
-                        });
+      // The roots spread over the workers in a few runs (one task per root would cost more than
+      // an empty node), each root followed by the successors it makes ready; this task runs the
+      // first run.
+      const size_t roots = g.roots.size();
+      const size_t runs = std::min(roots, 4 * static_cast<size_t>(part.threads));
+      for (size_t k = 1; k < runs; ++k)
+        spawn_roots(part, g, k * roots / runs, (k + 1) * roots / runs);
+      for (size_t k = 0; k < roots / runs; ++k) run_nodes(part, g, g.roots[k]);
     });
     HCR_CPU_HANDOVER_RELEASE();
     part.arena.enqueue(std::move(task));
@@ -490,6 +485,14 @@ class CpuBackend final : public sdk::Backend {
     uint64_t failed_index = 0;
     std::chrono::steady_clock::time_point started;
   };
+
+  void spawn_roots(Partition& part, CpuGraph& g, size_t first, size_t last) {
+    HCR_CPU_HANDOVER_RELEASE();
+    part.group.run([this, &part, &g, first, last] {
+      HCR_CPU_HANDOVER_ACQUIRE();
+      for (size_t k = first; k < last; ++k) run_nodes(part, g, g.roots[k]);
+    });
+  }
 
   void spawn_node(Partition& part, CpuGraph& g, uint32_t i) {
     HCR_CPU_HANDOVER_RELEASE();

@@ -223,7 +223,7 @@ TEST(DeviceGraph, RebindsBuffersBetweenReplays) {
         y = 3 * x + 1;
         x = 3 * y + 2;
       };
-      step(want_a[i], want_b[i]);  // the recording
+      step(want_a[i], want_b[i]);     // the recording
       want_a[i] = 3 * want_b[i] + 1;  // the swapped replay
       want_b[i] = 3 * want_a[i] + 2;
       step(want_a[i], want_b[i]);  // the last replay
@@ -259,7 +259,7 @@ TEST(DeviceGraph, FailingNodeSkipsItsDependentsOnly) {
   fill(b, 0);
   fill(c, 0);
   rt.begin_recording();
-  rt.submit(Task(step).read_write(a).param(int64_t{0}));         // task 0: fails
+  rt.submit(Task(step).read_write(a).param(int64_t{0}));          // task 0: fails
   rt.submit(Task(step).read(a).read_write(b).param(int64_t{1}));  // task 1: after it
   rt.submit(Task(step).read_write(c).param(int64_t{2}));          // task 2: independent
   Graph g = rt.end_recording();
