@@ -18,6 +18,7 @@
 #include <tbb/task_scheduler_observer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -278,10 +279,12 @@ class CpuBackend final : public sdk::Backend {
       node.first_arg = desc.first_arg[i];
       node.num_args = in.num_args;
       node.successors.assign(in.successors, in.successors + in.num_successors);
-      for (uint32_t s : node.successors) ++g->nodes[s].predecessors;
     }
+    g->predecessors.assign(n, 0);
+    for (const CpuGraph::Node& node : g->nodes)
+      for (uint32_t s : node.successors) ++g->predecessors[s];
     for (size_t i = 0; i < n; ++i)
-      if (g->nodes[i].predecessors == 0) g->roots.push_back(static_cast<uint32_t>(i));
+      if (g->predecessors[i] == 0) g->roots.push_back(static_cast<uint32_t>(i));
     g->pending = std::make_unique<std::atomic<uint32_t>[]>(n);
     g->skipped = std::make_unique<std::atomic<bool>[]>(n);
     return reinterpret_cast<hcr_graph_t*>(g.release());
@@ -295,7 +298,7 @@ class CpuBackend final : public sdk::Backend {
     // The host launches a graph again only after done: nothing of the last launch runs now.
     const size_t n = g.nodes.size();
     for (size_t i = 0; i < n; ++i) {
-      g.pending[i].store(g.nodes[i].predecessors, std::memory_order_relaxed);
+      g.pending[i].store(g.predecessors[i], std::memory_order_relaxed);
       g.skipped[i].store(false, std::memory_order_relaxed);
     }
     g.launch = args;
@@ -310,9 +313,14 @@ class CpuBackend final : public sdk::Backend {
         finish_graph(g);
         return;
       }
-      // The roots but one go to the other workers; this one runs the first.
-      for (size_t r = 1; r < g.roots.size(); ++r) spawn_node(part, g, g.roots[r]);
-      run_nodes(part, g, g.roots[0]);
+      // The roots spread over the workers in a few runs (one task per root would cost more than
+      // an empty node), each root followed by the successors it makes ready; this task runs the
+      // first run.
+      const size_t roots = g.roots.size();
+      const size_t runs = std::min(roots, 4 * static_cast<size_t>(part.threads));
+      for (size_t k = 1; k < runs; ++k)
+        spawn_roots(part, g, k * roots / runs, (k + 1) * roots / runs);
+      for (size_t k = 0; k < roots / runs; ++k) run_nodes(part, g, g.roots[k]);
     });
     HCR_CPU_HANDOVER_RELEASE();
     part.arena.enqueue(std::move(task));
@@ -461,10 +469,10 @@ class CpuBackend final : public sdk::Backend {
       void* host_token = nullptr;
       size_t first_arg = 0, num_args = 0;
       std::vector<uint32_t> successors;
-      uint32_t predecessors = 0;
     };
     size_t device = 0;
     std::vector<Node> nodes;
+    std::vector<uint32_t> predecessors;  // per node
     std::vector<uint32_t> roots;
     // The launch: predecessors still to finish per node, whether a node is skipped (a predecessor
     // failed or was skipped), nodes not yet finished, the first failure.
@@ -477,6 +485,14 @@ class CpuBackend final : public sdk::Backend {
     uint64_t failed_index = 0;
     std::chrono::steady_clock::time_point started;
   };
+
+  void spawn_roots(Partition& part, CpuGraph& g, size_t first, size_t last) {
+    HCR_CPU_HANDOVER_RELEASE();
+    part.group.run([this, &part, &g, first, last] {
+      HCR_CPU_HANDOVER_ACQUIRE();
+      for (size_t k = first; k < last; ++k) run_nodes(part, g, g.roots[k]);
+    });
+  }
 
   void spawn_node(Partition& part, CpuGraph& g, uint32_t i) {
     HCR_CPU_HANDOVER_RELEASE();

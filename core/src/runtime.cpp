@@ -46,8 +46,10 @@ TaskNode::~TaskNode() {
   for (ArgRec& a : args) release(a.buffer);
   for (ReduceRec& r : reduces) release(r.target);
   for (TaskNode* t : after) release(t);
-  if (kernel) release(kernel);
+  // (Before the kernel: its reference may be the last one keeping the runtime, and the graph's
+  // release goes through the runtime's DeviceGraphs.)
   if (device_graph) release(device_graph);
+  if (kernel) release(kernel);
 }
 
 // ---- construction and shutdown --------------------------------------------------------------

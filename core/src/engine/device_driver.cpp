@@ -219,14 +219,15 @@ void DeviceDriver::start_graph(TaskNode* t, DeviceGraph& g, DeviceState& d) noex
       out[k].ld = out[k].cols;
     }
   }
-  // The nodes' tokens: no error from an earlier launch, and the graph task's epoch for the tasks
-  // their kernels submit (fork-join, as running_cpu_task's task).
-  for (TaskNode* token : g.tokens) {
-    token->epoch = t->epoch;
-    if (token->kernel_threw) {
+  // The nodes' tokens: the graph task's epoch for the tasks their kernels submit (fork-join, as
+  // for running_cpu_task's task), and no exception from an earlier launch.
+  g.epoch = t->epoch;
+  if (g.tokens_dirty) {
+    for (TaskNode* token : g.tokens) {
       token->error = nullptr;
       token->kernel_threw = false;
     }
+    g.tokens_dirty = false;
   }
   g.failed_node = UINT64_MAX;
   hcr_graph_launch_args_t la{};

@@ -20,17 +20,18 @@ void release(DeviceGraph* g) noexcept {
   delete g;
 }
 
-std::exception_ptr DeviceGraph::launch_error(ErrorCode code, const std::string& message) const {
+std::exception_ptr DeviceGraph::launch_error(ErrorCode code, const std::string& message) {
+  tokens_dirty = true;
   const uint64_t i = failed_node;
   if (i >= tokens.size())  // (graph_launch itself refused)
-    return std::make_exception_ptr(
-        Error(code, "Graph::replay of " + std::to_string(tasks) + " tasks on device '" +
-                        device->info.name + "': " + message));
+    return std::make_exception_ptr(Error(code, "Graph::replay of " + std::to_string(tasks) +
+                                                   " tasks on device '" + device->info.name +
+                                                   "': " + message));
   if (tokens[i]->kernel_threw && tokens[i]->error) return tokens[i]->error;
   const std::string& kernel = tokens[i]->kernel->name;
-  return std::make_exception_ptr(
-      Error(code, "Graph::replay: task " + std::to_string(i) + " (kernel '" + kernel +
-                      "') failed on device '" + device->info.name + "': " + message));
+  return std::make_exception_ptr(Error(code, "Graph::replay: task " + std::to_string(i) +
+                                                 " (kernel '" + kernel + "') failed on device '" +
+                                                 device->info.name + "': " + message));
 }
 
 bool DeviceGraphs::supported(uint32_t d) const noexcept {

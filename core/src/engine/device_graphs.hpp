@@ -47,6 +47,8 @@ struct DeviceGraph {
   std::vector<hcr_arg_t> args;    // this launch's, filled by the driver (alive until done)
   std::vector<TaskNode*> tokens;  // host token of each node (a reference each)
   uint64_t failed_node = 0;       // graph_launch's out
+  uint8_t epoch = 0;              // the launching graph task's (tokens' epoch_from)
+  bool tokens_dirty = false;      // a launch failed: a token may hold its kernel's exception
   // A graph task holding it is unfinished: a second replay meanwhile runs task by task (the ABI
   // allows no overlapping launches of one graph). Set by the replay, cleared when that task ends.
   std::atomic<bool> in_flight{false};
@@ -56,7 +58,7 @@ struct DeviceGraph {
 
   /// The error of a failed launch: the exception a node's C++ implementation threw, unchanged, or
   /// one naming the recorded task and its kernel.
-  std::exception_ptr launch_error(ErrorCode code, const std::string& message) const;
+  std::exception_ptr launch_error(ErrorCode code, const std::string& message);
 };
 
 void retain(DeviceGraph* g) noexcept;

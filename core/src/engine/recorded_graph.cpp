@@ -541,6 +541,7 @@ DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) 
     token->kernel = r.kernel;
     token->params = r.params;
     token->param_offsets = r.param_offsets;
+    token->epoch_from = &g->epoch;
     g->tokens.push_back(token);
     for (const RecordedTask::Next& x : r.successors) successors[i].push_back(x.task);
     hcr_graph_node_t& node = nodes[i];
