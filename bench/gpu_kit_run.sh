@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs the GPU checks from .gpu-kit/ (made here by bench/gpu_kit.sh) on a machine with an NVIDIA
-# GPU and a CUDA 13 toolkit, writing six files to OUTDIR: summary.txt (read first), machine.txt,
+# GPU and a CUDA 13 toolkit, writing seven files to OUTDIR: summary.txt (read first), machine.txt,
 # tests.log (the CudaGpu* tests, which must find the GPU), cuda_bench.txt (cuBLAS/cuSOLVER ratios,
-# bf16, copies, GPU+CPU tiled gemm), nvml.txt (the NVML meter over a 10 s gemm load) and potrf.txt
-# (hcr's tiled Cholesky on GPU+CPU and on the GPU alone against one cuSOLVER potrf).
+# bf16, copies, GPU+CPU tiled gemm), graphs.txt (a chain of 1,000 small kernels launched one by one
+# against the same chain as one device graph, at the plugin's table and through hcr::Graph),
+# nvml.txt (the NVML meter over a 10 s gemm load) and potrf.txt (hcr's tiled Cholesky on GPU+CPU
+# and on the GPU alone against one cuSOLVER potrf).
 #
 #   bash bench/gpu_kit_run.sh OUTDIR
 #
-# HCR_KIT_STEPS picks steps (default "tests nvml bench potrf"); HCR_KIT_BENCH_FILTER is cuda_bench's
-# --benchmark_filter; HCR_KIT_POTRF_N (32768), HCR_KIT_POTRF_TILES ("2048") and HCR_KIT_CHECK_N
+# HCR_KIT_STEPS picks steps (default "tests nvml graphs bench potrf"); HCR_KIT_BENCH_FILTER is
+# cuda_bench's --benchmark_filter for the bench step (default: all but the graphs step's);
+# HCR_KIT_POTRF_N (32768), HCR_KIT_POTRF_TILES ("2048") and HCR_KIT_CHECK_N
 # (8192) size the Cholesky runs.
 set -uo pipefail
 out=$1
@@ -36,7 +39,7 @@ say() { echo "== $*" | tee -a "$s"; }
 { date -u; nvidia-smi; nvidia-smi -q -d POWER,CLOCK | head -60; nproc; free -g; ldd --version | head -1; } > "$out/machine.txt" 2>&1
 say "$(nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader)"
 
-steps=${HCR_KIT_STEPS:-tests nvml bench potrf}
+steps=${HCR_KIT_STEPS:-tests nvml graphs bench potrf}
 step() { [[ " $steps " == *" $1 "* ]]; }
 
 if step tests; then
@@ -55,10 +58,16 @@ LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 60 "$B/bin/nvml_energy_bench
 say "exit $?"; tail -4 "$out/nvml.txt" | tee -a "$s"
 
 fi
+if step graphs; then
+say "device graphs: 1,000-kernel chain, one by one against one graph (launches_per_s, tasks_per_s)"
+LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 60 "$B/bin/cuda_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_filter='BM_DeviceGraph|BM_TaskChain' > "$out/graphs.txt" 2>&1
+say "exit $?"; grep -E "_median|ERROR" "$out/graphs.txt" | tee -a "$s"
+fi
 if step bench; then
 say "cuda_bench"
 LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 240 "$B/bin/cuda_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_min_time=0.2 --benchmark_filter="${HCR_KIT_BENCH_FILTER:-.}" > "$out/cuda_bench.txt" 2>&1
+  --benchmark_min_time=0.2 --benchmark_filter="${HCR_KIT_BENCH_FILTER:--BM_DeviceGraph|BM_TaskChain}" > "$out/cuda_bench.txt" 2>&1
 say "exit $?"; grep -E "_median|ERROR" "$out/cuda_bench.txt" | tee -a "$s"
 
 fi

@@ -18,6 +18,7 @@
 #include <tbb/task_scheduler_observer.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -252,6 +253,83 @@ class CpuBackend final : public sdk::Backend {
     part.arena.enqueue(std::move(task));
   }
 
+  // Device graphs (ABI 1.2): the host hands over a recorded graph once; each launch is one task in
+  // the partition's arena and group (synchronize waits for it), which runs the nodes itself.
+  hcr_graph_t* graph_create(const sdk::GraphDesc& desc) override {
+    auto g = std::make_unique<CpuGraph>();
+    g->device = desc.device;
+    (void)parts_.at(desc.device);
+    const size_t n = desc.nodes.size();
+    g->nodes.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const hcr_graph_node_t& in = desc.nodes[i];
+      CpuGraph::Node& node = g->nodes[i];
+      node.kernel = unwrap(in.kernel);
+      if (in.params_size > 0 && in.params != nullptr) {
+        const auto* p = static_cast<const std::byte*>(in.params);
+        node.params.assign(p, p + in.params_size);
+      }
+      if (in.num_params > 0 && in.param_offsets != nullptr)
+        node.param_offsets.assign(in.param_offsets, in.param_offsets + in.num_params);
+      for (int k = 0; k < 3; ++k) {
+        node.global_size[k] = in.global_size[k];
+        node.local_size[k] = in.local_size[k];
+      }
+      node.host_token = in.host_token;
+      node.first_arg = desc.first_arg[i];
+      node.num_args = in.num_args;
+      node.successors.assign(in.successors, in.successors + in.num_successors);
+    }
+    g->predecessors.assign(n, 0);
+    for (const CpuGraph::Node& node : g->nodes)
+      for (uint32_t s : node.successors) ++g->predecessors[s];
+    for (size_t i = 0; i < n; ++i)
+      if (g->predecessors[i] == 0) g->roots.push_back(static_cast<uint32_t>(i));
+    g->pending = std::make_unique<std::atomic<uint32_t>[]>(n);
+    g->skipped = std::make_unique<std::atomic<bool>[]>(n);
+    return reinterpret_cast<hcr_graph_t*>(g.release());
+  }
+
+  void graph_launch(const hcr_graph_launch_args_t& args) override {
+    CpuGraph& g = *reinterpret_cast<CpuGraph*>(args.graph);
+    Partition& part = *parts_.at(g.device);
+    if (args.num_args > 0 && args.args[0].struct_size < HCR_ARG_STRUCT_SIZE)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch: arguments of an older ABI");
+    // The host launches a graph again only after done: nothing of the last launch runs now.
+    const size_t n = g.nodes.size();
+    for (size_t i = 0; i < n; ++i) {
+      g.pending[i].store(g.predecessors[i], std::memory_order_relaxed);
+      g.skipped[i].store(false, std::memory_order_relaxed);
+    }
+    g.launch = args;
+    g.failed.store(false, std::memory_order_relaxed);
+    g.error = nullptr;
+    g.failed_index = 0;
+    g.remaining.store(n, std::memory_order_relaxed);
+    tbb::task_handle task = part.group.defer([this, &g, &part] {
+      HCR_CPU_HANDOVER_ACQUIRE();
+      if (g.launch.flags & HCR_LAUNCH_MEASURE) g.started = std::chrono::steady_clock::now();
+      if (g.nodes.empty()) {
+        finish_graph(g);
+        return;
+      }
+      // The roots spread over the workers in a few runs (one task per root would cost more than
+      // an empty node), each root followed by the successors it makes ready; this task runs the
+      // first run.
+      const size_t roots = g.roots.size();
+      const size_t runs = std::min(roots, 4 * static_cast<size_t>(part.threads));
+      for (size_t k = 1; k < runs; ++k)
+        spawn_roots(part, g, k * roots / runs, (k + 1) * roots / runs);
+      for (size_t k = 0; k < roots / runs; ++k) run_nodes(part, g, g.roots[k]);
+    });
+    HCR_CPU_HANDOVER_RELEASE();
+    part.arena.enqueue(std::move(task));
+  }
+
+  void graph_release(hcr_graph_t* graph) noexcept override {
+    delete reinterpret_cast<CpuGraph*>(graph);
+  }
+
   // RAPL, where the powercap counters can be read (measured: the whole package's draw).
   bool device_energy(size_t, hcr_energy_reading_t& r) override {
     if (!rapl_) return false;
@@ -282,10 +360,19 @@ class CpuBackend final : public sdk::Backend {
   static CpuKernel* unwrap(hcr_kernel_t* k) { return reinterpret_cast<CpuKernel*>(k); }
 
   void run(const hcr_launch_args_t& a) noexcept {
-    const CpuKernel& k = *unwrap(a.kernel);
     const bool measure = (a.flags & HCR_LAUNCH_MEASURE) != 0;
     std::chrono::steady_clock::time_point t0;
     if (measure) t0 = std::chrono::steady_clock::now();
+    hcr_error_t* err = execute(a);
+    double seconds = -1;
+    if (measure)
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sdk::complete(a.done, a.done_user_data, err, seconds);
+  }
+
+  // One launch's kernel, its error returned (NULL: success).
+  hcr_error_t* execute(const hcr_launch_args_t& a) noexcept {
+    const CpuKernel& k = *unwrap(a.kernel);
     hcr_error_t* err = nullptr;
     if (k.builtin) {
       err = sdk::guard([&] {
@@ -302,10 +389,7 @@ class CpuBackend final : public sdk::Backend {
       err = sdk::run_host_function(k.fn, k.user_data, ctx);
       part.release_worker(worker);
     }
-    double seconds = -1;
-    if (measure)
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sdk::complete(a.done, a.done_user_data, err, seconds);
+    return err;
   }
 
   tbb::task_scheduler_handle scheduler_{tbb::attach{}};  // first in, last out
@@ -373,6 +457,112 @@ class CpuBackend final : public sdk::Backend {
     }
   };
   std::vector<std::unique_ptr<Partition>> parts_;
+
+  // A device graph: its nodes as graph_create gave them, and one launch's state.
+  struct CpuGraph {
+    struct Node {
+      const CpuKernel* kernel = nullptr;
+      std::vector<std::byte> params;
+      std::vector<uint32_t> param_offsets;
+      uint64_t global_size[3] = {0, 0, 0};
+      uint32_t local_size[3] = {0, 0, 0};
+      void* host_token = nullptr;
+      size_t first_arg = 0, num_args = 0;
+      std::vector<uint32_t> successors;
+    };
+    size_t device = 0;
+    std::vector<Node> nodes;
+    std::vector<uint32_t> predecessors;  // per node
+    std::vector<uint32_t> roots;
+    // The launch: predecessors still to finish per node, whether a node is skipped (a predecessor
+    // failed or was skipped), nodes not yet finished, the first failure.
+    hcr_graph_launch_args_t launch{};
+    std::unique_ptr<std::atomic<uint32_t>[]> pending;
+    std::unique_ptr<std::atomic<bool>[]> skipped;
+    std::atomic<size_t> remaining{0};
+    std::atomic<bool> failed{false};
+    hcr_error_t* error = nullptr;  // written by the one that set `failed`
+    uint64_t failed_index = 0;
+    std::chrono::steady_clock::time_point started;
+  };
+
+  void spawn_roots(Partition& part, CpuGraph& g, size_t first, size_t last) {
+    HCR_CPU_HANDOVER_RELEASE();
+    part.group.run([this, &part, &g, first, last] {
+      HCR_CPU_HANDOVER_ACQUIRE();
+      for (size_t k = first; k < last; ++k) run_nodes(part, g, g.roots[k]);
+    });
+  }
+
+  void spawn_node(Partition& part, CpuGraph& g, uint32_t i) {
+    HCR_CPU_HANDOVER_RELEASE();
+    part.group.run([this, &part, &g, i] {
+      HCR_CPU_HANDOVER_ACQUIRE();
+      run_nodes(part, g, i);
+    });
+  }
+
+  // Runs node i, then one successor it made ready, and so on; the others it made ready go to the
+  // other workers. Each node runs as run() runs one launch.
+  void run_nodes(Partition& part, CpuGraph& g, uint32_t i) noexcept {
+    for (;;) {
+      const CpuGraph::Node& node = g.nodes[i];
+      bool bad = g.skipped[i].load(std::memory_order_relaxed);
+      if (!bad) {
+        hcr_launch_args_t a{};
+        a.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
+        a.device = g.device;
+        a.kernel = reinterpret_cast<hcr_kernel_t*>(const_cast<CpuKernel*>(node.kernel));
+        a.args =
+            node.num_args > 0 ? sdk::GraphDesc::arg_at(g.launch.args, node.first_arg) : nullptr;
+        a.num_args = node.num_args;
+        a.params = node.params.data();
+        a.params_size = node.params.size();
+        a.host_token = node.host_token;
+        a.param_offsets = node.param_offsets.data();
+        a.num_params = node.param_offsets.size();
+        for (int k = 0; k < 3; ++k) {
+          a.global_size[k] = node.global_size[k];
+          a.local_size[k] = node.local_size[k];
+        }
+        if (hcr_error_t* err = execute(a)) {
+          bad = true;
+          if (!g.failed.exchange(true, std::memory_order_acq_rel)) {
+            g.error = err;
+            g.failed_index = i;
+          } else {
+            sdk::detail::Adapter<CpuBackend>::error_destroy(err);
+          }
+        }
+      }
+      // Successors: skipped after a failure or a skip (set before the count drops, which hands
+      // them on); the ready ones run here (the first) or elsewhere.
+      int32_t next = -1;
+      for (uint32_t s : node.successors) {
+        if (bad) g.skipped[s].store(true, std::memory_order_relaxed);
+        if (g.pending[s].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+        if (next < 0) next = static_cast<int32_t>(s);
+        else spawn_node(part, g, s);
+      }
+      // The last node done ends the launch; `g` is the host's again after done.
+      if (g.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        finish_graph(g);
+        return;
+      }
+      if (next < 0) return;
+      i = static_cast<uint32_t>(next);
+    }
+  }
+
+  static void finish_graph(CpuGraph& g) noexcept {
+    const hcr_graph_launch_args_t a = g.launch;
+    double seconds = -1;
+    if (a.flags & HCR_LAUNCH_MEASURE)
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - g.started).count();
+    hcr_error_t* err = g.failed.load(std::memory_order_acquire) ? g.error : nullptr;
+    if (err != nullptr && a.failed_node != nullptr) *a.failed_node = g.failed_index;
+    sdk::complete(a.done, a.done_user_data, err, seconds);
+  }
 };
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include <hcr/sdk/backend.hpp>
 #include <hcr/sdk/memory.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <optional>
 #include <unordered_set>
@@ -22,6 +24,7 @@ namespace {
 using sdk::Error;
 
 constexpr uint64_t kMemoryMagic = 0x68637273696d6d65ull;  // "hcrsimme"
+constexpr uint64_t kGraphMagic = 0x68637273696d6772ull;   // "hcrsimgr"
 
 // Streams of the deterministic random draws (see uniform()).
 constexpr uint64_t kLaunchNoise = 1, kLaunchFail = 2, kLaunchHang = 3, kCopyNoise = 4,
@@ -43,6 +46,51 @@ struct SimKernel {
   void* user_data = nullptr;
   double speed = 0;  // flop/s for this kernel on this device (gflops * factor)
   KernelCost cost;   // host functions
+};
+
+/// A device graph (ABI 1.2): its nodes as launches without arguments, copied at graph_create.
+struct SimGraph {
+  uint64_t magic = kGraphMagic;
+  size_t device = 0;
+  struct Node {
+    hcr_kernel_t* kernel = nullptr;
+    std::vector<std::byte> params;
+    std::vector<uint32_t> param_offsets;
+    uint64_t global_size[3] = {0, 0, 0};
+    uint32_t local_size[3] = {0, 0, 0};
+    void* host_token = nullptr;
+    size_t first_arg = 0, num_args = 0;
+    std::vector<uint32_t> successors;
+    uint32_t predecessors = 0;
+  };
+  std::vector<Node> nodes;
+  size_t num_args = 0;
+};
+
+/// One launch of a SimGraph: each node is a launch of its own (same modelled time, faults and host
+/// function as launch()); a node's done releases its successors, and the last one reports the
+/// graph. Lives until then.
+struct GraphRun {
+  const SimGraph* graph = nullptr;
+  std::vector<hcr_arg_t> args;  // the launch's, in this build's layout
+  hcr_done_fn done = nullptr;
+  void* done_user_data = nullptr;
+  uint64_t* failed_node = nullptr;
+  std::mutex mutex;
+  std::vector<uint32_t> waiting;  // predecessors each node still waits for
+  std::vector<bool> doomed;       // a predecessor failed or was skipped: skip the node
+  std::vector<double> finish;     // modelled seconds from the graph's start to the node's end
+  size_t remaining = 0;           // nodes not yet run or skipped
+  hcr_error_t* error = nullptr;   // the first failure's
+  uint64_t first_failed = 0;
+  double joules = 0;
+  bool joules_known = true;
+  class SimBackend* self = nullptr;
+  struct NodeDone {
+    GraphRun* run;
+    uint32_t node;
+  };
+  std::vector<NodeDone> contexts;  // done_user_data of each node's launch
 };
 
 size_t dtype_size(hcr_dtype_t t) {
@@ -102,6 +150,7 @@ class SimBackend final : public sdk::Backend {
     sim_->shutdown();
     for (SimMemory* m : live_) release(m);
     for (SimKernel* k : kernels_) delete k;
+    for (SimGraph* g : graphs_) delete g;
   }
 
   size_t device_count() override { return machine_.devices.size(); }
@@ -299,6 +348,100 @@ class SimBackend final : public sdk::Backend {
     sim_->submit(std::move(op));
   }
 
+  // ---- device graphs (ABI 1.2) ----------------------------------------------------------------
+
+  // Checked now as each node's launch would be (kernel, arguments, a built-in's parameters), so
+  // that a graph the device could not run is refused before the host counts on it.
+  hcr_graph_t* graph_create(const sdk::GraphDesc& d) override {
+    check_device(d.device);
+    const DeviceConfig& c = machine_.devices[d.device];
+    auto g = std::make_unique<SimGraph>();
+    g->device = d.device;
+    g->num_args = d.num_args;
+    g->nodes.resize(d.nodes.size());
+    for (size_t i = 0; i < d.nodes.size(); ++i) {
+      const hcr_graph_node_t& n = d.nodes[i];
+      SimGraph::Node& x = g->nodes[i];
+      x.kernel = n.kernel;
+      if (n.params_size > 0 && n.params != nullptr) {
+        const auto* p = static_cast<const std::byte*>(n.params);
+        x.params.assign(p, p + n.params_size);
+      }
+      if (n.num_params > 0 && n.param_offsets != nullptr)
+        x.param_offsets.assign(n.param_offsets, n.param_offsets + n.num_params);
+      std::copy(n.global_size, n.global_size + 3, x.global_size);
+      std::copy(n.local_size, n.local_size + 3, x.local_size);
+      x.host_token = n.host_token;
+      x.first_arg = d.first_arg[i];
+      x.num_args = n.num_args;
+      x.successors.assign(n.successors, n.successors + n.num_successors);
+      for (uint32_t s : x.successors) g->nodes[s].predecessors += 1;
+      std::vector<hcr_arg_t> args;
+      for (size_t k = 0; k < n.num_args; ++k)
+        args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(d.args, x.first_arg + k)));
+      const hcr_launch_args_t a = node_launch(*g, i, args.data(), nullptr);
+      try {
+        const SimKernel& k = kernel_of(a);
+        // The host may not have placed the data on the device yet (each launch hands the memory
+        // it then has): arguments without memory are checked at the launches.
+        const bool placed = c.host_memory || std::all_of(args.begin(), args.end(), [](auto& x) {
+                              return x.memory != nullptr || x.rows == 0 || x.cols == 0;
+                            });
+        builtin_call(k, a, placed ? resolve_args(a, c) : args);
+      } catch (const Error& e) {
+        throw Error(e.code(), "graph node " + std::to_string(i) + ": " + e.what());
+      }
+    }
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    graphs_.insert(g.get());
+    return reinterpret_cast<hcr_graph_t*>(g.release());
+  }
+
+  void graph_launch(const hcr_graph_launch_args_t& a) override {
+    const SimGraph& g = graph_of(a.graph);
+    if (a.num_args != g.num_args)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch: " + std::to_string(a.num_args) +
+                                                  " arguments; the graph's nodes "
+                                                  "take " +
+                                                  std::to_string(g.num_args));
+    check_not_lost(g.device, "graph launch");
+    auto run = std::make_unique<GraphRun>();
+    run->graph = &g;
+    run->self = this;
+    for (size_t i = 0; i < a.num_args; ++i)
+      run->args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(a.args, i)));
+    run->done = a.done;
+    run->done_user_data = a.done_user_data;
+    run->failed_node = a.failed_node;
+    run->remaining = g.nodes.size();
+    run->doomed.assign(g.nodes.size(), false);
+    run->finish.assign(g.nodes.size(), 0);
+    for (const SimGraph::Node& n : g.nodes) run->waiting.push_back(n.predecessors);
+    for (uint32_t i = 0; i < g.nodes.size(); ++i) run->contexts.push_back({run.get(), i});
+    if (g.nodes.empty()) {
+      sdk::complete(a.done, a.done_user_data, nullptr, 0, 0);
+      return;
+    }
+    // Roots go first; every other node is started by its last predecessor's done. From here the
+    // run owns itself: the last node's done deletes it.
+    std::vector<uint32_t> roots;
+    for (uint32_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].predecessors == 0) roots.push_back(i);
+    GraphRun* r = run.release();
+    for (uint32_t i : roots) start_node(*r, i);
+  }
+
+  void graph_release(hcr_graph_t* graph) noexcept override {
+    auto* g = reinterpret_cast<SimGraph*>(graph);
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    if (graphs_.erase(g) == 0) {
+      host().warn("sim: graph_release of a graph that is not live in this plugin");
+      return;
+    }
+    g->magic = 0;
+    delete g;
+  }
+
   void synchronize(size_t device) override { sim_->synchronize(device); }
 
   // The power model (idle_watts, busy_watts, power.<kernel>): the idle draw since the plugin
@@ -326,6 +469,89 @@ class SimBackend final : public sdk::Backend {
   }
 
  private:
+  const SimGraph& graph_of(hcr_graph_t* graph) {
+    auto* g = reinterpret_cast<SimGraph*>(graph);
+    std::lock_guard<std::mutex> lock(kernels_mutex_);
+    if (graphs_.count(g) == 0 || g->magic != kGraphMagic)
+      throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch of a graph this plugin did not create");
+    return *g;
+  }
+
+  // Node i of `g` as a launch over `args` (its own arguments), reporting to `ctx`.
+  static hcr_launch_args_t node_launch(const SimGraph& g, size_t i, const hcr_arg_t* args,
+                                       GraphRun::NodeDone* ctx) {
+    const SimGraph::Node& n = g.nodes[i];
+    hcr_launch_args_t a{};
+    a.struct_size = sizeof a;
+    a.device = g.device;
+    a.kernel = n.kernel;
+    a.args = args;
+    a.num_args = n.num_args;
+    a.params = n.params.empty() ? nullptr : n.params.data();
+    a.params_size = n.params.size();
+    a.param_offsets = n.param_offsets.empty() ? nullptr : n.param_offsets.data();
+    a.num_params = n.param_offsets.size();
+    std::copy(n.global_size, n.global_size + 3, a.global_size);
+    std::copy(n.local_size, n.local_size + 3, a.local_size);
+    a.host_token = n.host_token;
+    a.done = &SimBackend::node_done;
+    a.done_user_data = ctx;
+    return a;
+  }
+
+  // Launches node i of a run; a launch refused at once (a device lost meanwhile) fails the node
+  // as its done would.
+  void start_node(GraphRun& r, uint32_t i) {
+    const SimGraph::Node& n = r.graph->nodes[i];
+    hcr_launch_args_t a = node_launch(*r.graph, i, r.args.data() + n.first_arg, &r.contexts[i]);
+    if (hcr_error_t* e = sdk::guard([&] { launch(a); })) node_done(&r.contexts[i], e, nullptr);
+  }
+
+  // A node's launch is done (or was skipped: info NULL, no error): record it, release or doom its
+  // successors, and report the graph once every node is accounted for.
+  static void node_done(void* user, hcr_error_t* error, const hcr_completion_info_t* info) {
+    auto* ctx = static_cast<GraphRun::NodeDone*>(user);
+    GraphRun& r = *ctx->run;
+    SimBackend* self = r.self;
+    const SimGraph::Node& n = r.graph->nodes[ctx->node];
+    std::vector<uint32_t> ready, skipped;
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> lock(r.mutex);
+      const bool failed = error != nullptr || r.doomed[ctx->node];
+      if (error != nullptr) {
+        if (r.error == nullptr) {
+          r.error = error;
+          r.first_failed = ctx->node;
+        } else if (error != sdk::out_of_memory_error()) {
+          delete error;
+        }
+      }
+      double seconds = 0;
+      if (info != nullptr && info->struct_size >= HCR_COMPLETION_INFO_STRUCT_SIZE) {
+        seconds = std::max(info->device_seconds, 0.0);
+        if (info->joules >= 0) r.joules += info->joules;
+        else r.joules_known = false;
+      }
+      r.finish[ctx->node] += seconds;  // holds the latest predecessor's finish until now
+      for (uint32_t s : n.successors) {
+        r.finish[s] = std::max(r.finish[s], r.finish[ctx->node]);
+        if (failed) r.doomed[s] = true;
+        if (--r.waiting[s] == 0) (r.doomed[s] ? skipped : ready).push_back(s);
+      }
+      last = --r.remaining == 0;
+    }
+    for (uint32_t s : skipped) node_done(&r.contexts[s], nullptr, nullptr);
+    for (uint32_t s : ready) self->start_node(r, s);
+    if (!last) return;
+    // Every node has been accounted for: no other thread touches the run any more.
+    double span = 0;
+    for (double f : r.finish) span = std::max(span, f);
+    if (r.error != nullptr && r.failed_node != nullptr) *r.failed_node = r.first_failed;
+    sdk::complete(r.done, r.done_user_data, r.error, span, r.joules_known ? r.joules : -1.0);
+    delete &r;
+  }
+
   const SimKernel& kernel_of(const hcr_launch_args_t& a) {
     check_device(a.device);
     return sdk::launch_kernel<const SimKernel>(a);
@@ -448,7 +674,8 @@ class SimBackend final : public sdk::Backend {
   std::vector<uint64_t> used_;
   std::mutex kernels_mutex_;
   std::unordered_set<SimKernel*> kernels_;
-  std::unique_ptr<Simulator> sim_;  // last: its threads stop before the rest goes
+  std::unordered_set<SimGraph*> graphs_;  // live device graphs (kernels_mutex_)
+  std::unique_ptr<Simulator> sim_;        // last: its threads stop before the rest goes
 };
 
 }  // namespace

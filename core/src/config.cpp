@@ -212,10 +212,12 @@ class Parser {
           int64_t n = *v.value<int64_t>();
           if (n < 0) fail(&v, key, std::to_string(n) + " is not a number of tasks (0: no bound)");
           c.max_tasks_in_flight = static_cast<uint64_t>(n);
+        } else if (k.str() == "device_graphs") {
+          c.device_graphs = boolean(v, key);
         } else {
           fail(&v, key,
                "unknown key (expected plugin_paths, log_level, quarantine_failures, "
-               "quarantine_window, task_timeout or max_tasks_in_flight)");
+               "quarantine_window, task_timeout, max_tasks_in_flight or device_graphs)");
         }
       });
   }

@@ -46,6 +46,9 @@ TaskNode::~TaskNode() {
   for (ArgRec& a : args) release(a.buffer);
   for (ReduceRec& r : reduces) release(r.target);
   for (TaskNode* t : after) release(t);
+  // (Before the kernel: its reference may be the last one keeping the runtime, and the graph's
+  // release goes through the runtime's DeviceGraphs.)
+  if (device_graph) release(device_graph);
   if (kernel) release(kernel);
 }
 
@@ -130,6 +133,7 @@ void RuntimeCore::shutdown() noexcept {
       HCR_LOG(warn, "device '" << d->info.name << "': synchronize at shutdown failed: "
                                << take_error(d->plugin->api, e));
   }
+  device_graphs_.release_all();  // (they use the kernels' handles)
   kernels_.release_handles(device_stuck);
   placement_.set_policy(nullptr);
   policy_owner_.reset();

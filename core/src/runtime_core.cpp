@@ -133,6 +133,7 @@ RuntimeStats RuntimeCore::stats() const {
   s.completed = counts.completed;
   s.throttled = counts.throttled;
   s.failed = counts.failed;
+  s.graph_launches = device_graphs_.launches.load(std::memory_order_relaxed);
   s.decisions = placement_.decisions();
   s.decision_seconds = placement_.decision_seconds();
   s.data = data_.counters();

@@ -8,6 +8,7 @@
 #include "engine/attempt_observers.hpp"
 #include "engine/completion.hpp"
 #include "engine/device_driver.hpp"
+#include "engine/device_graphs.hpp"
 #include "engine/device_health.hpp"
 #include "engine/device_roster.hpp"
 #include "engine/device_state.hpp"
@@ -156,6 +157,7 @@ class RuntimeCore final : public GraphStages,
   void check_replay_alive(std::string_view what) const override { check_alive(what); }
   bool recording() const noexcept override { return recorder_.on(); }
   uint32_t replay_devices() const noexcept override { return device_count(); }
+  DeviceGraphs& device_graphs() noexcept override { return device_graphs_; }
   /// Tasks submitted and not finished (the arbiter's busy/idle).
   uint64_t unfinished() const noexcept { return graph_.unfinished(); }
 
@@ -224,6 +226,7 @@ class RuntimeCore final : public GraphStages,
   HealthKeeper health_{*this, data_, config_.quarantine_failures, config_.quarantine_window};
   DeviceTable devices_;
   KernelRegistry kernels_{devices_};
+  DeviceGraphs device_graphs_{devices_, config_.device_graphs};
   Recorder recorder_{graph_, kernels_, reductions_};
   Launches launches_{devices_, completion_, data_, config_.task_timeout};
   Placement placement_{devices_, health_, data_, completion_, *this, config_.prefetch};

@@ -9,6 +9,7 @@
 /// quarantine_window = 10                # a device out of scheduling
 /// task_timeout = 0                      # seconds before a launch counts as hung (0: never)
 /// max_tasks_in_flight = 1000000         # submit waits while this many are unfinished (0: never)
+/// device_graphs = true                  # a replay whose tasks all ran on one device: one launch
 ///
 /// [scheduler]
 /// policy = "auto"                       # auto | eager | random | ws | dmda | dmdas | peft
@@ -139,6 +140,10 @@ struct HCR_API Config {
   /// [runtime] max_tasks_in_flight: Runtime::submit waits while this many tasks are submitted and
   /// unfinished (back-pressure: a task costs about a KiB until it finishes); 0: no bound.
   uint64_t max_tasks_in_flight = 1000000;
+  /// [runtime] device_graphs: a replayed graph whose tasks all ran on one device, whose plugin
+  /// runs device graphs (ABI 1.2), is handed to that plugin once and then run by it with one call
+  /// per replay (graph.hpp says when); false: every replay runs task by task.
+  bool device_graphs = true;
   std::vector<BackendConfig> backends;  ///< empty: every plugin found, default options
   /// [[context]] tables: contexts created at the start (see context.hpp); tasks reach them through
   /// Runtime::find_context(name).

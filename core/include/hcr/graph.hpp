@@ -23,6 +23,21 @@
 /// fresh private copies holding the identity on every replay; the copies are combined into their
 /// target when it is next accessed in another mode (or at wait_all), as submitted ones are, or by
 /// the combine tasks recorded with them when the recording itself accessed the target.
+///
+/// Device graphs: where every task of the last task-by-task run (the recording's, or a replay's)
+/// ran and succeeded on one device D whose plugin runs device graphs (plugin ABI 1.2), a replay is
+/// handed to D's plugin as a whole: the graph is created there once (on the first such replay)
+/// and each replay is then one launch of it, which the plugin runs following the recorded edges,
+/// with no round trip to the runtime per task. It counts as one task ("graph (N tasks)" in traces,
+/// RuntimeStats::graph_launches; nothing learned by the cost model), pinned to D, accessing each of
+/// the graph's buffers in the modes its tasks do. Not for graphs with reduce accesses, halo tiles,
+/// scratch, commute accesses or contexts, nor while another replay's launch of the same graph is
+/// running (that replay runs task by task), nor when D's plugin refused the graph or D left
+/// scheduling. With several devices, every 64th such replay runs task by task again, where the
+/// policy may place tasks anew: the next ones follow what it chose. A failing node skips the nodes
+/// after it, the others run, and the Event rethrows the kernel's exception (or names the recorded
+/// task and its kernel); as the replay is one task, every task after it that reads what the graph
+/// writes fails with Error(dependency). `[runtime] device_graphs = false` replays task by task.
 /// Thread safety: a Graph may be replayed from several threads; replays are ordered by their
 /// buffers as submits are.
 #pragma once

@@ -119,6 +119,9 @@ struct RuntimeStats {
   uint64_t failed = 0;
   /// Submits that waited for room under Config::max_tasks_in_flight.
   uint64_t throttled = 0;
+  /// Replays of recorded graphs run as one device graph (graph.hpp): each counts as one task in
+  /// `submitted` and `completed`, however many tasks the graph has.
+  uint64_t graph_launches = 0;
   double wall_seconds = 0;  ///< since the runtime started
   /// Placement decisions (the policy's push) and the time they took, measured when execution
   /// times are (policies that learn, Config::counters); else 0.

@@ -2,6 +2,7 @@
 // or placed again.
 #include "completion.hpp"
 
+#include "device_graphs.hpp"
 #include "device_health.hpp"
 #include "host_access.hpp"
 #include "placement.hpp"
@@ -145,9 +146,13 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
   std::exception_ptr e;
   ErrorCode code = ErrorCode::unknown;
   std::string msg;
+  DeviceGraph* graph = t->device_graph;
   if (error != nullptr) {
     const hcr_plugin_api_t* api = d.plugin->api;
-    if (t->kernel_threw) {
+    if (graph != nullptr) {  // a node's failure, named by its recorded task
+      code = static_cast<ErrorCode>(api->error_code(error));
+      e = graph->launch_error(code, take_error(api, error));
+    } else if (t->kernel_threw) {
       e = t->error;  // the kernel's own exception, unchanged
       api->error_destroy(error);
     } else {
@@ -163,7 +168,11 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
     e = std::make_exception_ptr(
         Error(code, "kernel '" + t->kernel->name + "' on device '" + d.info.name + "': " + msg));
     d.failed.fetch_add(1, std::memory_order_relaxed);
+    // The plugin may still be running it: never launched (nor released) again.
+    if (graph != nullptr) graph->abandoned.store(true, std::memory_order_release);
   }
+  // A device graph's time is no kernel's: the policy learns nothing from it.
+  if (graph != nullptr) seconds = -1;
   // The prediction is read before completed() ends the policy's bookkeeping of `t`.
   const double predicted = (wants & AttemptObservers::kPrediction) != 0
                                ? p_.placement.policy()->predicted(sched::TaskRef(t))
@@ -174,7 +183,8 @@ void Completion::launch_done(TaskNode* t, hcr_error_t* error, const hcr_completi
   d.tasks.fetch_add(1, std::memory_order_relaxed);
   // A failure counts against the device before it is given more work (it may be quarantined):
   // its slot stays taken until then, or another thread's pump could fill it in between.
-  if (e && !t->kernel_threw && place_elsewhere(t, d, code, msg)) {
+  // (A device graph runs where it was created, or fails: its tasks run where they may next time.)
+  if (e && !t->kernel_threw && graph == nullptr && place_elsewhere(t, d, code, msg)) {
     d.in_flight.fetch_sub(1, std::memory_order_acq_rel);
     p_.driver.pump(d);
     return;
@@ -231,6 +241,10 @@ void Completion::give_back(TaskNode* t, DeviceState& d) noexcept {
 }
 
 void Completion::finish(TaskNode* t, std::exception_ptr e) noexcept {
+  // Its replay's device graph may be launched again (before the replay's Event settles: a replay
+  // made once it has ends up on the device too).
+  if (t->device_graph != nullptr)
+    t->device_graph->in_flight.store(false, std::memory_order_release);
   if (t->data_node >= 0 || t->scratch_node >= 0) p_.data.commit(t, !e);
   // Its writes committed (or dropped): the next task of a commute run may fetch the buffer.
   p_.placement.release_commute(t);

@@ -1,6 +1,7 @@
 // The devices' drivers (device_driver.hpp): feeding, acquiring, launching.
 #include "device_driver.hpp"
 
+#include "device_graphs.hpp"
 #include "placement.hpp"
 #include "../buffer_state.hpp"
 #include "../data/data_manager.hpp"
@@ -130,6 +131,10 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
     stages_.failed_before_launch(t, d, t->transfer_error);
     return;
   }
+  if (t->device_graph != nullptr) {
+    start_graph(t, *t->device_graph, d);
+    return;
+  }
   KernelDevice& kd = t->kernel->devices[d.info.id];
   const hcr_plugin_api_t* api = d.plugin->api;
   const uint32_t node = d.info.memory_node;
@@ -199,6 +204,53 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
   launches_.watch(token);
   if (hcr_error_t* err = api->launch(d.plugin->handle, &la))
     Launches::answered(token, err, nullptr, true);  // not `t`: done may have come first
+}
+
+// A replay's device graph: every node's arguments from the graph task's buffers (one per slot of
+// the recorded graph) as start_kernel makes one task's, then one launch of the whole graph.
+void DeviceDriver::start_graph(TaskNode* t, DeviceGraph& g, DeviceState& d) noexcept {
+  const hcr_plugin_api_t* api = d.plugin->api;
+  const uint32_t node = d.info.memory_node;
+  const size_t num_args = g.slot.size();
+  hcr_arg_t* out = g.args.data();
+  if (node == 0) {
+    for (size_t k = 0; k < num_args; ++k) {
+      const BufferState& b = *t->args[g.slot[k]].buffer;
+      out[k].host = b.host;
+      out[k].ld = b.ld;
+    }
+  } else {  // device replicas are contiguous
+    for (size_t k = 0; k < num_args; ++k) {
+      out[k].memory = data_.memory(*t->args[g.slot[k]].buffer, node);
+      out[k].ld = out[k].cols;
+    }
+  }
+  // The nodes' tokens: the graph task's epoch for the tasks their kernels submit (fork-join, as
+  // for running_cpu_task's task), and no exception from an earlier launch.
+  g.epoch = t->epoch;
+  if (g.tokens_dirty) {
+    for (TaskNode* token : g.tokens) {
+      token->error = nullptr;
+      token->kernel_threw = false;
+    }
+    g.tokens_dirty = false;
+  }
+  g.failed_node = UINT64_MAX;
+  hcr_graph_launch_args_t la{};
+  la.struct_size = HCR_GRAPH_LAUNCH_ARGS_STRUCT_SIZE;
+  la.graph = g.handle;
+  la.args = out;
+  la.num_args = num_args;
+  const bool times = (observers_.wants() & AttemptObservers::kTimes) != 0;
+  la.flags = launch_flags_.load(std::memory_order_relaxed) | (times ? HCR_LAUNCH_MEASURE : 0u);
+  void* const token = t->launch_token;  // (as start_kernel's)
+  la.done = &Launches::on_done;
+  la.done_user_data = token;
+  la.failed_node = &g.failed_node;
+  if (timing_.load(std::memory_order_relaxed) || times) t->start = std::chrono::steady_clock::now();
+  launches_.watch(token);
+  if (hcr_error_t* err = api->graph_launch(d.plugin->handle, &la))
+    Launches::answered(token, err, nullptr, true);
 }
 
 void DeviceDriver::give_back_landed(DeviceState& d) noexcept {

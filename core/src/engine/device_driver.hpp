@@ -18,6 +18,7 @@ namespace hcr::detail {
 
 class DataManager;
 class Placement;
+struct DeviceGraph;
 
 /// Where the driver hands on an attempt that ends before its plugin runs it.
 class DriverStages {
@@ -67,6 +68,8 @@ class DeviceDriver {
   void pump_woken() noexcept;
   // Data in place: hands the kernel to the plugin.
   void start_kernel(TaskNode* t, DeviceState& d) noexcept;
+  // ... of a replay run as a device graph (engine/device_graphs.hpp).
+  void start_graph(TaskNode* t, DeviceGraph& g, DeviceState& d) noexcept;
 
   DeviceTable& devices_;
   Placement& placement_;

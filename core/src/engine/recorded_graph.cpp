@@ -2,11 +2,13 @@
 // through TaskGraph::submit_prepared with the edges found once.
 #include "recorded_graph.hpp"
 
+#include "device_graphs.hpp"
 #include "reductions.hpp"
 #include "task_graph.hpp"
 #include "../buffer_state.hpp"
 #include "../kernel_registry.hpp"
 #include "../kernel_state.hpp"
+#include "../log_internal.hpp"
 
 #include <hcr/error.hpp>
 #include <hcr/sched.hpp>
@@ -58,6 +60,10 @@ std::shared_ptr<RecordedGraph> Recorder::end() {
         if (out->slot_kinds_[a.slot] == RecordedGraph::kReduceTarget)
           out->slot_kinds_[a.slot] = RecordedGraph::kPlain;
   }
+  // What device graphs leave to the task-by-task machinery (recorded_graph.hpp).
+  out->device_graph_ok_ = out->copies_.empty() && out->halos_.empty() && out->excluded_.empty();
+  for (const RecordedTask& t : out->tasks_)
+    if (!t.scratch.empty() || t.commutes || t.context != nullptr) out->device_graph_ok_ = false;
   // The recording's own task records are the first run's: reused once they are free.
   out->nodes_ = std::move(recorded_nodes_);
   recorded_nodes_.clear();
@@ -254,6 +260,9 @@ void Recorder::access(uint32_t self, uint32_t slot, Access mode) {
 
 RecordedGraph::~RecordedGraph() {
   for (TaskNode* n : nodes_) release(n);
+  for (DeviceGraph* g : device_graphs_)
+    if (g != nullptr) release(g);
+  if (graph_kernel_ != nullptr) release(graph_kernel_);
 }
 
 TaskNode* RecordedGraph::record_for(size_t i) {
@@ -372,6 +381,9 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
   if (!bindings.empty()) check_halo_bindings(bound);
   for (const Ref<KernelState>& k : kernels_used_) kernels_.resolve(*k);
   bound = prepare_reductions(bound);
+  if (device_graph_ok_)
+    if (Ref<TaskNode> one = replay_on_device(bound)) return one;
+  placement_seen_ = false;  // this run's placement is the one to look at next
 
   const size_t n = tasks_.size();
   // Two joins around the tasks: the front one waits for the work before this replay on each
@@ -430,6 +442,155 @@ Ref<TaskNode> RecordedGraph::replay(std::span<const Binding> bindings) {
       &link);
   contribute(bound);
   return done;
+}
+
+Ref<TaskNode> RecordedGraph::replay_on_device(BufferState* const* bound) {
+  DeviceGraphs& graphs = host_->device_graphs();
+  if (!graphs.enabled()) return {};
+  const size_t n = tasks_.size();
+  if (!placement_seen_) {  // where the last task-by-task run put each task
+    int32_t on = -1;
+    for (size_t i = 0; i < n; ++i) {
+      const TaskNode* t = nodes_[i];
+      // Still running (or failed): task by task again, and a look at that run next time.
+      if (t->state.load(std::memory_order_acquire) != kSucceeded) return {};
+      const int32_t d = t->device.load(std::memory_order_relaxed);
+      if (d < 0 || (on >= 0 && d != on)) {
+        on = -1;
+        break;
+      }
+      on = d;
+    }
+    placement_seen_ = true;
+    graph_device_ = on;
+    graph_replays_ = 0;
+  }
+  if (graph_device_ < 0) return {};
+  const auto d = static_cast<uint32_t>(graph_device_);
+  // Several devices: now and then a run task by task again, where placement may choose anew.
+  if (host_->replay_devices() > 1 && ++graph_replays_ % kReexamine == 0) return {};
+  if (d >= graphs.devices().count() ||
+      graphs.devices()[d].status.load(std::memory_order_relaxed) != DeviceState::kActive ||
+      !graphs.supported(d))
+    return {};
+  DeviceGraph* g = device_graph(d, bound);
+  if (g == nullptr) return {};
+  if (g->in_flight.exchange(true, std::memory_order_acq_rel)) return {};  // the other replay's
+  auto* t = new TaskNode;
+  t->rt = rt_;
+  retain(graph_kernel_);
+  t->kernel = graph_kernel_;
+  for (size_t s = 0; s < buffers_.size(); ++s) {
+    retain(bound[s]);
+    t->args.push_back({bound[s], commutes(modes_[s]) ? Access::read_write : modes_[s]});
+  }
+  t->pinned = static_cast<int32_t>(d);
+  t->footprint = n;
+  t->size = static_cast<double>(n);
+  t->footprint_valid = true;
+  retain(g);
+  t->device_graph = g;
+  Ref<TaskNode> done = Ref<TaskNode>::share(t);
+  graphs.launches.fetch_add(1, std::memory_order_relaxed);
+  try {
+    graph_.submit(t);
+  } catch (...) {  // refused (it took the task): no launch comes
+    g->in_flight.store(false, std::memory_order_release);
+    throw;
+  }
+  return done;
+}
+
+DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) {
+  if (d < device_graphs_.size() && device_graphs_[d] != nullptr) {
+    DeviceGraph* g = device_graphs_[d];
+    return g->abandoned.load(std::memory_order_acquire) ? nullptr : g;
+  }
+  if (d < graph_refused_.size() && graph_refused_[d] != 0) return nullptr;
+  if (device_graphs_.size() <= d) device_graphs_.resize(d + 1, nullptr);
+  if (graph_refused_.size() <= d) graph_refused_.resize(d + 1, 0);
+  DeviceGraphs& graphs = host_->device_graphs();
+  DeviceState& ds = graphs.devices()[d];
+  const size_t n = tasks_.size();
+  auto refuse = [&](DeviceGraph* g, const std::string& why) -> DeviceGraph* {
+    HCR_LOG(debug, "a graph of " << n << " tasks runs task by task on device '" << ds.info.name
+                                 << "': " << why);
+    graph_refused_[d] = 1;
+    if (g != nullptr) release(g);
+    return nullptr;
+  };
+  for (const RecordedTask& r : tasks_)
+    if (!r.kernel->can_run(d) || r.kernel->devices[d].handle == nullptr)
+      return refuse(nullptr, "kernel '" + r.kernel->name + "' has no implementation there");
+  auto* g = new DeviceGraph;
+  g->device = &ds;
+  g->tasks = n;
+  std::vector<hcr_graph_node_t> nodes(n);
+  std::vector<std::vector<uint32_t>> successors(n);
+  for (size_t i = 0; i < n; ++i) {
+    const RecordedTask& r = tasks_[i];
+    g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
+    for (const RecordedTask::Arg& a : r.args) {
+      g->slot.push_back(a.slot);
+      g->access.push_back(abi_access(a.access));
+    }
+    // The node's host token: a task record of its own (see device_graphs.hpp).
+    auto* token = new TaskNode;
+    token->rt = rt_;
+    retain(r.kernel);
+    token->kernel = r.kernel;
+    token->params = r.params;
+    token->param_offsets = r.param_offsets;
+    token->epoch_from = &g->epoch;
+    g->tokens.push_back(token);
+    for (const RecordedTask::Next& x : r.successors) successors[i].push_back(x.task);
+    hcr_graph_node_t& node = nodes[i];
+    node.struct_size = HCR_GRAPH_NODE_STRUCT_SIZE;
+    node.kernel = r.kernel->devices[d].handle;
+    node.num_args = r.args.size();
+    node.params = token->params.data();
+    node.params_size = token->params.size();
+    node.param_offsets = token->param_offsets.data();
+    node.num_params = token->param_offsets.size();
+    for (int k = 0; k < 3; ++k) {
+      node.global_size[k] = r.global_size[k];
+      node.local_size[k] = r.local_size[k];
+    }
+    node.host_token = token;
+    node.successors = successors[i].data();
+    node.num_successors = successors[i].size();
+  }
+  g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
+  // The arguments as they are now: host memory where the device works in it; a device's
+  // replicas may not exist yet (each launch hands the memory it then has).
+  g->args.resize(g->slot.size());
+  for (size_t k = 0; k < g->slot.size(); ++k) {
+    const BufferState& b = *bound[g->slot[k]];
+    hcr_arg_t& x = g->args[k];
+    x.struct_size = HCR_ARG_STRUCT_SIZE;
+    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
+    x.access = g->access[k];
+    x.rows = b.rows;
+    x.cols = b.cols;
+    if (ds.info.memory_node == 0) {
+      x.host = b.host;
+      x.ld = b.ld;
+    } else {
+      x.ld = b.cols;
+    }
+  }
+  if (std::string why = graphs.create(g, nodes); !why.empty()) return refuse(g, why);
+  if (graph_kernel_ == nullptr) {
+    Ref<KernelState> k = kernels_.get("graph (" + std::to_string(n) + " tasks)", keep_);
+    // Runs wherever it is pinned: it is never asked of a plugin as a kernel.
+    std::lock_guard<std::mutex> lock(k->mutex);
+    for (size_t i = 0; i < k->num_devices; ++i) k->set_capability(i, Capability::yes);
+    k->any_capable.store(true, std::memory_order_relaxed);
+    k->resolved.store(true, std::memory_order_release);
+    graph_kernel_ = k.detach();
+  }
+  device_graphs_[d] = g;
+  return g;
 }
 
 // The replay enters the buffers' frontiers (TaskGraph::submit_prepared's link): its tasks are

@@ -31,8 +31,10 @@
 
 namespace hcr::detail {
 
+class DeviceGraphs;
 class KernelRegistry;
 class Reductions;
+struct DeviceGraph;
 class TaskGraph;
 struct BufferState;
 struct KernelState;
@@ -76,6 +78,8 @@ class ReplayHost {
   /// Whether a recording is open (a replay then is refused).
   virtual bool recording() const noexcept = 0;
   virtual uint32_t replay_devices() const noexcept = 0;
+  /// Device graphs (engine/device_graphs.hpp): whether they are on, the plugins' handles.
+  virtual DeviceGraphs& device_graphs() noexcept = 0;
 
  protected:
   ~ReplayHost() = default;
@@ -103,6 +107,31 @@ class RecordedGraph {
   TaskNode* record_for(size_t i);
   void fill(TaskNode* n, const RecordedTask& r, BufferState* const* bound);
   void link(BufferState* const* bound, TaskNode* front, TaskNode* back) noexcept;
+
+  // ---- device graphs (engine/device_graphs.hpp) ----
+  // A replay is one device graph's launch (one task, the graph task, of kernel "graph (N tasks)",
+  // pinned to device D, accessing each of the graph's buffers once in its combined mode) when:
+  //  - device graphs are on ([runtime] device_graphs) and D's plugin has the ABI 1.2 entries;
+  //  - the graph has no reduce access, halo tile, scratch, commute access or context (device_
+  //    graph_ok_: those keep their task-by-task machinery);
+  //  - every task ran on D, and succeeded, in the last task-by-task run (the recording's, or a
+  //    replay's), and D takes work now;
+  //  - D's plugin created the graph (once, lazily; refused: never asked again for D);
+  //  - no launch of it is in flight (a concurrent replay runs task by task).
+  // With several devices, every kReexamine-th replay runs task by task again, so that placement
+  // can move tasks (graph.hpp).
+  static constexpr uint32_t kReexamine = 64;
+  /// The graph task of this replay, or null when it runs task by task.
+  Ref<TaskNode> replay_on_device(BufferState* const* bound);
+  /// D's device graph, created on first use; null when D's plugin refused it.
+  DeviceGraph* device_graph(uint32_t d, BufferState* const* bound);
+  bool device_graph_ok_ = false;
+  bool placement_seen_ = false;              // graph_device_ is the last task-by-task run's
+  int32_t graph_device_ = -1;                // the one device every task ran on then, or -1
+  uint32_t graph_replays_ = 0;               // device-graph replays since that run
+  std::vector<DeviceGraph*> device_graphs_;  // per device (a reference each), null: none yet
+  std::vector<uint8_t> graph_refused_;       // per device: its plugin refused the graph
+  KernelState* graph_kernel_ = nullptr;      // "graph (N tasks)" (a reference)
 
   TaskGraph& graph_;
   KernelRegistry& kernels_;

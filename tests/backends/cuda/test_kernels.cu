@@ -95,6 +95,13 @@ extern "C" int hcr_test_fail(void*, const hcr_exec_context_t*, char* message, si
   return fail(message, message_size, "native failure on purpose");
 }
 
+extern "C" int hcr_test_sync_stream(void*, const hcr_exec_context_t* ctx, char*, size_t) {
+  // What a careless launcher does: the error (a capturing stream cannot be synchronized) is lost.
+  (void)cudaStreamSynchronize(static_cast<cudaStream_t>(ctx->native_queue));
+  (void)cudaGetLastError();
+  return 0;
+}
+
 int test_gpu_count(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);

@@ -30,6 +30,11 @@ extern "C" int hcr_test_halo_step(void* user_data, const hcr_exec_context_t* ctx
 extern "C" int hcr_test_fail(void* user_data, const hcr_exec_context_t* ctx, char* message,
                              size_t message_size);
 
+/// Synchronizes its stream and succeeds whatever that returned: a launcher a stream capture
+/// cannot record (device graphs).
+extern "C" int hcr_test_sync_stream(void* user_data, const hcr_exec_context_t* ctx, char* message,
+                                    size_t message_size);
+
 /// cudaGetDeviceCount through the tests' own CUDA runtime; 0 and the error text when it fails.
 int test_gpu_count(std::string* why = nullptr);
 bool test_is_pinned(const void* p);
