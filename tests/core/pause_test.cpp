@@ -116,9 +116,12 @@ TEST(Pause, WaitingForAHeldTaskIsRefusedNotAHang) {
 
 // A join (a replay's event, an unpartition's) or a host access is never held itself, but waits for
 // what it depends on: waiting for one that depends on a held task is refused too, naming the held
-// task's kernel, and waits once resumed. One that depends on none is waited for.
+// task's kernel, and waits once resumed. One that depends on none is waited for. (Device graphs
+// off: a replay run as one is a task itself, held as any; see the next test.)
 TEST(Pause, WaitingForAJoinOnAHeldTaskIsRefusedNotAHang) {
-  Runtime rt(one_device());
+  Config c = one_device();
+  c.device_graphs = false;
+  Runtime rt(c);
   Kernel work = rt.kernel("work").cpu([](TaskContext&) {});
   auto x = rt.buffer<float>(4, 4), other = rt.buffer<float>(4, 4);
   Tiles<float> tiles = x.partition(2, 2), untouched = other.partition(2, 2);
@@ -151,6 +154,38 @@ TEST(Pause, WaitingForAJoinOnAHeldTaskIsRefusedNotAHang) {
   rt.resume();
   EXPECT_NO_THROW(replayed.wait());
   EXPECT_NO_THROW(joined.wait());
+}
+
+// A replay run as a device graph (every task ran on the one device before) is one task: submitted
+// while paused, it is held, and waiting for it is refused naming it, until resume() lets it run.
+TEST(Pause, AReplayRunAsADeviceGraphIsHeldAsATask) {
+  Runtime rt(test::cpu_config(1));
+  std::atomic<int> ran{0};
+  Kernel work = rt.kernel("work").cpu([&](TaskContext&) { ran.fetch_add(1); });
+  auto x = rt.buffer<float>(4, 4);
+  rt.begin_recording();
+  rt.submit(Task(work).write(x));
+  rt.submit(Task(work).read_write(x));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  ASSERT_EQ(ran.load(), 2);
+  const uint64_t launches = rt.stats().graph_launches;
+  rt.pause();
+  Event replayed = g.replay();
+  EXPECT_EQ(rt.stats().graph_launches, launches + 1);
+  try {
+    replayed.wait();
+    ADD_FAILURE() << "Event::wait waited for a held device graph";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::invalid_argument);
+    EXPECT_EQ(std::string(err.what()),
+              "Event::wait would wait forever: the task of kernel 'graph (2 tasks)' was "
+              "submitted since Runtime::pause() and waits for Runtime::resume()");
+  }
+  EXPECT_EQ(ran.load(), 2);
+  rt.resume();
+  EXPECT_NO_THROW(replayed.wait());
+  EXPECT_EQ(ran.load(), 4);
 }
 
 // Back-pressure while paused: the submit past the window would wait for held tasks, which only a
