@@ -440,9 +440,10 @@ typedef struct hcr_graph_create_args {
    * node's successors are at higher indices); nodes without predecessors may run at once. */
   const hcr_graph_node_t* nodes; /* element i at i * nodes[0].struct_size bytes */
   size_t num_nodes;
-  /* Every node's arguments as they are now, in node order (borrowed for the call). A launch may
-   * hand other memory (another buffer of the same shape bound by a replay, data moved): shapes,
-   * types and access modes stay the same. */
+  /* Every node's arguments as they are now, in node order (borrowed for the call). On a device
+   * without HCR_DEVICE_HOST_MEMORY `memory` may be NULL: the data need not be there yet. A launch
+   * may hand other memory (another buffer of the same shape bound by a replay, data moved):
+   * shapes, types and access modes stay the same. */
   const hcr_arg_t* args;
   size_t num_args;
   hcr_graph_t* graph; /* out; freed with graph_release */
@@ -459,7 +460,8 @@ typedef struct hcr_graph_launch_args {
   uint32_t flags; /* HCR_LAUNCH_MEASURE: device_seconds of the whole graph in the completion */
   /* Called once, when every node has run or been skipped. A node whose predecessor failed (or was
    * skipped) is skipped; the others run. The error is the first failure's; before calling done
-   * the plugin writes that node's index to *failed_node (when failed_node is not NULL). */
+   * the plugin writes that node's index to *failed_node (when failed_node is not NULL), and leaves
+   * *failed_node as it was when it cannot tell which node failed (a fault of the whole graph). */
   hcr_done_fn done;
   void* done_user_data;
   uint64_t* failed_node; /* out (may be NULL) */
