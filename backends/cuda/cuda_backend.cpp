@@ -79,17 +79,8 @@ struct CudaKernel {
 struct CudaGraph {
   uint32_t magic = kGraphMagic;
   size_t device = 0;
-  struct Node {
-    const CudaKernel* kernel = nullptr;
-    std::vector<char> params;
-    std::vector<uint32_t> param_offsets;
-    uint64_t global_size[3] = {0, 0, 0};
-    uint32_t local_size[3] = {0, 0, 0};
-    void* host_token = nullptr;
-    size_t first_arg = 0, num_args = 0;
-    std::vector<uint32_t> predecessors;
-  };
-  std::vector<Node> nodes;
+  std::vector<sdk::GraphNode> nodes;
+  std::vector<std::vector<uint32_t>> predecessors;  // per node, in node order
   size_t num_args = 0;
   std::shared_ptr<std::vector<std::shared_ptr<const Module>>> modules;  // live while launches are
   std::mutex mutex;  // launches of one graph never overlap (the ABI); cheap anyway
@@ -592,17 +583,17 @@ class CudaBackend final : public sdk::Backend {
   // graph replays. New memory at a launch (another buffer bound by a replay) is captured again and
   // the executable graph updated in place.
 
-  hcr_graph_t* graph_create(const sdk::GraphDesc& d) override {
+  hcr_graph_t* graph_create(sdk::GraphDesc d) override {
     Gpu& g = started(d.device);
     auto cg = std::make_unique<CudaGraph>();
     cg->device = d.device;
     cg->num_args = d.num_args;
     cg->modules = std::make_shared<std::vector<std::shared_ptr<const Module>>>();
-    cg->nodes.resize(d.nodes.size());
-    for (size_t i = 0; i < d.nodes.size(); ++i) {
-      const hcr_graph_node_t& n = d.nodes[i];
-      CudaGraph::Node& x = cg->nodes[i];
-      auto* k = reinterpret_cast<const CudaKernel*>(n.kernel);
+    cg->nodes = std::move(d.nodes);
+    cg->predecessors.resize(cg->nodes.size());
+    for (size_t i = 0; i < cg->nodes.size(); ++i) {
+      const sdk::GraphNode& n = cg->nodes[i];
+      const CudaKernel* k = kernel_of(n);
       const std::string which = "graph node " + std::to_string(i);
       if (k->magic != kKernelMagic)
         throw Error(HCR_ERROR_INVALID_ARGUMENT, which + ": a kernel this plugin did not create");
@@ -618,20 +609,7 @@ class CudaBackend final : public sdk::Backend {
                     which + ": built-in '" + k->name +
                         "' is not captured into a CUDA graph (cuBLAS/cuSOLVER); the host "
                         "replays the graph task by task");
-      x.kernel = k;
-      if (n.params_size > 0 && n.params != nullptr) {
-        const auto* p = static_cast<const char*>(n.params);
-        x.params.assign(p, p + n.params_size);
-      }
-      if (n.num_params > 0 && n.param_offsets != nullptr)
-        x.param_offsets.assign(n.param_offsets, n.param_offsets + n.num_params);
-      std::copy(n.global_size, n.global_size + 3, x.global_size);
-      std::copy(n.local_size, n.local_size + 3, x.local_size);
-      x.host_token = n.host_token;
-      x.first_arg = d.first_arg[i];
-      x.num_args = n.num_args;
-      for (size_t s = 0; s < n.num_successors; ++s)
-        cg->nodes[n.successors[s]].predecessors.push_back(static_cast<uint32_t>(i));
+      for (uint32_t s : n.successors) cg->predecessors[s].push_back(static_cast<uint32_t>(i));
       if (k->module) cg->modules->push_back(k->module);
     }
     std::vector<hcr_arg_t> args;
@@ -804,7 +782,7 @@ class CudaBackend final : public sdk::Backend {
     size_t streams = 1;
     bool origin_taken = false;
     for (size_t i = 0; i < n; ++i) {
-      const auto& preds = cg.nodes[i].predecessors;
+      const auto& preds = cg.predecessors[i];
       auto p = std::find_if(preds.begin(), preds.end(), [&](uint32_t q) { return !continued[q]; });
       if (p != preds.end()) {
         continued[*p] = true;
@@ -874,17 +852,16 @@ class CudaBackend final : public sdk::Backend {
     std::vector<bool> skipped(n, false);
     joined[0] = check(cudaEventRecord(fork, streams[0]), "cudaEventRecord", 0);
     for (size_t i = 0; i < n && refused.empty(); ++i) {
-      const CudaGraph::Node& node = cg.nodes[i];
-      if (std::any_of(node.predecessors.begin(), node.predecessors.end(),
-                      [&](uint32_t p) { return skipped[p]; })) {
+      const std::vector<uint32_t>& preds = cg.predecessors[i];
+      if (std::any_of(preds.begin(), preds.end(), [&](uint32_t p) { return skipped[p]; })) {
         skipped[i] = true;  // after a node that failed to capture
         continue;
       }
       const size_t s = node_stream[i];
-      if (!joined[s] && node.predecessors.empty())
+      if (!joined[s] && preds.empty())
         check(cudaStreamWaitEvent(streams[s], fork, 0), "cudaStreamWaitEvent", i);
       joined[s] = true;
-      for (uint32_t p : node.predecessors)
+      for (uint32_t p : preds)
         if (node_stream[p] != s)
           check(cudaStreamWaitEvent(streams[s], events[p], 0), "cudaStreamWaitEvent", i);
       if (!refused.empty()) break;
@@ -938,12 +915,13 @@ class CudaBackend final : public sdk::Backend {
   hcr_error_t* enqueue_node(Gpu& g, const CudaGraph& cg, size_t i,
                             const std::vector<hcr_arg_t>& args, std::vector<void*>& ptrs,
                             cudaStream_t stream) {
-    const CudaGraph::Node& node = cg.nodes[i];
+    const sdk::GraphNode& node = cg.nodes[i];
+    const CudaKernel& k = *kernel_of(node);
     hcr_launch_args_t a = node_launch(cg, i, args);
     std::vector<void*> mine(ptrs.begin() + static_cast<ptrdiff_t>(node.first_arg),
                             ptrs.begin() + static_cast<ptrdiff_t>(node.first_arg + node.num_args));
-    switch (node.kernel->kind) {
-      case KernelKind::source: enqueue_source(g, *node.kernel, a, mine, stream); return nullptr;
+    switch (k.kind) {
+      case KernelKind::source: enqueue_source(g, k, a, mine, stream); return nullptr;
       case KernelKind::native: {
         std::vector<hcr_arg_t> with_ptrs(
             args.begin() + static_cast<ptrdiff_t>(node.first_arg),
@@ -952,7 +930,7 @@ class CudaBackend final : public sdk::Backend {
         hcr_exec_context_t ctx =
             sdk::exec_context(a, 0, static_cast<void*>(stream), const_cast<int*>(g.ordinal_ptr()));
         ctx.args = with_ptrs.data();
-        return sdk::run_host_function(node.kernel->fn, node.kernel->user_data, ctx);
+        return sdk::run_host_function(k.fn, k.user_data, ctx);
       }
       case KernelKind::blas: break;
     }
@@ -962,21 +940,12 @@ class CudaBackend final : public sdk::Backend {
   // Node i as a launch over its own arguments (no done: the graph's).
   static hcr_launch_args_t node_launch(const CudaGraph& cg, size_t i,
                                        const std::vector<hcr_arg_t>& args) {
-    const CudaGraph::Node& n = cg.nodes[i];
-    hcr_launch_args_t a{};
-    a.struct_size = sizeof a;
-    a.device = cg.device;
-    a.kernel = reinterpret_cast<hcr_kernel_t*>(const_cast<CudaKernel*>(n.kernel));
-    a.args = args.data() + n.first_arg;
-    a.num_args = n.num_args;
-    a.params = n.params.empty() ? nullptr : n.params.data();
-    a.params_size = n.params.size();
-    a.param_offsets = n.param_offsets.empty() ? nullptr : n.param_offsets.data();
-    a.num_params = n.param_offsets.size();
-    std::copy(n.global_size, n.global_size + 3, a.global_size);
-    std::copy(n.local_size, n.local_size + 3, a.local_size);
-    a.host_token = n.host_token;
-    return a;
+    const sdk::GraphNode& n = cg.nodes[i];
+    return n.launch(cg.device, args.data() + n.first_arg);
+  }
+
+  static const CudaKernel* kernel_of(const sdk::GraphNode& n) {
+    return reinterpret_cast<const CudaKernel*>(n.kernel);
   }
 
   // Every argument's device pointer, node by node, checked as a launch checks them.
