@@ -255,36 +255,14 @@ class CpuBackend final : public sdk::Backend {
 
   // Device graphs (ABI 1.2): the host hands over a recorded graph once; each launch is one task in
   // the partition's arena and group (synchronize waits for it), which runs the nodes itself.
-  hcr_graph_t* graph_create(const sdk::GraphDesc& desc) override {
+  hcr_graph_t* graph_create(sdk::GraphDesc desc) override {
     auto g = std::make_unique<CpuGraph>();
     g->device = desc.device;
     (void)parts_.at(desc.device);
     const size_t n = desc.nodes.size();
-    g->nodes.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const hcr_graph_node_t& in = desc.nodes[i];
-      CpuGraph::Node& node = g->nodes[i];
-      node.kernel = unwrap(in.kernel);
-      if (in.params_size > 0 && in.params != nullptr) {
-        const auto* p = static_cast<const std::byte*>(in.params);
-        node.params.assign(p, p + in.params_size);
-      }
-      if (in.num_params > 0 && in.param_offsets != nullptr)
-        node.param_offsets.assign(in.param_offsets, in.param_offsets + in.num_params);
-      for (int k = 0; k < 3; ++k) {
-        node.global_size[k] = in.global_size[k];
-        node.local_size[k] = in.local_size[k];
-      }
-      node.host_token = in.host_token;
-      node.first_arg = desc.first_arg[i];
-      node.num_args = in.num_args;
-      node.successors.assign(in.successors, in.successors + in.num_successors);
-    }
-    g->predecessors.assign(n, 0);
-    for (const CpuGraph::Node& node : g->nodes)
-      for (uint32_t s : node.successors) ++g->predecessors[s];
-    for (size_t i = 0; i < n; ++i)
-      if (g->predecessors[i] == 0) g->roots.push_back(static_cast<uint32_t>(i));
+    g->nodes = std::move(desc.nodes);
+    g->predecessors = std::move(desc.predecessors);
+    g->roots = std::move(desc.roots);
     g->pending = std::make_unique<std::atomic<uint32_t>[]>(n);
     g->skipped = std::make_unique<std::atomic<bool>[]>(n);
     return reinterpret_cast<hcr_graph_t*>(g.release());
@@ -460,18 +438,8 @@ class CpuBackend final : public sdk::Backend {
 
   // A device graph: its nodes as graph_create gave them, and one launch's state.
   struct CpuGraph {
-    struct Node {
-      const CpuKernel* kernel = nullptr;
-      std::vector<std::byte> params;
-      std::vector<uint32_t> param_offsets;
-      uint64_t global_size[3] = {0, 0, 0};
-      uint32_t local_size[3] = {0, 0, 0};
-      void* host_token = nullptr;
-      size_t first_arg = 0, num_args = 0;
-      std::vector<uint32_t> successors;
-    };
     size_t device = 0;
-    std::vector<Node> nodes;
+    std::vector<sdk::GraphNode> nodes;
     std::vector<uint32_t> predecessors;  // per node
     std::vector<uint32_t> roots;
     // The launch: predecessors still to finish per node, whether a node is skipped (a predecessor
@@ -506,25 +474,12 @@ class CpuBackend final : public sdk::Backend {
   // other workers. Each node runs as run() runs one launch.
   void run_nodes(Partition& part, CpuGraph& g, uint32_t i) noexcept {
     for (;;) {
-      const CpuGraph::Node& node = g.nodes[i];
+      const sdk::GraphNode& node = g.nodes[i];
       bool bad = g.skipped[i].load(std::memory_order_relaxed);
       if (!bad) {
-        hcr_launch_args_t a{};
-        a.struct_size = HCR_LAUNCH_ARGS_STRUCT_SIZE;
-        a.device = g.device;
-        a.kernel = reinterpret_cast<hcr_kernel_t*>(const_cast<CpuKernel*>(node.kernel));
-        a.args =
-            node.num_args > 0 ? sdk::GraphDesc::arg_at(g.launch.args, node.first_arg) : nullptr;
-        a.num_args = node.num_args;
-        a.params = node.params.data();
-        a.params_size = node.params.size();
-        a.host_token = node.host_token;
-        a.param_offsets = node.param_offsets.data();
-        a.num_params = node.param_offsets.size();
-        for (int k = 0; k < 3; ++k) {
-          a.global_size[k] = node.global_size[k];
-          a.local_size[k] = node.local_size[k];
-        }
+        const hcr_launch_args_t a = node.launch(
+            g.device,
+            node.num_args > 0 ? sdk::GraphDesc::arg_at(g.launch.args, node.first_arg) : nullptr);
         if (hcr_error_t* err = execute(a)) {
           bad = true;
           if (!g.failed.exchange(true, std::memory_order_acq_rel)) {

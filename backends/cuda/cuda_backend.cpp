@@ -1,11 +1,12 @@
 // The CUDA backend plugin: one device per visible GPU (or those the `devices` option names), with
 // device memory, pinned host memory, asynchronous 2-D copies, the built-in BLAS kernels on cuBLAS
-// and cuSOLVER, native launcher functions, CUDA C++ source kernels compiled with NVRTC, and each
-// GPU's energy through NVML. Without a driver or a GPU it loads and reports no devices, saying why
-// through the host's log.
+// and cuSOLVER, native launcher functions, CUDA C++ source kernels compiled with NVRTC, device
+// graphs captured into CUDA graphs (cuda_graphs.cpp), and each GPU's energy through NVML. Without a
+// driver or a GPU it loads and reports no devices, saying why through the host's log.
 #include "cuda_blas.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
+#include "cuda_graphs.hpp"
 #include "cuda_libs.hpp"
 #include "nvml_meter.hpp"
 #include "nvrtc_cache.hpp"
@@ -15,7 +16,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,12 +33,6 @@ using sdk::Error;
 
 constexpr uint32_t kMemoryMagic = 0x68637243;  // "Crch": tells our allocations from stray pointers
 constexpr uint32_t kKernelMagic = 0x6863724b;
-constexpr uint32_t kGraphMagic = 0x68637247;
-// Independent branches of a device graph are captured on at most this many streams; beyond that,
-// branches share streams round robin (ordered where they need not be, never wrongly).
-constexpr size_t kMaxCaptureStreams = 8;
-// What graph_create captures an argument without memory on: any device address does, nothing runs.
-constexpr uint64_t kPlaceholderBytes = 256;
 
 /// A device allocation: what hcr_memory_t points to.
 struct DeviceMemory {
@@ -72,30 +66,6 @@ struct CudaKernel {
   hcr_kernel_fn fn = nullptr;  // native
   void* user_data = nullptr;
   std::shared_ptr<const Module> module;  // source
-};
-
-/// A device graph (ABI 1.2): its nodes as graph_create gave them, and the CUDA graph captured
-/// from them for the arguments' device pointers it was last bound to.
-struct CudaGraph {
-  uint32_t magic = kGraphMagic;
-  size_t device = 0;
-  struct Node {
-    const CudaKernel* kernel = nullptr;
-    std::vector<char> params;
-    std::vector<uint32_t> param_offsets;
-    uint64_t global_size[3] = {0, 0, 0};
-    uint32_t local_size[3] = {0, 0, 0};
-    void* host_token = nullptr;
-    size_t first_arg = 0, num_args = 0;
-    std::vector<uint32_t> predecessors;
-  };
-  std::vector<Node> nodes;
-  size_t num_args = 0;
-  std::shared_ptr<std::vector<std::shared_ptr<const Module>>> modules;  // live while launches are
-  std::mutex mutex;  // launches of one graph never overlap (the ABI); cheap anyway
-  cudaGraphExec_t exec = nullptr;
-  std::vector<void*> bound;  // every argument's device pointer when `exec` was captured
-  bool partial = false;      // `exec` lacks nodes that failed to capture: capture again next time
 };
 
 std::string default_cache_dir() {
@@ -177,7 +147,7 @@ cudaError_t copy_rect(void* dst, uint64_t dpitch, const void* src, uint64_t spit
   return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDefault, stream);
 }
 
-class CudaBackend final : public sdk::Backend {
+class CudaBackend final : public sdk::Backend, private GraphNodeWork {
  public:
   explicit CudaBackend(const sdk::CreateContext& ctx) : Backend(ctx) {
     const std::string devices = ctx.options.get("devices", "");
@@ -281,7 +251,7 @@ class CudaBackend final : public sdk::Backend {
       delete m;
     }
     for (void* p : pinned_) cudaFreeHost(p);
-    for (CudaGraph* g : graphs_) destroy_graph(g);
+    graphs_.destroy_all();
     for (CudaKernel* k : kernels_) delete k;
     (void)cudaGetLastError();
     while (!gpus_.empty()) gpus_.pop_back();
@@ -583,26 +553,14 @@ class CudaBackend final : public sdk::Backend {
     }
   }
 
-  // ---- device graphs (ABI 1.2) ----------------------------------------------------------------
-  //
-  // A graph is captured into a CUDA graph once (stream capture of each node's work, as launch()
-  // would enqueue it, branches on streams of their own joined by events) and each launch is one
-  // cudaGraphLaunch on a compute lane, completed like any launch. A native function is called
-  // while its node is captured, not at each launch: what it enqueues on its stream is what the
-  // graph replays. New memory at a launch (another buffer bound by a replay) is captured again and
-  // the executable graph updated in place.
+  // ---- device graphs (ABI 1.2): captured into CUDA graphs (cuda_graphs.cpp) -------------------
 
-  hcr_graph_t* graph_create(const sdk::GraphDesc& d) override {
+  hcr_graph_t* graph_create(sdk::GraphDesc d) override {
     Gpu& g = started(d.device);
-    auto cg = std::make_unique<CudaGraph>();
-    cg->device = d.device;
-    cg->num_args = d.num_args;
-    cg->modules = std::make_shared<std::vector<std::shared_ptr<const Module>>>();
-    cg->nodes.resize(d.nodes.size());
+    // Every launch keeps the source kernels' modules alive until its done.
+    auto modules = std::make_shared<std::vector<std::shared_ptr<const Module>>>();
     for (size_t i = 0; i < d.nodes.size(); ++i) {
-      const hcr_graph_node_t& n = d.nodes[i];
-      CudaGraph::Node& x = cg->nodes[i];
-      auto* k = reinterpret_cast<const CudaKernel*>(n.kernel);
+      const auto* k = reinterpret_cast<const CudaKernel*>(d.nodes[i].kernel);
       const std::string which = "graph node " + std::to_string(i);
       if (k->magic != kKernelMagic)
         throw Error(HCR_ERROR_INVALID_ARGUMENT, which + ": a kernel this plugin did not create");
@@ -618,147 +576,14 @@ class CudaBackend final : public sdk::Backend {
                     which + ": built-in '" + k->name +
                         "' is not captured into a CUDA graph (cuBLAS/cuSOLVER); the host "
                         "replays the graph task by task");
-      x.kernel = k;
-      if (n.params_size > 0 && n.params != nullptr) {
-        const auto* p = static_cast<const char*>(n.params);
-        x.params.assign(p, p + n.params_size);
-      }
-      if (n.num_params > 0 && n.param_offsets != nullptr)
-        x.param_offsets.assign(n.param_offsets, n.param_offsets + n.num_params);
-      std::copy(n.global_size, n.global_size + 3, x.global_size);
-      std::copy(n.local_size, n.local_size + 3, x.local_size);
-      x.host_token = n.host_token;
-      x.first_arg = d.first_arg[i];
-      x.num_args = n.num_args;
-      for (size_t s = 0; s < n.num_successors; ++s)
-        cg->nodes[n.successors[s]].predecessors.push_back(static_cast<uint32_t>(i));
-      if (k->module) cg->modules->push_back(k->module);
+      if (k->module) modules->push_back(k->module);
     }
-    std::vector<hcr_arg_t> args;
-    for (size_t i = 0; i < d.num_args; ++i)
-      args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(d.args, i)));
-    // The host may not have placed the graph's data on the device yet (each launch hands the
-    // memory it then has): an argument without memory is captured on a placeholder allocation,
-    // so that what cannot be captured is refused now, and the first launch captures again (and
-    // updates the executable graph) with the memory it hands.
-    std::vector<bool> missing;
-    std::vector<void*> ptrs = graph_pointers(*cg, args, &missing);
-    Capture c;
-    {
-      // Freed right after the capture: nothing ran on it, the capture only recorded.
-      std::unique_ptr<void, std::function<void(void*)>> placeholder(
-          nullptr, [&g](void* p) { g.release(p); });
-      if (std::find(missing.begin(), missing.end(), true) != missing.end()) {
-        placeholder.reset(g.allocate(kPlaceholderBytes));
-        for (size_t i = 0; i < ptrs.size(); ++i)
-          if (missing[i]) ptrs[i] = placeholder.get();
-      }
-      c = capture(g, *cg, args, ptrs);
-    }
-    if (!c.refused.empty())
-      throw Error(HCR_ERROR_UNSUPPORTED,
-                  "device graph not captured: " + c.refused + "; the host replays it task by task");
-    if (c.node_error != nullptr) {
-      // Reported where the host's task-by-task replay reports it: with its own task.
-      std::string msg = c.node_error->message;
-      if (c.node_error != sdk::out_of_memory_error()) delete c.node_error;
-      cudaGraphDestroy(c.graph);
-      throw Error(HCR_ERROR_UNSUPPORTED, "device graph not captured: node " +
-                                             std::to_string(c.failed_node) + " failed: " + msg +
-                                             "; the host replays it task by task");
-    }
-    {
-      DeviceGuard guard(g.ordinal());
-      cudaError_t e = cudaGraphInstantiate(&cg->exec, c.graph, 0);
-      cudaGraphDestroy(c.graph);
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        cg->exec = nullptr;
-        throw Error(HCR_ERROR_UNSUPPORTED, "device graph not instantiated: " + error_text(e) +
-                                               "; the host replays it task by task");
-      }
-    }
-    cg->bound = std::move(ptrs);
-    std::lock_guard<std::mutex> lock(alloc_mutex_);
-    graphs_.insert(cg.get());
-    return reinterpret_cast<hcr_graph_t*>(cg.release());
+    return graphs_.create(g, std::move(d), std::move(modules));
   }
 
-  void graph_launch(const hcr_graph_launch_args_t& a) override {
-    CudaGraph& cg = graph_of(a.graph);
-    Gpu& g = started(cg.device);
-    if (a.num_args != cg.num_args)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch: " + std::to_string(a.num_args) +
-                                                  " arguments; the graph's nodes take " +
-                                                  std::to_string(cg.num_args));
-    std::vector<hcr_arg_t> args;
-    for (size_t i = 0; i < a.num_args; ++i)
-      args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(a.args, i)));
-    std::vector<void*> ptrs = graph_pointers(cg, args);
-    std::lock_guard<std::mutex> lock(cg.mutex);
-    hcr_error_t* node_error = nullptr;
-    if (ptrs != cg.bound || cg.partial) {
-      Capture c = capture(g, cg, args, ptrs);
-      if (!c.refused.empty())
-        throw Error(HCR_ERROR_BACKEND, "graph_launch: capturing the graph again for its new "
-                                       "memory failed: " +
-                                           c.refused);
-      DeviceGuard guard(g.ordinal());
-      cudaError_t e = cudaErrorGraphExecUpdateFailure;
-      if (c.node_error == nullptr && !cg.partial) {
-        cudaGraphExecUpdateResultInfo info{};
-        e = cudaGraphExecUpdate(cg.exec, c.graph, &info);
-      }
-      if (e != cudaSuccess) {
-        // Refused (another topology: a node failed to capture, or did before): a new one.
-        (void)cudaGetLastError();
-        cudaGraphExec_t fresh = nullptr;
-        if (cudaError_t ie = cudaGraphInstantiate(&fresh, c.graph, 0); ie != cudaSuccess) {
-          (void)cudaGetLastError();
-          cudaGraphDestroy(c.graph);
-          if (c.node_error != nullptr && c.node_error != sdk::out_of_memory_error())
-            delete c.node_error;
-          throw Error(error_code(ie), "graph_launch: instantiating the graph captured for its "
-                                      "new memory failed: " +
-                                          error_text(ie));
-        }
-        cudaGraphExecDestroy(cg.exec);
-        cg.exec = fresh;
-      }
-      cudaGraphDestroy(c.graph);
-      // A graph without its failed node and what follows it runs once for the nodes that do not
-      // depend on it; the next launch captures all of it again.
-      cg.partial = c.node_error != nullptr;
-      cg.bound = cg.partial ? std::vector<void*>{} : std::move(ptrs);
-      node_error = c.node_error;
-      if (node_error != nullptr && a.failed_node != nullptr) *a.failed_node = c.failed_node;
-    }
-    std::shared_ptr<const void> keep = cg.modules;
-    try {
-      g.run_on(
-          g.compute_lane(), a.done, a.done_user_data, (a.flags & HCR_LAUNCH_MEASURE) != 0,
-          [&](Lane& l) -> hcr_error_t* {
-            HCR_CUDA_CHECK(cudaGraphLaunch(cg.exec, l.stream()));
-            return node_error;
-          },
-          std::move(keep));
-    } catch (...) {
-      if (node_error != nullptr && node_error != sdk::out_of_memory_error()) delete node_error;
-      throw;
-    }
-  }
+  void graph_launch(const hcr_graph_launch_args_t& a) override { graphs_.launch(a); }
 
-  void graph_release(hcr_graph_t* graph) noexcept override {
-    auto* cg = reinterpret_cast<CudaGraph*>(graph);
-    {
-      std::lock_guard<std::mutex> lock(alloc_mutex_);
-      if (graphs_.erase(cg) == 0) {
-        host().warn("graph_release of a graph this plugin did not create: ignored");
-        return;
-      }
-    }
-    destroy_graph(cg);
-  }
+  void graph_release(hcr_graph_t* graph) noexcept override { graphs_.release(graph); }
 
   void synchronize(size_t device) override { gpu(device).wait_idle(); }
 
@@ -783,244 +608,24 @@ class CudaBackend final : public sdk::Backend {
   }
 
  private:
-  /// What capturing a graph's nodes gave: a CUDA graph (owned by the caller), unless `refused`
-  /// says why the capture failed. A node whose work could not be enqueued (a native function
-  /// that failed) is left out with everything after it; node_error is the first such failure.
-  struct Capture {
-    cudaGraph_t graph = nullptr;
-    std::string refused;
-    hcr_error_t* node_error = nullptr;
-    uint64_t failed_node = 0;
-  };
-
-  // Which stream each node is captured on: its first predecessor's when no other successor
-  // continues that one, else one of its own (the first root: the origin, stream 0), so that
-  // independent branches stay concurrent in the CUDA graph; past kMaxCaptureStreams, branches
-  // share streams round robin. Returns the number of streams.
-  static size_t plan_streams(const CudaGraph& cg, std::vector<size_t>& node_stream) {
-    const size_t n = cg.nodes.size();
-    node_stream.assign(n, 0);
-    std::vector<bool> continued(n, false);
-    size_t streams = 1;
-    bool origin_taken = false;
-    for (size_t i = 0; i < n; ++i) {
-      const auto& preds = cg.nodes[i].predecessors;
-      auto p = std::find_if(preds.begin(), preds.end(), [&](uint32_t q) { return !continued[q]; });
-      if (p != preds.end()) {
-        continued[*p] = true;
-        node_stream[i] = node_stream[*p];
-      } else if (preds.empty() && !origin_taken) {
-        origin_taken = true;
-        node_stream[i] = 0;
-      } else if (streams < kMaxCaptureStreams) {
-        node_stream[i] = streams++;
-      } else {
-        node_stream[i] = i % streams;
-      }
-    }
-    return streams;
-  }
-
-  // Captures every node's work, as launch() enqueues it, in node order (predecessors first), each
-  // on its planned stream after waiting for its predecessors on other streams; every stream joins
-  // the origin before the capture ends. Streams and events are made before the capture begins:
-  // nothing but the nodes' work and the ordering between streams is called while it runs.
-  Capture capture(Gpu& g, const CudaGraph& cg, const std::vector<hcr_arg_t>& args,
-                  std::vector<void*>& ptrs) {
-    Capture out;
-    DeviceGuard guard(g.ordinal());
-    const size_t n = cg.nodes.size();
-    std::vector<size_t> node_stream;
-    const size_t num_streams = plan_streams(cg, node_stream);
-    std::vector<cudaStream_t> streams;
-    std::vector<cudaEvent_t> events;  // one per node, then the fork, then one per stream's join
-    auto cleanup = [&] {
-      for (cudaEvent_t e : events) cudaEventDestroy(e);
-      for (cudaStream_t s : streams) cudaStreamDestroy(s);
-      (void)cudaGetLastError();
-    };
-    try {
-      for (size_t i = 0; i < num_streams; ++i) {
-        cudaStream_t s = nullptr;
-        HCR_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        streams.push_back(s);
-      }
-      for (size_t i = 0; i < n + 1 + num_streams; ++i) {
-        cudaEvent_t e = nullptr;
-        HCR_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        events.push_back(e);
-      }
-    } catch (const Error& e) {
-      cleanup();
-      out.refused = e.what();
-      return out;
-    }
-    cudaEvent_t fork = events[n];
-    if (cudaError_t e = cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeThreadLocal);
-        e != cudaSuccess) {
-      (void)cudaGetLastError();
-      cleanup();
-      out.refused = "cudaStreamBeginCapture: " + error_text(e);
-      return out;
-    }
-    std::string refused;
-    auto check = [&](cudaError_t e, const char* call, size_t node) {
-      if (e == cudaSuccess || !refused.empty()) return e == cudaSuccess;
-      (void)cudaGetLastError();
-      refused = std::string(call) + " for node " + std::to_string(node) + ": " + error_text(e);
-      return false;
-    };
-    std::vector<bool> joined(num_streams, false);  // the stream has entered the capture
-    std::vector<bool> skipped(n, false);
-    joined[0] = check(cudaEventRecord(fork, streams[0]), "cudaEventRecord", 0);
-    for (size_t i = 0; i < n && refused.empty(); ++i) {
-      const CudaGraph::Node& node = cg.nodes[i];
-      if (std::any_of(node.predecessors.begin(), node.predecessors.end(),
-                      [&](uint32_t p) { return skipped[p]; })) {
-        skipped[i] = true;  // after a node that failed to capture
-        continue;
-      }
-      const size_t s = node_stream[i];
-      if (!joined[s] && node.predecessors.empty())
-        check(cudaStreamWaitEvent(streams[s], fork, 0), "cudaStreamWaitEvent", i);
-      joined[s] = true;
-      for (uint32_t p : node.predecessors)
-        if (node_stream[p] != s)
-          check(cudaStreamWaitEvent(streams[s], events[p], 0), "cudaStreamWaitEvent", i);
-      if (!refused.empty()) break;
-      hcr_error_t* err = nullptr;
-      try {
-        err = enqueue_node(g, cg, i, args, ptrs, streams[s]);
-      } catch (const Error& e) {
-        err = sdk::make_error(e.code(), e.what());
-      } catch (const std::exception& e) {
-        err = sdk::make_error(HCR_ERROR_INTERNAL, e.what());
-      }
-      if (err != nullptr) {
-        skipped[i] = true;
-        if (out.node_error == nullptr) {
-          out.node_error = err;
-          out.failed_node = i;
-        } else if (err != sdk::out_of_memory_error()) {
-          delete err;
-        }
-        continue;
-      }
-      check(cudaEventRecord(events[i], streams[s]), "cudaEventRecord", i);
-    }
-    for (size_t s = 1; s < num_streams && refused.empty(); ++s)
-      if (joined[s] && check(cudaEventRecord(events[n + 1 + s], streams[s]), "cudaEventRecord", n))
-        check(cudaStreamWaitEvent(streams[0], events[n + 1 + s], 0), "cudaStreamWaitEvent", n);
-    cudaGraph_t graph = nullptr;
-    if (cudaError_t e = cudaStreamEndCapture(streams[0], &graph); e != cudaSuccess) {
-      (void)cudaGetLastError();
-      graph = nullptr;
-      if (refused.empty())
-        refused = "cudaStreamEndCapture: " + error_text(e) +
-                  " (a native function did something a stream capture cannot record, such as "
-                  "synchronizing)";
-    }
-    cleanup();
-    if (!refused.empty()) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      if (out.node_error != nullptr && out.node_error != sdk::out_of_memory_error())
-        delete out.node_error;
-      out.node_error = nullptr;
-      out.refused = refused;
-      return out;
-    }
-    out.graph = graph;
-    return out;
-  }
-
-  // Enqueues node i's work on `stream` as launch() would; a native function's failure is
-  // returned, argument mistakes are thrown.
-  hcr_error_t* enqueue_node(Gpu& g, const CudaGraph& cg, size_t i,
-                            const std::vector<hcr_arg_t>& args, std::vector<void*>& ptrs,
-                            cudaStream_t stream) {
-    const CudaGraph::Node& node = cg.nodes[i];
-    hcr_launch_args_t a = node_launch(cg, i, args);
-    std::vector<void*> mine(ptrs.begin() + static_cast<ptrdiff_t>(node.first_arg),
-                            ptrs.begin() + static_cast<ptrdiff_t>(node.first_arg + node.num_args));
-    switch (node.kernel->kind) {
-      case KernelKind::source: enqueue_source(g, *node.kernel, a, mine, stream); return nullptr;
+  // What a graph's capture asks (GraphNodeWork): a node's work enqueued as launch() would; a
+  // native function's failure is returned, argument mistakes are thrown.
+  hcr_error_t* enqueue_node(Gpu& g, const hcr_launch_args_t& a, std::vector<void*>& ptrs,
+                            cudaStream_t stream) override {
+    const auto& k = *reinterpret_cast<const CudaKernel*>(a.kernel);
+    switch (k.kind) {
+      case KernelKind::source: enqueue_source(g, k, a, ptrs, stream); return nullptr;
       case KernelKind::native: {
-        std::vector<hcr_arg_t> with_ptrs(
-            args.begin() + static_cast<ptrdiff_t>(node.first_arg),
-            args.begin() + static_cast<ptrdiff_t>(node.first_arg + node.num_args));
-        for (size_t k = 0; k < with_ptrs.size(); ++k) with_ptrs[k].host = mine[k];
+        std::vector<hcr_arg_t> with_ptrs(a.args, a.args + a.num_args);
+        for (size_t i = 0; i < with_ptrs.size(); ++i) with_ptrs[i].host = ptrs[i];
         hcr_exec_context_t ctx =
             sdk::exec_context(a, 0, static_cast<void*>(stream), const_cast<int*>(g.ordinal_ptr()));
         ctx.args = with_ptrs.data();
-        return sdk::run_host_function(node.kernel->fn, node.kernel->user_data, ctx);
+        return sdk::run_host_function(k.fn, k.user_data, ctx);
       }
       case KernelKind::blas: break;
     }
-    throw Error(HCR_ERROR_INTERNAL, "graph node " + std::to_string(i) + ": a built-in in a graph");
-  }
-
-  // Node i as a launch over its own arguments (no done: the graph's).
-  static hcr_launch_args_t node_launch(const CudaGraph& cg, size_t i,
-                                       const std::vector<hcr_arg_t>& args) {
-    const CudaGraph::Node& n = cg.nodes[i];
-    hcr_launch_args_t a{};
-    a.struct_size = sizeof a;
-    a.device = cg.device;
-    a.kernel = reinterpret_cast<hcr_kernel_t*>(const_cast<CudaKernel*>(n.kernel));
-    a.args = args.data() + n.first_arg;
-    a.num_args = n.num_args;
-    a.params = n.params.empty() ? nullptr : n.params.data();
-    a.params_size = n.params.size();
-    a.param_offsets = n.param_offsets.empty() ? nullptr : n.param_offsets.data();
-    a.num_params = n.param_offsets.size();
-    std::copy(n.global_size, n.global_size + 3, a.global_size);
-    std::copy(n.local_size, n.local_size + 3, a.local_size);
-    a.host_token = n.host_token;
-    return a;
-  }
-
-  // Every argument's device pointer, node by node, checked as a launch checks them.
-  // `missing` (graph_create): an argument without memory is no error; its pointer is null and
-  // its entry in *missing true.
-  std::vector<void*> graph_pointers(const CudaGraph& cg, const std::vector<hcr_arg_t>& args,
-                                    std::vector<bool>* missing = nullptr) {
-    std::vector<void*> out;
-    out.reserve(args.size());
-    std::vector<hcr_arg_t> checked = args;
-    if (missing != nullptr) {
-      missing->assign(args.size(), false);
-      for (size_t k = 0; k < args.size(); ++k)
-        if (args[k].memory == nullptr && args[k].rows > 0 && args[k].cols > 0) {
-          (*missing)[k] = true;
-          checked[k].rows = 0;  // an empty view: no pointer asked for
-        }
-    }
-    for (size_t i = 0; i < cg.nodes.size(); ++i) {
-      try {
-        std::vector<void*> p = device_pointers(node_launch(cg, i, checked));
-        out.insert(out.end(), p.begin(), p.end());
-      } catch (const Error& e) {
-        throw Error(e.code(), "graph node " + std::to_string(i) + ": " + e.what());
-      }
-    }
-    return out;
-  }
-
-  CudaGraph& graph_of(hcr_graph_t* graph) {
-    auto* cg = reinterpret_cast<CudaGraph*>(graph);
-    std::lock_guard<std::mutex> lock(alloc_mutex_);
-    if (graphs_.count(cg) == 0 || cg->magic != kGraphMagic)
-      throw Error(HCR_ERROR_INVALID_ARGUMENT, "graph_launch of a graph this plugin did not create");
-    return *cg;
-  }
-
-  void destroy_graph(CudaGraph* cg) noexcept {
-    if (cg->exec != nullptr) {
-      DeviceGuard guard(gpus_[cg->device]->ordinal());
-      if (cudaGraphExecDestroy(cg->exec) != cudaSuccess) (void)cudaGetLastError();
-    }
-    cg->magic = 0;
-    delete cg;
+    throw Error(HCR_ERROR_INTERNAL, "kernel '" + k.name + "': a built-in in a device graph");
   }
 
   Gpu& gpu(size_t device) {
@@ -1065,7 +670,7 @@ class CudaBackend final : public sdk::Backend {
 
   // The device pointer of each argument's element (0,0), after checking that the argument is
   // memory of this plugin on the launch's device and that its view fits in it.
-  std::vector<void*> device_pointers(const hcr_launch_args_t& a) {
+  std::vector<void*> device_pointers(const hcr_launch_args_t& a) override {
     std::vector<void*> out(a.num_args, nullptr);
     if (a.num_args > 0 && a.args == nullptr)
       throw Error(HCR_ERROR_INVALID_ARGUMENT,
@@ -1348,9 +953,9 @@ class CudaBackend final : public sdk::Backend {
   std::unordered_set<DeviceMemory*> memory_;  // live device allocations
   std::unordered_set<void*> pinned_;          // live host_alloc blocks
   std::unordered_set<CudaKernel*> kernels_;   // live kernel handles
-  std::unordered_set<CudaGraph*> graphs_;     // live device graphs
   std::mutex peer_mutex_;
   std::set<std::pair<size_t, size_t>> peers_;  // device pairs whose peer access was settled
+  CudaGraphs graphs_{*this, host()};           // destroyed by hand, while the devices live
 };
 
 }  // namespace

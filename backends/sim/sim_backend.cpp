@@ -48,22 +48,13 @@ struct SimKernel {
   KernelCost cost;   // host functions
 };
 
-/// A device graph (ABI 1.2): its nodes as launches without arguments, copied at graph_create.
+/// A device graph (ABI 1.2): its nodes as graph_create handed them over.
 struct SimGraph {
   uint64_t magic = kGraphMagic;
   size_t device = 0;
-  struct Node {
-    hcr_kernel_t* kernel = nullptr;
-    std::vector<std::byte> params;
-    std::vector<uint32_t> param_offsets;
-    uint64_t global_size[3] = {0, 0, 0};
-    uint32_t local_size[3] = {0, 0, 0};
-    void* host_token = nullptr;
-    size_t first_arg = 0, num_args = 0;
-    std::vector<uint32_t> successors;
-    uint32_t predecessors = 0;
-  };
-  std::vector<Node> nodes;
+  std::vector<sdk::GraphNode> nodes;
+  std::vector<uint32_t> predecessors;  // per node
+  std::vector<uint32_t> roots;
   size_t num_args = 0;
 };
 
@@ -352,33 +343,20 @@ class SimBackend final : public sdk::Backend {
 
   // Checked now as each node's launch would be (kernel, arguments, a built-in's parameters), so
   // that a graph the device could not run is refused before the host counts on it.
-  hcr_graph_t* graph_create(const sdk::GraphDesc& d) override {
+  hcr_graph_t* graph_create(sdk::GraphDesc d) override {
     check_device(d.device);
     const DeviceConfig& c = machine_.devices[d.device];
     auto g = std::make_unique<SimGraph>();
     g->device = d.device;
     g->num_args = d.num_args;
-    g->nodes.resize(d.nodes.size());
-    for (size_t i = 0; i < d.nodes.size(); ++i) {
-      const hcr_graph_node_t& n = d.nodes[i];
-      SimGraph::Node& x = g->nodes[i];
-      x.kernel = n.kernel;
-      if (n.params_size > 0 && n.params != nullptr) {
-        const auto* p = static_cast<const std::byte*>(n.params);
-        x.params.assign(p, p + n.params_size);
-      }
-      if (n.num_params > 0 && n.param_offsets != nullptr)
-        x.param_offsets.assign(n.param_offsets, n.param_offsets + n.num_params);
-      std::copy(n.global_size, n.global_size + 3, x.global_size);
-      std::copy(n.local_size, n.local_size + 3, x.local_size);
-      x.host_token = n.host_token;
-      x.first_arg = d.first_arg[i];
-      x.num_args = n.num_args;
-      x.successors.assign(n.successors, n.successors + n.num_successors);
-      for (uint32_t s : x.successors) g->nodes[s].predecessors += 1;
+    g->nodes = std::move(d.nodes);
+    g->predecessors = std::move(d.predecessors);
+    g->roots = std::move(d.roots);
+    for (size_t i = 0; i < g->nodes.size(); ++i) {
+      const sdk::GraphNode& n = g->nodes[i];
       std::vector<hcr_arg_t> args;
       for (size_t k = 0; k < n.num_args; ++k)
-        args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(d.args, x.first_arg + k)));
+        args.push_back(sdk::read_struct(sdk::GraphDesc::arg_at(d.args, n.first_arg + k)));
       const hcr_launch_args_t a = node_launch(*g, i, args.data(), nullptr);
       try {
         const SimKernel& k = kernel_of(a);
@@ -416,17 +394,16 @@ class SimBackend final : public sdk::Backend {
     run->remaining = g.nodes.size();
     run->doomed.assign(g.nodes.size(), false);
     run->finish.assign(g.nodes.size(), 0);
-    for (const SimGraph::Node& n : g.nodes) run->waiting.push_back(n.predecessors);
+    run->waiting = g.predecessors;
     for (uint32_t i = 0; i < g.nodes.size(); ++i) run->contexts.push_back({run.get(), i});
     if (g.nodes.empty()) {
       sdk::complete(a.done, a.done_user_data, nullptr, 0, 0);
       return;
     }
     // Roots go first; every other node is started by its last predecessor's done. From here the
-    // run owns itself: the last node's done deletes it.
-    std::vector<uint32_t> roots;
-    for (uint32_t i = 0; i < g.nodes.size(); ++i)
-      if (g.nodes[i].predecessors == 0) roots.push_back(i);
+    // run owns itself: the last node's done deletes it, and the host may release the graph once
+    // it has reported (the roots are copied for that).
+    const std::vector<uint32_t> roots = g.roots;
     GraphRun* r = run.release();
     for (uint32_t i : roots) start_node(*r, i);
   }
@@ -480,20 +457,7 @@ class SimBackend final : public sdk::Backend {
   // Node i of `g` as a launch over `args` (its own arguments), reporting to `ctx`.
   static hcr_launch_args_t node_launch(const SimGraph& g, size_t i, const hcr_arg_t* args,
                                        GraphRun::NodeDone* ctx) {
-    const SimGraph::Node& n = g.nodes[i];
-    hcr_launch_args_t a{};
-    a.struct_size = sizeof a;
-    a.device = g.device;
-    a.kernel = n.kernel;
-    a.args = args;
-    a.num_args = n.num_args;
-    a.params = n.params.empty() ? nullptr : n.params.data();
-    a.params_size = n.params.size();
-    a.param_offsets = n.param_offsets.empty() ? nullptr : n.param_offsets.data();
-    a.num_params = n.param_offsets.size();
-    std::copy(n.global_size, n.global_size + 3, a.global_size);
-    std::copy(n.local_size, n.local_size + 3, a.local_size);
-    a.host_token = n.host_token;
+    hcr_launch_args_t a = g.nodes[i].launch(g.device, args);
     a.done = &SimBackend::node_done;
     a.done_user_data = ctx;
     return a;
@@ -502,7 +466,7 @@ class SimBackend final : public sdk::Backend {
   // Launches node i of a run; a launch refused at once (a device lost meanwhile) fails the node
   // as its done would.
   void start_node(GraphRun& r, uint32_t i) {
-    const SimGraph::Node& n = r.graph->nodes[i];
+    const sdk::GraphNode& n = r.graph->nodes[i];
     hcr_launch_args_t a = node_launch(*r.graph, i, r.args.data() + n.first_arg, &r.contexts[i]);
     if (hcr_error_t* e = sdk::guard([&] { launch(a); })) node_done(&r.contexts[i], e, nullptr);
   }
@@ -513,7 +477,7 @@ class SimBackend final : public sdk::Backend {
     auto* ctx = static_cast<GraphRun::NodeDone*>(user);
     GraphRun& r = *ctx->run;
     SimBackend* self = r.self;
-    const SimGraph::Node& n = r.graph->nodes[ctx->node];
+    const sdk::GraphNode& n = r.graph->nodes[ctx->node];
     std::vector<uint32_t> ready, skipped;
     bool last = false;
     {

@@ -10,20 +10,15 @@
 // and argument passing are checked for real; the image must be one NVRTC produced (an ELF cubin or
 // PTX) that names the kernel.
 //
-// Stream capture and graphs: work enqueued on a capturing stream becomes a node of the capture's
-// graph (its dependencies: what the stream last captured, plus the events it waited for) instead of
-// running; an instantiated graph runs its nodes in capture order on the stream it is launched on.
-// The capture must join every forked stream back to the origin (else
-// cudaErrorStreamCaptureUnjoined), and the calls CUDA forbids while a stream captures fail as on a
-// GPU and invalidate the capture: synchronizing a capturing stream or a captured event, and (in
-// global and thread-local mode, on the capturing thread) synchronous copies, memsets, allocation
-// and device synchronization.
-//
 // The number of devices: HCR_FAKE_CUDA_DEVICES (default 2), 1 GiB each, compute capability 9.0.
 // Device d sits at PCI bus id 0000:<0x17 + 0x20·d>:00.0 (0000:17:00.0, 0000:37:00.0, ...), which
 // the fake NVML (fake_nvml.cpp) lists in another order.
 // Even-numbered devices have stream-ordered memory pools (cudaMallocAsync), odd ones do not, so
 // that both allocation paths of the plugin run.
+//
+// Stream capture and graphs are in fake_graphs.cpp.
+#include "fake_cudart.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cuda_runtime_api.h>
@@ -32,10 +27,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -46,58 +39,26 @@
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
-struct Capture;
-
-struct CUstream_st {
-  int device = 0;
-  Capture* capture = nullptr;  // the capture this stream records into (g_capture_mutex)
-  std::vector<size_t> tail;    // the captured nodes the stream's next work depends on
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> queue;
-  bool busy = false;
-  bool stop = false;
-  std::thread worker;
-};
-
-struct CUevent_st {
-  unsigned flags = 0;
-  int device = 0;
-  std::mutex mutex;
-  std::condition_variable cv;
-  uint64_t recorded = 0, completed = 0;
-  std::chrono::steady_clock::time_point when;
-  Capture* capture = nullptr;  // recorded in a capture: the nodes it stands for (g_capture_mutex)
-  std::vector<size_t> captured;
-};
-
-struct FakeGraphNode {
-  std::function<void()> op;
-  std::vector<size_t> deps;
-};
-struct CUgraph_st {
-  std::vector<FakeGraphNode> nodes;
-};
-struct CUgraphExec_st {
-  std::vector<FakeGraphNode> nodes;
-};
-struct Capture {
-  CUgraph_st* graph = nullptr;
-  CUstream_st* origin = nullptr;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
-  bool invalidated = false;
-  std::set<CUstream_st*> streams;
-};
-
 struct FakeKernel;
 struct CUlib_st {
   std::string image;
   std::vector<FakeKernel*> kernels;
 };
 
-namespace {
+using namespace fake;
 
-using Clock = std::chrono::steady_clock;
+namespace fake {
+
+std::atomic<long> g_live{0};  // streams, events, libraries and cuBLAS handles not yet destroyed
+// Static TLS (initial-exec), as a real runtime's would be in a library loaded with the process:
+// this one is loaded with the plugin and unloaded when the runtime ends, and LeakSanitizer's scan
+// at exit read the freed dynamic TLS block of the unloaded library and crashed
+// ("Tracer caught signal 11", FakeCuda/CudaRuntime.TiledGemmMovesItsDataThroughTheDataManager).
+__attribute__((tls_model("initial-exec"))) thread_local int t_device = 0;
+
+}  // namespace fake
+
+namespace {
 
 struct Block {
   size_t bytes = 0;
@@ -112,19 +73,9 @@ std::vector<uint64_t> g_used;         // bytes allocated per device
 std::set<std::pair<int, int>> g_peers;
 std::set<CUstream_st*> g_streams;
 std::atomic<int> g_sticky{cudaSuccess};
-std::atomic<long> g_live{0};  // streams, events, libraries and cuBLAS handles not yet destroyed
-// Static TLS (initial-exec), as a real runtime's would be in a library loaded with the process:
-// this one is loaded with the plugin and unloaded when the runtime ends, and LeakSanitizer's scan
-// at exit read the freed dynamic TLS block of the unloaded library and crashed
-// ("Tracer caught signal 11", FakeCuda/CudaRuntime.TiledGemmMovesItsDataThroughTheDataManager).
-__attribute__((tls_model("initial-exec"))) thread_local int t_device = 0;
+// Static TLS, as t_device.
 __attribute__((tls_model("initial-exec"))) thread_local cudaError_t t_last = cudaSuccess;
 constexpr uint64_t kDeviceMemory = uint64_t{1} << 30;
-std::mutex g_capture_mutex;
-// The capture this thread began, for the calls a global or thread-local capture forbids here.
-__attribute__((tls_model("initial-exec"))) thread_local Capture* t_capture = nullptr;
-std::atomic<long> g_instantiated{0}, g_updated{0};
-std::atomic<long> g_shape_nodes{0}, g_shape_roots{0};  // of the last graph instantiated or updated
 
 int device_count() {
   static const int n = [] {
@@ -134,13 +85,6 @@ int device_count() {
   }();
   return n;
 }
-
-cudaError_t fail(cudaError_t e) {
-  if (e != cudaSuccess) t_last = e;
-  return e;
-}
-
-cudaError_t sticky() { return static_cast<cudaError_t>(g_sticky.load()); }
 
 void set_sticky(cudaError_t e) {
   int expected = cudaSuccess;
@@ -215,35 +159,6 @@ void stream_loop(CUstream_st* s) {
   }
 }
 
-void enqueue(cudaStream_t s, std::function<void()> op) {
-  if (s == nullptr) {  // the legacy default stream: run in the caller
-    op();
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    if (s->capture != nullptr) {  // recorded, not run
-      auto& nodes = s->capture->graph->nodes;
-      nodes.push_back({std::move(op), s->tail});
-      s->tail = {nodes.size() - 1};
-      return;
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(s->mutex);
-    s->queue.push_back(std::move(op));
-  }
-  s->cv.notify_all();
-}
-
-// A call the capture on this thread forbids (global or thread-local mode): fails it, as CUDA does.
-bool forbidden_in_capture() {
-  std::lock_guard<std::mutex> lock(g_capture_mutex);
-  if (t_capture == nullptr || t_capture->mode == cudaStreamCaptureModeRelaxed) return false;
-  t_capture->invalidated = true;
-  return true;
-}
-
 void drain(CUstream_st* s) {
   std::unique_lock<std::mutex> lock(s->mutex);
   s->cv.wait(lock, [&] { return s->queue.empty() && !s->busy; });
@@ -270,6 +185,26 @@ cudaError_t copy2d(void* dst, size_t dpitch, const void* src, size_t spitch, siz
 }
 
 }  // namespace
+
+cudaError_t fake::fail(cudaError_t e) {
+  if (e != cudaSuccess) t_last = e;
+  return e;
+}
+
+cudaError_t fake::sticky() { return static_cast<cudaError_t>(g_sticky.load()); }
+
+void fake::enqueue(cudaStream_t s, std::function<void()> op) {
+  if (s == nullptr) {  // the legacy default stream: run in the caller
+    op();
+    return;
+  }
+  if (captured(s, op)) return;  // recorded, not run
+  {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->queue.push_back(std::move(op));
+  }
+  s->cv.notify_all();
+}
 
 // ---- source kernels emulated on the host --------------------------------------------------------
 
@@ -618,13 +553,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  if (s != nullptr) {
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    if (s->capture != nullptr) {
-      s->capture->invalidated = true;
-      return fail(cudaErrorStreamCaptureUnsupported);
-    }
-  }
+  if (s != nullptr && capturing_refuses_sync(s)) return fail(cudaErrorStreamCaptureUnsupported);
   if (s != nullptr) drain(s);
   return sticky();
 }
@@ -647,13 +576,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (cudaError_t err = sticky()) return fail(err);
   // As on a GPU: an event belongs to its device's context, and so must the stream.
   if (s != nullptr && s->device != e->device) return fail(cudaErrorInvalidResourceHandle);
-  {
-    // In a capture the event stands for what the stream captured so far (no node of its own).
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    e->capture = s != nullptr ? s->capture : nullptr;
-    e->captured = s != nullptr && s->capture != nullptr ? s->tail : std::vector<size_t>{};
-    if (e->capture != nullptr) return cudaSuccess;
-  }
+  if (record_in_capture(e, s)) return cudaSuccess;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(e->mutex);
@@ -670,13 +593,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  {
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    if (e->capture != nullptr) {
-      e->capture->invalidated = true;
-      return fail(cudaErrorCapturedEvent);
-    }
-  }
+  if (captured_refuses_sync(e)) return fail(cudaErrorCapturedEvent);
   std::unique_lock<std::mutex> lock(e->mutex);
   const uint64_t want = e->recorded;
   e->cv.wait(lock, [&] { return e->completed >= want; });
@@ -818,29 +735,7 @@ cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** arg
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   if (cudaError_t err = sticky()) return fail(err);
-  {
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    Capture* c = s != nullptr ? s->capture : nullptr;
-    if (e->capture != nullptr) {
-      if (s == nullptr || (c != nullptr && c != e->capture)) {
-        e->capture->invalidated = true;
-        return fail(cudaErrorStreamCaptureIsolation);
-      }
-      if (c == nullptr) {  // forked into the capture: depends on the event's nodes only
-        s->capture = e->capture;
-        s->tail = e->captured;
-        e->capture->streams.insert(s);
-      } else {
-        for (size_t n : e->captured)
-          if (std::find(s->tail.begin(), s->tail.end(), n) == s->tail.end()) s->tail.push_back(n);
-      }
-      return cudaSuccess;
-    }
-    if (c != nullptr) {  // an event from outside the capture
-      c->invalidated = true;
-      return fail(cudaErrorStreamCaptureIsolation);
-    }
-  }
+  if (cudaError_t captured_result; wait_in_capture(s, e, captured_result)) return captured_result;
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lock(e->mutex);
@@ -853,145 +748,4 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
-  if (s == nullptr) return fail(cudaErrorStreamCaptureUnsupported);  // not the legacy stream
-  std::lock_guard<std::mutex> lock(g_capture_mutex);
-  if (s->capture != nullptr) return fail(cudaErrorIllegalState);
-  auto* c = new Capture;
-  c->graph = new CUgraph_st;
-  c->origin = s;
-  c->mode = mode;
-  c->streams.insert(s);
-  s->capture = c;
-  s->tail.clear();
-  if (mode != cudaStreamCaptureModeRelaxed) t_capture = c;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
-  *graph = nullptr;
-  Capture* c = nullptr;
-  bool joined = true;
-  {
-    std::lock_guard<std::mutex> lock(g_capture_mutex);
-    c = s != nullptr ? s->capture : nullptr;
-    if (c == nullptr) return fail(cudaErrorIllegalState);
-    if (c->origin != s) {
-      c->invalidated = true;
-      return fail(cudaErrorStreamCaptureUnmatched);
-    }
-    // Joined: every captured node is the origin's last work or comes before it.
-    std::vector<bool> reached(c->graph->nodes.size(), false);
-    std::vector<size_t> todo = s->tail;
-    while (!todo.empty()) {
-      const size_t n = todo.back();
-      todo.pop_back();
-      if (reached[n]) continue;
-      reached[n] = true;
-      for (size_t d : c->graph->nodes[n].deps) todo.push_back(d);
-    }
-    for (bool r : reached) joined = joined && r;
-    for (CUstream_st* x : c->streams) {
-      x->capture = nullptr;
-      x->tail.clear();
-    }
-    if (t_capture == c) t_capture = nullptr;
-  }
-  const bool invalidated = c->invalidated;
-  if (invalidated || !joined) {
-    delete c->graph;
-    delete c;
-    return fail(invalidated ? cudaErrorStreamCaptureInvalidated : cudaErrorStreamCaptureUnjoined);
-  }
-  *graph = c->graph;
-  ++g_live;
-  delete c;
-  return cudaSuccess;
-}
-
-cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
-  std::lock_guard<std::mutex> lock(g_capture_mutex);
-  Capture* c = s != nullptr ? s->capture : nullptr;
-  *status = c == nullptr     ? cudaStreamCaptureStatusNone
-            : c->invalidated ? cudaStreamCaptureStatusInvalidated
-                             : cudaStreamCaptureStatusActive;
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  if (graph == nullptr) return fail(cudaErrorInvalidValue);
-  delete graph;
-  --g_live;
-  return cudaSuccess;
-}
-
-namespace {
-void note_shape(const std::vector<FakeGraphNode>& nodes) {
-  long roots = 0;
-  for (auto& n : nodes) roots += n.deps.empty();
-  g_shape_nodes = static_cast<long>(nodes.size());
-  g_shape_roots = roots;
-}
-}  // namespace
-
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
-  if (graph == nullptr) return fail(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{graph->nodes};
-  ++g_live;
-  ++g_instantiated;
-  note_shape(graph->nodes);
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
-                                          unsigned long long flags) {
-  return cudaGraphInstantiate(exec, graph, flags);
-}
-
-// As CUDA: only the nodes' parameters may change, not the topology.
-cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
-                                cudaGraphExecUpdateResultInfo* info) {
-  if (exec == nullptr || graph == nullptr) return fail(cudaErrorInvalidValue);
-  bool same = exec->nodes.size() == graph->nodes.size();
-  for (size_t i = 0; same && i < graph->nodes.size(); ++i)
-    same = exec->nodes[i].deps == graph->nodes[i].deps;
-  if (!same) {
-    if (info != nullptr) info->result = cudaGraphExecUpdateErrorTopologyChanged;
-    return fail(cudaErrorGraphExecUpdateFailure);
-  }
-  if (info != nullptr) info->result = cudaGraphExecUpdateSuccess;
-  exec->nodes = graph->nodes;
-  ++g_updated;
-  note_shape(graph->nodes);
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
-  if (cudaError_t e = sticky()) return fail(e);
-  if (exec == nullptr) return fail(cudaErrorInvalidValue);
-  if (s != nullptr && s->device != t_device) return fail(cudaErrorInvalidResourceHandle);
-  // The nodes in capture order, which respects their dependencies.
-  std::vector<FakeGraphNode> nodes = exec->nodes;
-  enqueue(s, [nodes = std::move(nodes)] {
-    for (const FakeGraphNode& n : nodes) n.op();
-  });
-  return cudaSuccess;
-}
-
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  if (exec == nullptr) return fail(cudaErrorInvalidValue);
-  delete exec;
-  --g_live;
-  return cudaSuccess;
-}
-
 }  // extern "C"
-
-/// Graphs instantiated and updated so far, and the last one's node and root counts (a root: a node
-/// without dependencies, free to run at once).
-FAKE_EXPORT void hcr_fake_graph_stats(long* instantiated, long* updated, long* nodes, long* roots) {
-  *instantiated = g_instantiated.load();
-  *updated = g_updated.load();
-  *nodes = g_shape_nodes.load();
-  *roots = g_shape_roots.load();
-}

@@ -23,6 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -354,14 +356,51 @@ inline hcr_error_t* run_host_function(hcr_kernel_fn fn, void* user_data,
   return make_error(HCR_ERROR_KERNEL, message[0] ? message : "kernel failed");
 }
 
+/// One node of a device graph (ABI 1.2), owned: the adapter copies what hcr_graph_node_t lends
+/// for graph_create alone (the parameter bytes, their offsets, the successors), so that a backend
+/// keeps a node by moving it, never field by field.
+struct GraphNode {
+  hcr_kernel_t* kernel = nullptr;  // the backend's own, from kernel_get on the graph's device
+  std::vector<std::byte> params;
+  std::vector<uint32_t> param_offsets;
+  uint64_t global_size[3] = {0, 0, 0};
+  uint32_t local_size[3] = {0, 0, 0};
+  void* host_token = nullptr;
+  size_t first_arg = 0;  // its arguments: num_args of the graph's array from first_arg
+  size_t num_args = 0;
+  std::vector<uint32_t> successors;  // all later nodes (checked)
+
+  /// The node as a launch over `args` (its own arguments, already offset by first_arg) on
+  /// `device`: no done and no flags, which are the graph's. Points into the node: valid while it
+  /// lives unchanged.
+  hcr_launch_args_t launch(size_t device, const hcr_arg_t* args) const noexcept {
+    hcr_launch_args_t a{};
+    a.struct_size = sizeof a;
+    a.device = device;
+    a.kernel = kernel;
+    a.args = args;
+    a.num_args = num_args;
+    a.params = params.empty() ? nullptr : params.data();
+    a.params_size = params.size();
+    a.param_offsets = param_offsets.empty() ? nullptr : param_offsets.data();
+    a.num_params = param_offsets.size();
+    std::copy(global_size, global_size + 3, a.global_size);
+    std::copy(local_size, local_size + 3, a.local_size);
+    a.host_token = host_token;
+    return a;
+  }
+};
+
 /// A device graph as graph_create hands it over (ABI 1.2), read into this build's structs and
 /// checked: every successor index names a later node, and the nodes' argument counts add up to
-/// the argument array's. Borrowed for the call, as the ABI says of what it points to.
+/// the argument array's. The nodes are the backend's to keep (move them out); the argument array
+/// is borrowed for the call, as the ABI says.
 struct GraphDesc {
   size_t device = 0;
-  std::vector<hcr_graph_node_t> nodes;
-  std::vector<size_t> first_arg;    // node i's arguments: num_args of them from first_arg[i]
-  const hcr_arg_t* args = nullptr;  // the sender's stride: sdk::element, or arg_at below
+  std::vector<GraphNode> nodes;
+  std::vector<uint32_t> predecessors;  // per node: how many nodes list it as a successor
+  std::vector<uint32_t> roots;         // the nodes without predecessors, in node order
+  const hcr_arg_t* args = nullptr;     // the sender's stride: sdk::element, or arg_at below
   size_t num_args = 0;
 
   /// The address of argument `i` of the array (its sender's stride).
@@ -405,7 +444,8 @@ class Backend {
   virtual bool device_energy(size_t /*device*/, hcr_energy_reading_t& /*reading*/) { return false; }
   /// Device graphs (ABI 1.2, see hcr_graph_node_t): throw Error(HCR_ERROR_UNSUPPORTED) (the
   /// default) for a graph this device cannot run as one; the host then replays it task by task.
-  virtual hcr_graph_t* graph_create(const GraphDesc& /*graph*/) {
+  /// The desc is the backend's: it moves out the nodes it keeps.
+  virtual hcr_graph_t* graph_create(GraphDesc /*graph*/) {
     throw Error(HCR_ERROR_UNSUPPORTED, "this backend does not run device graphs");
   }
   virtual void graph_launch(const hcr_graph_launch_args_t& /*args*/) {
@@ -578,7 +618,7 @@ struct Adapter {
       g.args = args->args;
       g.num_args = args->num_args;
       g.nodes.reserve(args->num_nodes);
-      g.first_arg.reserve(args->num_nodes);
+      g.predecessors.assign(args->num_nodes, 0);
       size_t next = 0;
       for (size_t i = 0; i < args->num_nodes; ++i) {
         hcr_graph_node_t n = read_struct(&element(args->nodes, i));
@@ -594,15 +634,31 @@ struct Adapter {
                         "graph_create: node " + std::to_string(i) + "'s successor " +
                             std::to_string(n.successors[k]) +
                             " is not a later node (nodes come in dependency order)");
-        g.first_arg.push_back(next);
+        // What the node borrows is copied now: it lives only for this call.
+        GraphNode& x = g.nodes.emplace_back();
+        x.kernel = n.kernel;
+        if (n.params_size > 0 && n.params != nullptr) {
+          const auto* bytes = static_cast<const std::byte*>(n.params);
+          x.params.assign(bytes, bytes + n.params_size);
+        }
+        if (n.num_params > 0 && n.param_offsets != nullptr)
+          x.param_offsets.assign(n.param_offsets, n.param_offsets + n.num_params);
+        std::copy(n.global_size, n.global_size + 3, x.global_size);
+        std::copy(n.local_size, n.local_size + 3, x.local_size);
+        x.host_token = n.host_token;
+        x.first_arg = next;
+        x.num_args = n.num_args;
+        x.successors.assign(n.successors, n.successors + n.num_successors);
+        for (uint32_t s : x.successors) ++g.predecessors[s];
         next += n.num_args;
-        g.nodes.push_back(n);
       }
       if (next != args->num_args)
         throw Error(HCR_ERROR_INVALID_ARGUMENT,
                     "graph_create: the nodes take " + std::to_string(next) +
                         " arguments, the array has " + std::to_string(args->num_args));
-      args->graph = self(p)->graph_create(g);
+      for (size_t i = 0; i < g.predecessors.size(); ++i)
+        if (g.predecessors[i] == 0) g.roots.push_back(static_cast<uint32_t>(i));
+      args->graph = self(p)->graph_create(std::move(g));
     });
   }
   static hcr_error_t* graph_launch(hcr_plugin_t* p, const hcr_graph_launch_args_t* args) noexcept {
