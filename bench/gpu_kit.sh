@@ -14,7 +14,7 @@ b=build
 kit=.gpu-kit
 rm -rf $kit
 mkdir -p $kit/build/bin $kit/build/lib/hcr/plugins $kit/build/tests/backends/cuda $kit/deps $kit/compat
-for f in hcr cuda_backend_test cuda_bench nvml_energy_bench; do cp $b/bin/$f $kit/build/bin/; done
+for f in hcr cuda_backend_test cuda_bench cuda_graph_bench nvml_energy_bench; do cp $b/bin/$f $kit/build/bin/; done
 cp -a $b/lib/libhcr.so* $b/lib/libhcr_linalg.so* $kit/build/lib/
 cp $b/lib/hcr/plugins/libhcr-cuda.so $b/lib/hcr/plugins/libhcr-cpu.so $kit/build/lib/hcr/plugins/
 for d in fake-plugin fake-incomplete fake-lib; do  # the FakeCuda* tests' stand-in libraries

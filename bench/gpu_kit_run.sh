@@ -10,7 +10,7 @@
 #   bash bench/gpu_kit_run.sh OUTDIR
 #
 # HCR_KIT_STEPS picks steps (default "tests nvml graphs bench potrf"); HCR_KIT_BENCH_FILTER is
-# cuda_bench's --benchmark_filter for the bench step (default: all but the graphs step's);
+# cuda_bench's --benchmark_filter for the bench step (default: all);
 # HCR_KIT_POTRF_N (32768), HCR_KIT_POTRF_TILES ("2048") and HCR_KIT_CHECK_N
 # (8192) size the Cholesky runs.
 set -uo pipefail
@@ -60,14 +60,14 @@ say "exit $?"; tail -4 "$out/nvml.txt" | tee -a "$s"
 fi
 if step graphs; then
 say "device graphs: 1,000-kernel chain, one by one against one graph (launches_per_s, tasks_per_s)"
-LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 60 "$B/bin/cuda_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_filter='BM_DeviceGraph|BM_TaskChain' > "$out/graphs.txt" 2>&1
+LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 60 "$B/bin/cuda_graph_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  > "$out/graphs.txt" 2>&1
 say "exit $?"; grep -E "_median|ERROR" "$out/graphs.txt" | tee -a "$s"
 fi
 if step bench; then
 say "cuda_bench"
 LD_LIBRARY_PATH="$LD_LIBRARY_PATH$cuda_lib" timeout 240 "$B/bin/cuda_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-  --benchmark_min_time=0.2 --benchmark_filter="${HCR_KIT_BENCH_FILTER:--BM_DeviceGraph|BM_TaskChain}" > "$out/cuda_bench.txt" 2>&1
+  --benchmark_min_time=0.2 --benchmark_filter="${HCR_KIT_BENCH_FILTER:-all}" > "$out/cuda_bench.txt" 2>&1
 say "exit $?"; grep -E "_median|ERROR" "$out/cuda_bench.txt" | tee -a "$s"
 
 fi

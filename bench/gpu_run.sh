@@ -2,13 +2,14 @@
 # On a machine with an NVIDIA GPU, a CUDA toolkit (12.0 or newer), a C++20 compiler and CMake
 # 3.25 or newer — but none of hcr's other dependencies installed: builds hcr with the CUDA backend
 # for sm_90, runs the CUDA tests (which must find the GPU), the whole test suite and the CUDA
-# benchmark, and writes everything to OUTDIR.
+# benchmarks, and writes everything to OUTDIR.
 #
 #   bash bench/gpu_run.sh OUTDIR
 #
 # The dependencies come from .gpu-deps/ at the repository root, made on the development machine
 # by `bash bench/gpu_pack_deps.sh` and copied here with the repository. Afterwards send back
-# OUTDIR: summary.txt first, then machine.txt, cuda_tests.log, ctest.log, cuda_bench.txt/.json.
+# OUTDIR: summary.txt first, then machine.txt, cuda_tests.log, ctest.log, cuda_bench.txt/.json,
+# graphs.txt.
 # Environment: HCR_GPU_BUILD_DIR (default build-gpu), HCR_CUDA_ARCH (default 90), CUDACXX (nvcc),
 # HCR_GPU_RUN_ALLOW_NO_GPU=1 (exercise the script where there is no GPU: tests skip, not fail).
 set -uo pipefail
@@ -130,6 +131,12 @@ say "CUDA benchmark (a few minutes)"
   > "$out/cuda_bench.txt" 2>&1 || status=1
 grep -E "_median|ERROR" "$out/cuda_bench.txt" | awk '!seen[$0]++' | tee -a "$summary"
 grep -q "ERROR OCCURRED" "$out/cuda_bench.txt" && [ "$require" = 1 ] && status=1
+
+say "device graphs: 1,000-kernel chain, one by one against one graph (cuda_graph_bench)"
+"$build/bin/cuda_graph_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  > "$out/graphs.txt" 2>&1 || status=1
+grep -E "_median|ERROR" "$out/graphs.txt" | awk '!seen[$0]++' | tee -a "$summary"
+grep -q "ERROR OCCURRED" "$out/graphs.txt" && [ "$require" = 1 ] && status=1
 
 if [ $status -ne 0 ]; then
   say "done, with failures: results in $out"

@@ -3,6 +3,8 @@
 // exactly the transfers a tiled gemm's placement needs, and the thrash case.
 #include "../test_support.hpp"
 
+#include <chrono>
+#include <future>
 #include <map>
 #include <random>
 #include <set>
@@ -448,12 +450,23 @@ Config slow_link_device(int lookahead = -1) {
 
 // The first task to ask for a replica is often not its most urgent reader: a copy still waiting in
 // its lane moves up when a more urgent task needs it. Four tasks on a device whose copies are
-// issued two at a time: A (320 ms, so that the submits below all come while it runs, however late)
-// and B go at once, C (priority 1) and X (priority 0) wait; then a task of priority 5 reads X, and
-// X goes before C.
+// issued two at a time: A and B go at once, C (priority 1) and X (priority 0) wait; then a task of
+// priority 5 reads X, and X goes before C. A's and B's copies must not end before that reader is
+// submitted, however late this thread gets there: the simulator does the copies' work on its one
+// worker, which a task of ours holds until then (a copy ends once its work is done too).
 TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
-  Runtime rt(slow_link_device());
+  std::promise<void> holding, open;
+  std::shared_future<void> gate = open.get_future().share();
+  Config c = slow_link_device();
+  for (auto& [key, value] : c.backends[0].options)
+    if (key == "compute") value = "true";  // timing only, a copy has no work to wait for
+  c.backends[0].options.push_back({"workers", "1"});
+  Runtime rt(c);
   Kernel use = rt.kernel("use").cpu([](TaskContext&) {});
+  Kernel hold = rt.kernel("hold").cpu([&](TaskContext&) {
+    holding.set_value();
+    gate.wait();
+  });
   // A 16 MB, the others 1 MB (20 ms at 50 MB/s); C and X apart by their sizes.
   auto a = rt.buffer<float>(4096, 1024), b = rt.buffer<float>(256, 1024),
        cc = rt.buffer<float>(250, 1024), x = rt.buffer<float>(240, 1024);
@@ -462,12 +475,17 @@ TEST(Data, ACopyWaitingInItsLaneMovesUpForAMoreUrgentReader) {
     for (int i = 0; i < 4; ++i) rt.submit(Task(use).read(warm).on(0));
     rt.wait_all();
   }
+  auto held = rt.buffer<float>(4, 4);
+  rt.submit(Task(hold).write(held).on(0));
+  EXPECT_EQ(holding.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "the task holding the simulator's worker never started";
   rt.start_trace();
   rt.submit(Task(use).read(a).on(0));
   rt.submit(Task(use).read(b).on(0));
   rt.submit(Task(use).read(cc).on(0).priority(1));
   rt.submit(Task(use).read(x).on(0));
   rt.submit(Task(use).read(x).on(0).priority(5));
+  open.set_value();
   rt.wait_all();
   double c_starts = -1, x_starts = -1;
   for (const TraceEvent& e : rt.trace_events()) {

@@ -446,6 +446,34 @@ std::vector<int64_t> istart(size_t n, size_t m) {
   return v;
 }
 
+// One step of the integer stencil (kHaloCl's ibox) over n x m: a task per tile of `in` (tiles of
+// tr x tc, halo h) writing the same tile of `out`, one work item per element it computes.
+void submit_ibox_step(Runtime& rt, const Kernel& k, const Tiles<int64_t>& in,
+                      const Tiles<int64_t>& out, size_t tr, size_t tc, size_t n, size_t m,
+                      size_t h) {
+  for (size_t i = 0; i < in.rows(); ++i)
+    for (size_t j = 0; j < in.cols(); ++j) {
+      const Ghosts g = in.ghosts(i, j);
+      Task task(k);
+      task.read(in(i, j)).write(out(i, j));
+      for (size_t v : {g.top, g.left, g.bottom, g.right, i * tr, j * tc, n, m, h})
+        task.param(uint64_t{v});
+      task.grid(in(i, j).cols() - g.left - g.right, in(i, j).rows() - g.top - g.bottom);
+      rt.submit(task);
+    }
+}
+
+// The same `steps` steps as a plain loop over `grid`, its border of width h left as it is.
+std::vector<int64_t> ibox_loop(std::vector<int64_t> grid, size_t n, size_t m, size_t h, int steps) {
+  std::vector<int64_t> next = grid;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t r = h; r + h < n; ++r)
+      for (size_t c = h; c + h < m; ++c) next[r * m + c] = ibox_step(grid.data(), m, r, c, h);
+    std::swap(grid, next);
+  }
+  return grid;
+}
+
 // Iterations of the integer stencil over halo tiles on the OpenCL device (alone, or beside a
 // simulated device of another plugin, tasks spread at random: edges then cross through host
 // memory) equal the plain loop.
@@ -481,29 +509,11 @@ TEST(HaloTilesOnOpenCL, StencilIterationsMatchAPlainLoop) {
       std::copy(want.begin(), want.end(), vb.data());
     }
     Tiles<int64_t> ta = a.partition(kTr, kTc, Halo{kH}), tb = b.partition(kTr, kTc, Halo{kH});
-    for (int s = 0; s < kSteps; ++s) {
-      const Tiles<int64_t>& in = s % 2 == 0 ? ta : tb;
-      const Tiles<int64_t>& out = s % 2 == 0 ? tb : ta;
-      for (size_t i = 0; i < in.rows(); ++i)
-        for (size_t j = 0; j < in.cols(); ++j) {
-          const Ghosts g = in.ghosts(i, j);
-          Task task(k);
-          task.read(in(i, j)).write(out(i, j));
-          for (size_t v : {g.top, g.left, g.bottom, g.right, i * kTr, j * kTc, kN, kM, kH})
-            task.param(uint64_t{v});
-          task.grid(in(i, j).cols() - g.left - g.right, in(i, j).rows() - g.top - g.bottom);
-          rt.submit(task);
-        }
-    }
+    for (int s = 0; s < kSteps; ++s)
+      submit_ibox_step(rt, k, s % 2 == 0 ? ta : tb, s % 2 == 0 ? tb : ta, kTr, kTc, kN, kM, kH);
     a.unpartition().get();
     b.unpartition().get();
-    std::vector<int64_t> next = want;
-    for (int s = 0; s < kSteps; ++s) {
-      for (size_t r = kH; r + kH < kN; ++r)
-        for (size_t c = kH; c + kH < kM; ++c)
-          next[r * kM + c] = ibox_step(want.data(), kM, r, c, kH);
-      std::swap(want, next);
-    }
+    want = ibox_loop(want, kN, kM, kH, kSteps);
     EXPECT_EQ((kSteps % 2 == 1 ? b : a).to_vector(), want);
     uint64_t on_opencl = 0;
     const RuntimeStats st = rt.stats();
@@ -530,30 +540,13 @@ TEST(HaloTilesOnOpenCL, ReplayedStencilMatchesAPlainLoop) {
   }
   Tiles<int64_t> ta = a.partition(kTr, kTc, Halo{kH}), tb = b.partition(kTr, kTc, Halo{kH});
   rt.begin_recording();
-  for (int s = 0; s < 2; ++s) {
-    const Tiles<int64_t>& in = s == 0 ? ta : tb;
-    const Tiles<int64_t>& out = s == 0 ? tb : ta;
-    for (size_t i = 0; i < in.rows(); ++i)
-      for (size_t j = 0; j < in.cols(); ++j) {
-        const Ghosts g = in.ghosts(i, j);
-        Task task(k);
-        task.read(in(i, j)).write(out(i, j));
-        for (size_t v : {g.top, g.left, g.bottom, g.right, i * kTr, j * kTc, kN, kM, kH})
-          task.param(uint64_t{v});
-        task.grid(in(i, j).cols() - g.left - g.right, in(i, j).rows() - g.top - g.bottom);
-        rt.submit(task);
-      }
-  }
+  submit_ibox_step(rt, k, ta, tb, kTr, kTc, kN, kM, kH);
+  submit_ibox_step(rt, k, tb, ta, kTr, kTc, kN, kM, kH);
   Graph graph = rt.end_recording();
   for (int r = 0; r < kReplays; ++r) graph.replay();
   a.unpartition().get();
   b.unpartition().get();
-  std::vector<int64_t> next = want;
-  for (int s = 0; s < 2 * (kReplays + 1); ++s) {
-    for (size_t r = kH; r + kH < kN; ++r)
-      for (size_t c = kH; c + kH < kM; ++c) next[r * kM + c] = ibox_step(want.data(), kM, r, c, kH);
-    std::swap(want, next);
-  }
+  want = ibox_loop(want, kN, kM, kH, 2 * (kReplays + 1));
   EXPECT_EQ(a.to_vector(), want);
   EXPECT_EQ(rt.stats().failed, 0u);
 }

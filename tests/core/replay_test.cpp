@@ -50,6 +50,14 @@ std::vector<double> reference_sweeps(std::vector<double> u, size_t rows, size_t 
   return u;
 }
 
+// Busy work the compiler cannot drop, so that an overlap or a wrong order has time to show: each
+// step reads and writes a volatile in plain statements (C++20 deprecates ++, compound assignment
+// and an assignment's value used on one).
+void spin(int steps) {
+  volatile int done = 0;
+  while (done < steps) done = done + 1;
+}
+
 // Two sweeps over the row blocks of u and v (u -> v, v -> u), recorded once and replayed: the same
 // grid as a plain loop doing all the sweeps.
 TEST_P(Replay, StencilOverTilesMatchesPlainLoop) {
@@ -336,8 +344,7 @@ TEST_P(Replay, CommuteRunsStayExclusive) {
     if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
     auto acc = ctx.arg<int64_t>(0);
     const int64_t v = acc(0, 0);
-    for (volatile int spin = 0; spin < 2000; spin = spin + 1) {
-    }
+    spin(2000);
     acc(0, 0) = v + ctx.param<int64_t>(0);
     inside.fetch_sub(1);
   });
@@ -363,8 +370,7 @@ TEST_P(Replay, ExplicitDependenciesAreKept) {
   std::atomic<int> order_errors{0};
   std::atomic<int> first_done{0}, second_done{0};
   Kernel first = rt.kernel("first").cpu([&](TaskContext&) {
-    for (volatile int spin = 0; spin < 20000; spin = spin + 1) {
-    }
+    spin(20000);
     first_done.fetch_add(1);
   });
   Kernel second = rt.kernel("second").cpu([&](TaskContext&) {
