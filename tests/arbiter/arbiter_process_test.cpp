@@ -189,7 +189,9 @@ int bound_socket(const std::string& path, int type, bool listening) {
   a.sun_family = AF_UNIX;
   std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
   EXPECT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a), 0) << path;
-  if (listening) EXPECT_EQ(::listen(fd, 16), 0);
+  if (listening) {
+    EXPECT_EQ(::listen(fd, 16), 0);
+  }
   return fd;
 }
 

@@ -50,7 +50,7 @@ void run_graph_beside_a_busy_tenant(const std::string& policy) {
   }
   // Several rounds, each a graph planned afresh (a plan made before a device was withheld, or
   // naming the device a round's first tasks cannot have, is what sent copies there).
-  for (int round = 0; round < kRounds; ++round) {
+  for (uint64_t round = 0; round < kRounds; ++round) {
     b.pause();
     for (int i = 0; i < 24; ++i)
       for (size_t c = 0; c < 4; ++c)

@@ -308,8 +308,9 @@ TEST(Contexts, AReserveKeepsADeviceForAnActiveLatencyClass) {
       }
   }
   EXPECT_LE(batch_on_reserved, 2) << "batch ran on the reserved device while live was active";
-  if (batch_after[1] > 2)  // batch still had work once the reserve lapsed
+  if (batch_after[1] > 2) {  // batch still had work once the reserve lapsed
     EXPECT_GT(batch_after[0], 0) << "the reserve held the device after live went idle";
+  }
   EXPECT_EQ(of(rt.stats(), "batch").tasks, 400u);
 }
 
@@ -376,8 +377,9 @@ TEST(Contexts, DevicesMoveBetweenContextsWhileTasksRun) {
     }
   }
   s = rt.stats();
-  if (b_had_work)  // b still had work to spread when it gained d1
+  if (b_had_work) {  // b still had work to spread when it gained d1
     EXPECT_GT(of(s, "b").device_seconds[1], 0.0) << "b used the device it gained";
+  }
   EXPECT_EQ(of(s, "a").tasks + of(s, "b").tasks, 2u * kTasks);
 }
 

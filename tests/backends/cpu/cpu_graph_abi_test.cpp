@@ -136,7 +136,9 @@ class CpuGraphAbi : public ::testing::Test {
     a.nodes = nodes.data();
     a.num_nodes = nodes.size();
     const std::string error = take(api_->graph_create(p_, &a), code);
-    if (code == nullptr) EXPECT_EQ(error, "");
+    if (code == nullptr) {
+      EXPECT_EQ(error, "");
+    }
     return a.graph;
   }
   // One launch, waited for: what done said, and the failed node.
