@@ -162,7 +162,7 @@ void Coherence::urge(BufferState& b, uint32_t n, int priority) {
 void Coherence::wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
                      std::vector<TaskNode*>& ready, std::vector<Copy>& more) {
   Replica& r = data(b).replicas[node];
-  if (r.fetching || r.evicting || r.ghost_fetches != 0) return;
+  if (r.fetching || r.evicting || r.ghost_fetches != 0 || r.edges_landing != 0) return;
   size_t keep = 0;
   bool refetch = false;
   for (const Replica::Waiter& w : r.waiters) {
@@ -201,9 +201,10 @@ void Coherence::pin(TaskNode* t, uint32_t node, std::vector<Copy>& copies) {
     ++r.pins;
     touch(r);
     // A copy landing here, or a write-back leaving, must finish first; and before a write, any
-    // copy still reading this replica.
+    // copy still reading this replica. Pieces of a halo tile landing in host memory for its
+    // neighbours' ghosts: a copy of its whole interior (a reader's) and a writer go after them.
     bool busy = r.fetching || r.evicting || (reads(a.access) && r.ghost_fetches != 0) ||
-                (writes(a.access) && r.copies_out != 0);
+                (writes(a.access) && r.copies_out != 0) || r.edges_landing != 0;
     if (reads(a.access) && r.fetching) urge(b, node, t->priority);
     if (!busy && reads(a.access) && !r.valid) {
       plan_fetch(b, node, copies, t->priority);

@@ -48,6 +48,12 @@ struct Replica {
   // or are receiving, 0 for none; empty until first filled, emptied when the memory is freed.
   uint32_t ghost_fetches = 0;
   std::vector<uint64_t> ghost_seen;
+  // A halo tile's host replica while it is invalid: the pieces of its interior copied home for the
+  // ghosts of its neighbours read in host memory (border_piece), per piece the version of its data
+  // copied there or on its way, 0 for none (empty until first copied); and those copies in flight,
+  // which a copy of the whole interior and a host writer wait for (they write the same memory).
+  uint32_t edges_landing = 0;
+  std::vector<uint64_t> edges_home;
 };
 
 /// Per-buffer replica table, made when a buffer first meets a device with its own memory.
@@ -67,7 +73,8 @@ struct BufferData {
 
 /// A copy planned from one memory node to another. It holds a reference to its buffer until it
 /// completes. It moves `b`'s own data (a halo tile's interior: data/ghosts.hpp), or an edge of a
-/// neighbour's into `b`'s ghosts (a reference held to the neighbour too).
+/// neighbour's into `b`'s ghosts (a reference held to the neighbour too), or one piece of `b`'s
+/// interior home for its neighbours' ghosts there.
 struct Copy {
   static constexpr int kUrgent = std::numeric_limits<int>::max();
   BufferState* b;
@@ -80,8 +87,11 @@ struct Copy {
   uint8_t slot = kOwn;
   BufferState* from = nullptr;
   bool ghost() const noexcept { return slot != kOwn; }
+  // A piece of b's interior copied home (border_piece; kOwn: none), Replica::edges_home.
+  uint8_t piece = kOwn;
+  bool edge_home() const noexcept { return piece != kOwn; }
   /// Waits in its lane under its replica's ticket (a fetch that can move up for an urgent reader).
-  bool ticketed() const noexcept { return !evict && !ghost(); }
+  bool ticketed() const noexcept { return !evict && !ghost() && !edge_home(); }
 };
 
 /// "rows x cols", for messages.

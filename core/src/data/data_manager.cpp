@@ -113,7 +113,8 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
         if (b.halo != 0 && n != 0) [[unlikely]]
           ghosts_.prefetch(b, n, priority, ghost_plan, copies);
       };
-      if (r.valid || r.fetching || r.evicting) {
+      // (Pieces of a halo tile landing in host memory: its whole interior goes after them.)
+      if (r.valid || r.fetching || r.evicting || r.edges_landing != 0) {
         ghosts();
         continue;
       }
@@ -140,8 +141,9 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
 // A copy ended: what it carried becomes valid where it landed (if still current), the tasks
 // waiting on either end go, and a write-back frees the replica it emptied.
 void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After& after) noexcept {
-  if (c.ghost()) {
-    ghosts_.landed(c, failure, after);
+  if (c.ghost() || c.edge_home()) {
+    if (c.ghost()) ghosts_.landed(c, failure, after);
+    else ghosts_.landed_home(c, failure, after);
     memory_.take_memory_waiters(after.retry);
     return;
   }
