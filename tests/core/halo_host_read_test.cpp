@@ -164,9 +164,9 @@ TEST(HaloHostRead, ASecondReadMovesNothing) {
 
 // A neighbour written on the device again: its edge in the tile's ghosts is stale, and the next
 // host read brings that edge home (8 doubles, tile (0, 2)'s first column) and nothing else. Then
-// the neighbour itself, read on the host, is whole: its interior comes home (only its edge had),
-// with the 7 doubles of tile (1, 2)'s top row its ghosts read that tile (0, 1)'s read left there
-// (its corner came home then, and tile (1, 1)'s corner too).
+// the neighbour itself, read on the host, is whole: the rest of its interior comes home (only its
+// edge had: 8 * 8 - 8 doubles), with the 7 doubles of tile (1, 2)'s top row its ghosts read that
+// tile (0, 1)'s read left there (its corner came home then, and tile (1, 1)'s corner too).
 TEST(HaloHostRead, ANeighbourWrittenAgainOnTheDeviceIsFreshThenWhole) {
   Runtime rt(one_device());
   Grid g = stencil_on_device(rt);
@@ -193,14 +193,14 @@ TEST(HaloHostRead, ANeighbourWrittenAgainOnTheDeviceIsFreshThenWhole) {
     auto v = g.ta(0, 2).acquire(Access::read);
     EXPECT_EQ(wrong_in_region(g.ta, 0, 2, v.view(), want), 0u);
   }
-  EXPECT_EQ(home(rt) - before, (kT * kT + 7) * sizeof(double));
+  EXPECT_EQ(home(rt) - before, (kT * kT - kT + 7) * sizeof(double));
   g.a.unpartition().get();
   EXPECT_EQ(g.a.to_vector(), want);
 }
 
 // A neighbour whose edge came home is not valid there as a whole: read on the host, tile (0, 0)
-// gets its interior, with the 7 doubles of tile (1, 0)'s top row not home yet, and all of it is
-// the plain loop's; so is the whole grid.
+// gets the rest of its interior (8 * 8 less its last column, home already), with the 7 doubles of
+// tile (1, 0)'s top row not home yet, and all of it is the plain loop's; so is the whole grid.
 TEST(HaloHostRead, ANeighbourReadAfterItsEdgeCameHomeIsWhole) {
   Runtime rt(one_device());
   Grid g = stencil_on_device(rt);
@@ -210,13 +210,14 @@ TEST(HaloHostRead, ANeighbourReadAfterItsEdgeCameHomeIsWhole) {
     auto v = g.ta(0, 0).acquire(Access::read);
     EXPECT_EQ(wrong_in_region(g.ta, 0, 0, v.view(), g.want), 0u);
   }
-  EXPECT_EQ(home(rt) - before, (kT * kT + 7) * sizeof(double));
+  EXPECT_EQ(home(rt) - before, (kT * kT - kT + 7) * sizeof(double));
   g.a.unpartition().get();
   EXPECT_EQ(g.a.to_vector(), g.want);
 }
 
-// A neighbour's edge home, then the neighbour written on the host: its interior comes home first
-// (with the 7 doubles of tile (1, 2)'s top row its ghosts read that were not home), the tile read
+// A neighbour's edge home, then the neighbour written on the host: the rest of its interior comes
+// home first (8 * 8 less its first column; with the 7 doubles of tile (1, 2)'s top row its ghosts
+// read that were not home), the tile read
 // on the host again sees the host write (in place: nothing to copy for it), and the grid is exact.
 TEST(HaloHostRead, ANeighbourWrittenOnTheHostAfterItsEdgeCameHome) {
   Runtime rt(one_device());
@@ -226,7 +227,7 @@ TEST(HaloHostRead, ANeighbourWrittenOnTheHostAfterItsEdgeCameHome) {
   const uint64_t edges_home = home(rt);
   {
     auto v = g.ta(0, 2).acquire(Access::read_write);
-    EXPECT_EQ(home(rt) - edges_home, (kT * kT + 7) * sizeof(double));
+    EXPECT_EQ(home(rt) - edges_home, (kT * kT - kT + 7) * sizeof(double));
     const Ghosts gh = g.ta.ghosts(0, 2);
     for (size_t r = 0; r < kT; ++r) {
       v(gh.top + r, gh.left) = -3.0;

@@ -2,6 +2,7 @@
 // Runs under the data manager's lock, but for the lock-free queries.
 #include "coherence.hpp"
 
+#include "ghosts.hpp"
 #include "node_memory.hpp"
 #include "transfers.hpp"
 
@@ -119,6 +120,10 @@ void Coherence::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies
   d.replicas[n].fetch_priority = priority;
   auto plan = [&](uint32_t src, uint32_t to) {
     d.replicas[to].fetch_src = src;
+    if (to == 0) {
+      copy_home(b, src, false, priority, copies);
+      return;
+    }
     ++d.replicas[src].pins;
     ++d.replicas[src].copies_out;
     retain(&b);
@@ -144,6 +149,37 @@ void Coherence::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies
     host.forward.push_back(n);
     if (!host.fetching) plan_fetch(b, 0, copies, priority);
   }
+}
+
+void Coherence::copy_home(BufferState& b, uint32_t src, bool evict, int priority,
+                          std::vector<Copy>& copies) {
+  BufferData& d = data(b);
+  Replica& s = d.replicas[src];
+  Replica& home = d.replicas[0];
+  auto copy = [&](uint8_t piece) {
+    ++s.pins;
+    ++s.copies_out;
+    retain(&b);
+    Copy c{&b, src, 0, evict, priority};
+    c.piece = piece;
+    c.part = piece != Copy::kOwn;
+    copies.push_back(c);
+    if (c.part) ++home.parts_landing;
+  };
+  // Pieces of a halo tile home for its neighbours' ghosts (ghosts.hpp), current: tasks reading
+  // those ghosts may be running, so no copy writes them again; the rest of the interior comes.
+  bool current = false;
+  for (uint64_t v : home.edges_home) current = current || v == d.version;
+  if (!current) {
+    copy(Copy::kOwn);
+    return;
+  }
+  for (uint8_t p = 0; p < 9; ++p) {
+    const ElementRect e = border_piece(b, p);
+    if (home.edges_home[p] != d.version && e.rows != 0 && e.cols != 0) copy(p);
+  }
+  // All of it home already (a tile no wider than two ghosts): copied once more, as it stands.
+  if (home.parts_landing == 0) copy(Copy::kOwn);
 }
 
 void Coherence::urge(BufferState& b, uint32_t n, int priority) {

@@ -26,8 +26,9 @@
 // the whole interior is on its way home (that one may be stale, and land over it: the task waits
 // for it instead, as any reader), and a whole copy or a writer there waits for the pieces in
 // flight. The neighbour's writers are ordered after the task, and each commit counts a new version,
-// so what the task reads stays current while it runs (a whole copy home meanwhile, for the
-// neighbour's own reader or a write-back, brings the same values).
+// so what the task reads stays current while it runs; a copy of the neighbour's whole interior
+// home meanwhile (its own reader's, a write-back) brings only the pieces not home yet
+// (Coherence::copy_home), and so never writes under the task either.
 #pragma once
 
 #include "coherence.hpp"

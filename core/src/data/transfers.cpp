@@ -105,10 +105,10 @@ void Transfers::start(const Copy& c) noexcept {
   // What moves: b's own data (a halo tile's interior, never its ghosts, which are its neighbours'),
   // or the edge of a neighbour's that is one of b's ghosts (ghosts.hpp), read from the neighbour's
   // replica (host memory is one for all tiles: b's host pointer places it as well), or a piece of
-  // b's interior home for its neighbours' ghosts there.
-  const ElementRect rect = c.ghost()       ? ghost_edge(b, c.slot / 3 - 1, c.slot % 3 - 1)
-                           : c.edge_home() ? border_piece(b, c.piece)
-                                           : own_elements(b);
+  // b's interior home (for its neighbours' ghosts there, or a part of its whole interior).
+  const ElementRect rect = c.ghost()               ? ghost_edge(b, c.slot / 3 - 1, c.slot % 3 - 1)
+                           : c.piece != Copy::kOwn ? border_piece(b, c.piece)
+                                                   : own_elements(b);
   BufferState& source = c.from != nullptr ? *c.from : b;
   Transfer* tr;
   {
