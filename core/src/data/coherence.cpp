@@ -2,6 +2,7 @@
 // Runs under the data manager's lock, but for the lock-free queries.
 #include "coherence.hpp"
 
+#include "ghosts.hpp"
 #include "node_memory.hpp"
 #include "transfers.hpp"
 
@@ -119,6 +120,10 @@ void Coherence::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies
   d.replicas[n].fetch_priority = priority;
   auto plan = [&](uint32_t src, uint32_t to) {
     d.replicas[to].fetch_src = src;
+    if (to == 0) {
+      copy_home(b, src, false, priority, copies);
+      return;
+    }
     ++d.replicas[src].pins;
     ++d.replicas[src].copies_out;
     retain(&b);
@@ -146,6 +151,37 @@ void Coherence::plan_fetch(BufferState& b, uint32_t n, std::vector<Copy>& copies
   }
 }
 
+void Coherence::copy_home(BufferState& b, uint32_t src, bool evict, int priority,
+                          std::vector<Copy>& copies) {
+  BufferData& d = data(b);
+  Replica& s = d.replicas[src];
+  Replica& home = d.replicas[0];
+  auto copy = [&](uint8_t piece) {
+    ++s.pins;
+    ++s.copies_out;
+    retain(&b);
+    Copy c{&b, src, 0, evict, priority};
+    c.piece = piece;
+    c.part = piece != Copy::kOwn;
+    copies.push_back(c);
+    if (c.part) ++home.parts_landing;
+  };
+  // Pieces of a halo tile home for its neighbours' ghosts (ghosts.hpp), current: tasks reading
+  // those ghosts may be running, so no copy writes them again; the rest of the interior comes.
+  bool current = false;
+  for (uint64_t v : home.edges_home) current = current || v == d.version;
+  if (!current) {
+    copy(Copy::kOwn);
+    return;
+  }
+  for (uint8_t p = 0; p < 9; ++p) {
+    const ElementRect e = border_piece(b, p);
+    if (home.edges_home[p] != d.version && e.rows != 0 && e.cols != 0) copy(p);
+  }
+  // All of it home already (a tile no wider than two ghosts): copied once more, as it stands.
+  if (home.parts_landing == 0) copy(Copy::kOwn);
+}
+
 void Coherence::urge(BufferState& b, uint32_t n, int priority) {
   BufferData& d = data(b);
   Replica& r = d.replicas[n];
@@ -162,7 +198,7 @@ void Coherence::urge(BufferState& b, uint32_t n, int priority) {
 void Coherence::wake(BufferState& b, uint32_t node, const std::exception_ptr& failure,
                      std::vector<TaskNode*>& ready, std::vector<Copy>& more) {
   Replica& r = data(b).replicas[node];
-  if (r.fetching || r.evicting || r.ghost_fetches != 0) return;
+  if (r.fetching || r.evicting || r.ghost_fetches != 0 || r.edges_landing != 0) return;
   size_t keep = 0;
   bool refetch = false;
   for (const Replica::Waiter& w : r.waiters) {
@@ -201,9 +237,10 @@ void Coherence::pin(TaskNode* t, uint32_t node, std::vector<Copy>& copies) {
     ++r.pins;
     touch(r);
     // A copy landing here, or a write-back leaving, must finish first; and before a write, any
-    // copy still reading this replica.
+    // copy still reading this replica. Pieces of a halo tile landing in host memory for its
+    // neighbours' ghosts: a copy of its whole interior (a reader's) and a writer go after them.
     bool busy = r.fetching || r.evicting || (reads(a.access) && r.ghost_fetches != 0) ||
-                (writes(a.access) && r.copies_out != 0);
+                (writes(a.access) && r.copies_out != 0) || r.edges_landing != 0;
     if (reads(a.access) && r.fetching) urge(b, node, t->priority);
     if (!busy && reads(a.access) && !r.valid) {
       plan_fetch(b, node, copies, t->priority);

@@ -48,6 +48,17 @@ struct Replica {
   // or are receiving, 0 for none; empty until first filled, emptied when the memory is freed.
   uint32_t ghost_fetches = 0;
   std::vector<uint64_t> ghost_seen;
+  // A halo tile's host replica while it is invalid: the pieces of its interior copied home for the
+  // ghosts of its neighbours read in host memory (border_piece), per piece the version of its data
+  // copied there or on its way, 0 for none (empty until first copied); and those copies in flight,
+  // which a copy of the whole interior and a host writer wait for (they write the same memory).
+  uint32_t edges_landing = 0;
+  std::vector<uint64_t> edges_home;
+  // A copy of such a tile's whole interior home when some of those pieces are current (tasks may
+  // be reading them): the rest comes piece by piece (Coherence::copy_home), and the copy ends
+  // when the last lands; the first failure among them is the copy's.
+  uint32_t parts_landing = 0;
+  std::exception_ptr parts_failure;
 };
 
 /// Per-buffer replica table, made when a buffer first meets a device with its own memory.
@@ -67,7 +78,8 @@ struct BufferData {
 
 /// A copy planned from one memory node to another. It holds a reference to its buffer until it
 /// completes. It moves `b`'s own data (a halo tile's interior: data/ghosts.hpp), or an edge of a
-/// neighbour's into `b`'s ghosts (a reference held to the neighbour too).
+/// neighbour's into `b`'s ghosts (a reference held to the neighbour too), or one piece of `b`'s
+/// interior home for its neighbours' ghosts there.
 struct Copy {
   static constexpr int kUrgent = std::numeric_limits<int>::max();
   BufferState* b;
@@ -80,8 +92,14 @@ struct Copy {
   uint8_t slot = kOwn;
   BufferState* from = nullptr;
   bool ghost() const noexcept { return slot != kOwn; }
+  // A piece of b's interior copied home (border_piece; kOwn: none): for its neighbours' ghosts
+  // (Replica::edges_home), or a part of a copy of its whole interior (Replica::parts_landing).
+  uint8_t piece = kOwn;
+  bool part = false;
+  bool edge_home() const noexcept { return piece != kOwn && !part; }
   /// Waits in its lane under its replica's ticket (a fetch that can move up for an urgent reader).
-  bool ticketed() const noexcept { return !evict && !ghost(); }
+  /// (A piece is not: its copy's several parts would share one ticket.)
+  bool ticketed() const noexcept { return !evict && !ghost() && piece == kOwn; }
 };
 
 /// "rows x cols", for messages.
@@ -108,6 +126,10 @@ class Coherence {
   // Plans the copy that makes `node`'s replica valid; the replica is marked fetching.
   void plan_fetch(BufferState& b, uint32_t node, std::vector<Copy>& copies,
                   int priority = Copy::kUrgent);
+  // Plans the copy of `b`'s data on device node `src` into host memory (a write-back when `evict`),
+  // the host replica marked fetching by the caller: one copy, or the parts not home yet of a halo
+  // tile some of whose pieces are (Replica::parts_landing). Pins `src` for each.
+  void copy_home(BufferState& b, uint32_t src, bool evict, int priority, std::vector<Copy>& copies);
   // A task of `priority` waits for the copy already planned into `node`'s replica: a copy still
   // waiting in its lane (or the copy into host memory it is forwarded from) moves up to it. The
   // first task to ask for a replica is often not its most urgent reader.

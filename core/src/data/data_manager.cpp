@@ -113,7 +113,8 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
         if (b.halo != 0 && n != 0) [[unlikely]]
           ghosts_.prefetch(b, n, priority, ghost_plan, copies);
       };
-      if (r.valid || r.fetching || r.evicting) {
+      // (Pieces of a halo tile landing in host memory: its whole interior goes after them.)
+      if (r.valid || r.fetching || r.evicting || r.edges_landing != 0) {
         ghosts();
         continue;
       }
@@ -140,8 +141,9 @@ void DataManager::prefetch(std::span<const Ref<BufferState>> inputs, int priorit
 // A copy ended: what it carried becomes valid where it landed (if still current), the tasks
 // waiting on either end go, and a write-back frees the replica it emptied.
 void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After& after) noexcept {
-  if (c.ghost()) {
-    ghosts_.landed(c, failure, after);
+  if (c.ghost() || c.edge_home()) {
+    if (c.ghost()) ghosts_.landed(c, failure, after);
+    else ghosts_.landed_home(c, failure, after);
     memory_.take_memory_waiters(after.retry);
     return;
   }
@@ -151,18 +153,28 @@ void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After
   Replica& dst = d.replicas[c.dst];
   --src.pins;
   --src.copies_out;
+  // A part of a copy home (Coherence::copy_home): the copy ends with its last part.
+  std::exception_ptr failed = failure;
+  if (c.part) {
+    if (failure && !dst.parts_failure) dst.parts_failure = failure;
+    if (--dst.parts_landing != 0) {
+      coherence_.wake(b, c.src, nullptr, after.ready, after.more);
+      return;
+    }
+    failed = std::exchange(dst.parts_failure, nullptr);
+  }
   // What a copy carried is current only if its source is still valid: a task elsewhere may
   // have committed a newer version while it was in flight (write-backs and prefetches are not
   // ordered by task dependencies).
-  const bool current = !failure && src.valid;
+  const bool current = !failed && src.valid;
   // Nodes of another plugin waiting for the data to reach host memory go on from there; when
   // it did not get there they fail with the copy (or, after a failed write-back, wait for a
   // fetch from the replica that is still valid).
-  auto forward = [&](const std::exception_ptr& failed) {
+  auto forward = [&](const std::exception_ptr& lost) {
     for (uint32_t f : dst.forward) {
-      if (failed) {
+      if (lost) {
         coherence_.set_fetching(b, f, false);
-        coherence_.wake(b, f, failed, after.ready, after.more);
+        coherence_.wake(b, f, lost, after.ready, after.more);
       } else {
         ++dst.pins;
         ++dst.copies_out;
@@ -175,7 +187,7 @@ void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After
   if (c.evict) {
     src.evicting = false;
     coherence_.set_fetching(b, c.dst, false);
-    if (!failure) {
+    if (!failed) {
       if (current) coherence_.set_valid(b, 0, true);
       ++writebacks_;
       if (src.pins == 0) {  // nobody took it up meanwhile: free it
@@ -191,8 +203,8 @@ void DataManager::landed(const Copy& c, const std::exception_ptr& failure, After
   } else {
     coherence_.set_fetching(b, c.dst, false);
     if (current) coherence_.set_valid(b, c.dst, true);  // else stale: wake() fetches again
-    coherence_.wake(b, c.dst, failure, after.ready, after.more);
-    if (c.dst == 0) forward(failure);
+    coherence_.wake(b, c.dst, failed, after.ready, after.more);
+    if (c.dst == 0) forward(failed);
     memory_.take_memory_waiters(after.retry);
   }
   coherence_.wake(b, c.src, nullptr, after.ready, after.more);

@@ -18,6 +18,11 @@ bool names(const TaskNode& t, const BufferState* b) {
   return false;
 }
 
+bool overlap(const ElementRect& x, const ElementRect& y) noexcept {
+  return x.rows != 0 && x.cols != 0 && y.rows != 0 && y.cols != 0 && x.row0 < y.row0 + y.rows &&
+         y.row0 < x.row0 + x.rows && x.col0 < y.col0 + y.cols && y.col0 < x.col0 + x.cols;
+}
+
 }  // namespace
 
 Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<Copy>& copies) {
@@ -54,9 +59,8 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
   }
   for (const Around& x : around) {
     BufferState* nb = x.nb;
-    if (n == 0) {  // the ghosts are the neighbour's own memory: its host replica must be valid
-      if (nb != nullptr && !names(*t, nb) && !coherence_.data(*nb).replicas[0].valid)
-        plan.homes.push_back(nb);
+    if (n == 0) {  // the ghosts are the neighbour's own memory (one gone is home)
+      if (nb != nullptr && !names(*t, nb)) plan_home(*x.tile, *nb, x.slot, plan);
       continue;
     }
     const Replica& r = coherence_.data(*x.tile).replicas[n];
@@ -73,7 +77,9 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
         bool elsewhere = false;  // on another plugin's device: through host memory
         for (const Replica& m : nd.replicas) elsewhere = elsewhere || m.valid;
         if (elsewhere || nd.replicas[0].fetching) {
-          if (!nd.replicas[0].fetching) coherence_.plan_fetch(*nb, 0, copies, t->priority);
+          // (Pieces of it landing home for a host reader's ghosts: the whole copy after them.)
+          if (!nd.replicas[0].fetching && nd.replicas[0].edges_landing == 0)
+            coherence_.plan_fetch(*nb, 0, copies, t->priority);
           return Step::retry;
         }
         // Valid nowhere, never written: host memory is as good as any (plan_fetch says so).
@@ -85,6 +91,37 @@ Ghosts::Step Ghosts::plan(TaskNode* t, uint32_t n, GhostPlan& plan, std::vector<
     plan.edges.push_back({x.tile, nb, src, x.slot, version});
   }
   return Step::go;
+}
+
+void Ghosts::plan_home(BufferState& tile, BufferState& nb, uint8_t slot, GhostPlan& plan) {
+  BufferData& nd = coherence_.data(nb);
+  const Replica& h = nd.replicas[0];
+  if (h.valid) return;
+  // A copy of its whole interior on its way home (a reader's, a write-back) may be stale, a newer
+  // version committed since, and land over pieces copied beside it: the task waits for that copy,
+  // as any reader. Valid on no device (never written, or lost: acquire said so), the fetch home
+  // makes host memory valid as it is.
+  int src = -1;
+  if (!h.fetching && !h.evicting)
+    for (uint32_t m = 1; m < nd.replicas.size() && src < 0; ++m)
+      if (nd.replicas[m].valid) src = static_cast<int>(m);
+  if (src < 0) {
+    plan.homes.push_back(&nb);
+    return;
+  }
+  const ElementRect ghost = ghost_edge(tile, slot / 3 - 1, slot % 3 - 1);
+  bool reads = false;
+  for (uint8_t p = 0; p < 9; ++p) {
+    if (!overlap(border_piece(nb, p), ghost)) continue;
+    reads = true;
+    if (!h.edges_home.empty() && h.edges_home[p] == nd.version) continue;  // home or on its way
+    bool planned = false;  // (for another tile of this task)
+    for (const GhostPlan::Piece& q : plan.pieces)
+      planned = planned || (q.nb == &nb && q.piece == p);
+    if (!planned) plan.pieces.push_back({&nb, static_cast<uint32_t>(src), p, nd.version});
+  }
+  if (reads && std::find(plan.landing.begin(), plan.landing.end(), &nb) == plan.landing.end())
+    plan.landing.push_back(&nb);
 }
 
 int Ghosts::edge_source(BufferState& nb, uint32_t n) {
@@ -128,6 +165,28 @@ void Ghosts::start(TaskNode* t, uint32_t n, const GhostPlan& plan, std::vector<C
       t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  for (const GhostPlan::Piece& p : plan.pieces) {
+    BufferData& nd = coherence_.data(*p.nb);
+    Replica& h = nd.replicas[0];
+    if (h.edges_home.empty()) h.edges_home.assign(9, 0);
+    h.edges_home[p.piece] = p.version;  // (a second reader finds it on its way and waits for it)
+    ++h.edges_landing;
+    Replica& s = nd.replicas[p.src];
+    ++s.pins;
+    ++s.copies_out;  // a writer of the neighbour there waits for it
+    retain(p.nb);
+    Copy c{p.nb, p.src, 0, false, t->priority};
+    c.piece = p.piece;
+    copies.push_back(c);
+  }
+  // It reads pieces home or on their way (its own, another reader's): it waits for them all,
+  // released by the last to land (neither reading nor writing the replica, which stays invalid).
+  for (BufferState* nb : plan.landing) {
+    Replica& h = coherence_.data(*nb).replicas[0];
+    if (h.edges_landing == 0) continue;
+    h.waiters.push_back({t, false, false});
+    t->transfers_pending.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Ghosts::start_edges(const GhostPlan& plan, uint32_t n, int priority,
@@ -169,6 +228,24 @@ void Ghosts::landed(const Copy& c, const std::exception_ptr& failure, CopyLandin
       if (w.reads && !w.task->transfer_error) w.task->transfer_error = failure;
   }
   coherence_.wake(*c.b, c.dst, nullptr, after.ready, after.more);
+}
+
+void Ghosts::landed_home(const Copy& c, const std::exception_ptr& failure,
+                         CopyLanding::After& after) {
+  BufferData& d = coherence_.data(*c.b);
+  Replica& home = d.replicas[0];
+  Replica& src = d.replicas[c.src];
+  --home.edges_landing;
+  --src.pins;
+  --src.copies_out;
+  coherence_.wake(*c.b, c.src, nullptr, after.ready, after.more);
+  if (failure) {
+    // The piece holds no known version now; the readers of ghosts waiting for it fail with it.
+    home.edges_home[c.piece] = 0;
+    for (const Replica::Waiter& w : home.waiters)
+      if (!w.reads && !w.writes && !w.task->transfer_error) w.task->transfer_error = failure;
+  }
+  coherence_.wake(*c.b, 0, nullptr, after.ready, after.more);
 }
 
 }  // namespace hcr::detail

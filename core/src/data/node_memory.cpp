@@ -314,12 +314,9 @@ bool NodeMemory::evict(uint32_t n, uint64_t short_by, const TaskNode* t, int64_t
     const Replica& home = d.replicas[0];
     if (home.pins != 0 || home.fetching) continue;
     Replica& r = d.replicas[n];
-    r.evicting = true;
-    ++r.pins;  // the write-back reads it
-    ++r.copies_out;
+    r.evicting = true;                       // (the write-back pins it: it reads it)
     coherence_.set_fetching(*c.b, 0, true);  // host memory is being written: host users wait
-    retain(c.b);
-    copies.push_back({c.b, n, 0, true});
+    coherence_.copy_home(*c.b, n, true, Copy::kUrgent, copies);
     coming_home += c.b->bytes();
   }
   return false;

@@ -104,9 +104,11 @@ void Transfers::start(const Copy& c) noexcept {
   BufferState& b = *c.b;
   // What moves: b's own data (a halo tile's interior, never its ghosts, which are its neighbours'),
   // or the edge of a neighbour's that is one of b's ghosts (ghosts.hpp), read from the neighbour's
-  // replica (host memory is one for all tiles: b's host pointer places it as well).
-  const ElementRect rect =
-      c.ghost() ? ghost_edge(b, c.slot / 3 - 1, c.slot % 3 - 1) : own_elements(b);
+  // replica (host memory is one for all tiles: b's host pointer places it as well), or a piece of
+  // b's interior home (for its neighbours' ghosts there, or a part of its whole interior).
+  const ElementRect rect = c.ghost()               ? ghost_edge(b, c.slot / 3 - 1, c.slot % 3 - 1)
+                           : c.piece != Copy::kOwn ? border_piece(b, c.piece)
+                                                   : own_elements(b);
   BufferState& source = c.from != nullptr ? *c.from : b;
   Transfer* tr;
   {
@@ -215,8 +217,9 @@ void Transfers::copy_done(Transfer* tr, hcr_error_t* error) noexcept {
     std::string msg = take_error(dev.plugin->api, error);
     // The tasks waiting on the copy learn which device failed it (the engine charges that
     // device, not theirs); a device that is gone is retired below.
-    failed = (c.ghost() ? "copying a ghost edge of the " + describe(b) + " from '"
-                        : "copying a " + shape_of(b) + " buffer from '") +
+    failed = (c.ghost()       ? "copying a ghost edge of the " + describe(b) + " from '"
+              : c.edge_home() ? "copying an edge of the " + describe(b) + " home from '"
+                              : "copying a " + shape_of(b) + " buffer from '") +
              memory_.node(c.src).name + "' to '" + memory_.node(c.dst).name + "' failed: " + msg;
     failure = std::make_exception_ptr(CopyError(failed, dev.device, lost != nullptr));
     HCR_LOG(warn, failed);

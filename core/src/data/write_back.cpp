@@ -166,11 +166,8 @@ bool WriteBack::evacuate(uint32_t n, double timeout_s) noexcept {
         const Replica& home = d.replicas[0];
         if (home.pins != 0 || home.fetching) continue;  // a host task holds it: next round
         r.evicting = true;  // the write-back frees it when it lands (DataManager::landed)
-        ++r.pins;
-        ++r.copies_out;
         coherence_.set_fetching(*b, 0, true);
-        retain(b);
-        copies.push_back({b, n, 0, true});
+        coherence_.copy_home(*b, n, true, Copy::kUrgent, copies);
       }
       left = node.resident.size();
       if (left == 0) {
