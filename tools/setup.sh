@@ -105,7 +105,8 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 # and its host access (runtime_test, buffer_test, kernel_test), pause and resume (pause_test: held
 # tasks let go while devices complete others), scheduling contexts (context_test: the context
 # policy's arbitration, resizing while tasks run, a reserve's lapse timer), the data manager
-# (data_test), faults, timeouts and hot-plug (resilience_test, hotplug_test), the scheduler policies
+# (data_test; halo_test and halo_host_read_test: halo tiles' ghost edges, and edge pieces coming
+# home while host tasks wait on them), faults, timeouts and hot-plug (resilience_test, hotplug_test), the scheduler policies
 # (policies_test; peft_test: its plan gate and registry of running tasks), the CPU backend on oneTBB (cpu_backend_test; device_graph_test: device graphs whose nodes it runs on its workers) and the simulated backend
 # (sim_backend_test; sim_graph_abi_test: device graphs at its table), the node arbiter over its socket (arbiter_socket_test: runtimes' client
 # threads applying grants while tasks run; arbitration_test; arbiter_trust_test: peers of another
@@ -116,7 +117,7 @@ san_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBI
 # transport threads; the layer's own threading meets TSan through buffer_test's async accesses).
 # The TSan build has no OpenCL, CUDA or tools, so the plugins found are cpu and sim.
 tsan_tests=(dependency_test stress_test commute_test runtime_test pause_test context_test buffer_test kernel_test
-  data_test resilience_test hotplug_test policies_test peft_test cpu_backend_test sim_backend_test
+  data_test halo_test halo_host_read_test resilience_test hotplug_test policies_test peft_test cpu_backend_test sim_backend_test
   sim_graph_abi_test device_graph_test
   arbitration_test arbiter_socket_test arbiter_trust_test withheld_device_test)
 
