@@ -225,14 +225,11 @@ void DeviceDriver::start_graph(TaskNode* t, DeviceGraph& g, DeviceState& d) noex
       out[k].ld = out[k].cols;
     }
   }
-  // The nodes' tokens: the graph task's epoch for the tasks their kernels submit (fork-join, as
-  // for running_cpu_task's task), and no exception from an earlier launch.
-  g.epoch = t->epoch;
+  // The nodes' running task (its epoch for the tasks their kernels submit: fork-join, as for
+  // running_cpu_task's task), and no exception from an earlier launch.
+  g.task = t;
   if (g.tokens_dirty) {
-    for (TaskNode* token : g.tokens) {
-      token->error = nullptr;
-      token->kernel_threw = false;
-    }
+    for (NodeToken& token : g.tokens) token.error = nullptr;
     g.tokens_dirty = false;
   }
   g.failed_node = UINT64_MAX;

@@ -16,7 +16,6 @@ void retain(DeviceGraph* g) noexcept { g->refs.fetch_add(1, std::memory_order_re
 void release(DeviceGraph* g) noexcept {
   if (g->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (g->owner != nullptr) g->owner->forget(g);
-  for (TaskNode* t : g->tokens) release(t);
   delete g;
 }
 
@@ -27,8 +26,8 @@ std::exception_ptr DeviceGraph::launch_error(ErrorCode code, const std::string& 
     return std::make_exception_ptr(Error(code, "Graph::replay of " + std::to_string(tasks) +
                                                    " tasks on device '" + device->info.name +
                                                    "': " + message));
-  if (tokens[i]->kernel_threw && tokens[i]->error) return tokens[i]->error;
-  const std::string& kernel = tokens[i]->kernel->name;
+  if (tokens[i].error) return tokens[i].error;
+  const std::string& kernel = tokens[i].kernel->name;
   return std::make_exception_ptr(Error(code, "Graph::replay: task " + std::to_string(i) +
                                                  " (kernel '" + kernel + "') failed on device '" +
                                                  device->info.name + "': " + message));

@@ -3,10 +3,10 @@
 // task") whose launch is one graph_launch. The plugin follows the recorded edges itself.
 //
 // DeviceGraph is one recorded graph's device graph on one device: the plugin's handle, the layout
-// of the nodes' arguments over the graph task's buffers, and one host token per node (a TaskNode
-// each: a C++ CPU implementation keeps its exception there, and sees itself as the running task,
-// as for any launch; nodes running at once each have their own). DeviceGraphs, one per runtime,
-// knows the live handles so that the runtime's end releases them before their plugins go.
+// of the nodes' arguments over the graph task's buffers, and one host token per node (a NodeToken,
+// all in one block: a C++ CPU implementation keeps its exception there, nodes running at once each
+// in their own, and sees the graph task as the running task). DeviceGraphs, one per runtime, knows
+// the live handles so that the runtime's end releases them before their plugins go.
 //
 // Thread safety: DeviceGraphs' members may be called from any thread. A DeviceGraph is built by
 // one replay under its recorded graph's lock; a launch of it is used by one graph task at a time
@@ -20,6 +20,7 @@
 #include <hcr/plugin.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -29,9 +30,28 @@
 namespace hcr::detail {
 
 class DataManager;
+struct DeviceGraph;
 class DeviceGraphs;
 struct KernelState;
 struct TaskNode;
+
+// A node's host token. The plugin is given it tagged (host_token_of): kernel.cpp's trampoline tells
+// it from a launch's token, a TaskNode, by the low bit no TaskNode's address has. A token is a few
+// words, not a TaskNode of its own: making one per node was most of a first replay's cost.
+struct NodeToken {
+  DeviceGraph* graph;
+  KernelState* kernel;       // the node's (a reference held by DeviceGraph::kernels)
+  std::exception_ptr error;  // what its C++ implementation threw in the last launch
+};
+
+inline void* host_token_of(NodeToken* n) noexcept {
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(n) | 1u);
+}
+/// The node token a host token stands for, or null for a launch's (its TaskNode).
+inline NodeToken* node_token(void* host_token) noexcept {
+  const auto v = reinterpret_cast<uintptr_t>(host_token);
+  return (v & 1u) != 0 ? reinterpret_cast<NodeToken*>(v & ~uintptr_t{1}) : nullptr;
+}
 
 struct DeviceGraph {
   std::atomic<uint32_t> refs{1};
@@ -45,10 +65,17 @@ struct DeviceGraph {
   std::vector<uint32_t> slot;
   std::vector<hcr_access_t> access;
   std::vector<hcr_arg_t> args;    // this launch's, filled by the driver (alive until done)
-  std::vector<TaskNode*> tokens;  // host token of each node (a reference each)
-  uint64_t failed_node = 0;       // graph_launch's out
-  uint8_t epoch = 0;              // the launching graph task's (tokens' epoch_from)
-  bool tokens_dirty = false;      // a launch failed: a token may hold its kernel's exception
+  std::vector<NodeToken> tokens;  // host token of each node
+  // The nodes' scalar parameters, node after node (the plugin borrows them for the graph's life,
+  // which may outlast the recording's).
+  std::vector<std::byte> params;
+  std::vector<uint32_t> param_offsets;
+  std::vector<Ref<KernelState>> kernels;  // the distinct kernels of the nodes
+  uint64_t failed_node = 0;               // graph_launch's out
+  // The graph task of the launch in progress: the running task its nodes' kernels see (its epoch
+  // for the tasks they submit, its buffers), set by the driver for each launch.
+  TaskNode* task = nullptr;
+  bool tokens_dirty = false;  // a launch failed: a token may hold its kernel's exception
   // A graph task holding it is unfinished: a second replay meanwhile runs task by task (the ABI
   // allows no overlapping launches of one graph). Set by the replay, cleared when that task ends.
   std::atomic<bool> in_flight{false};

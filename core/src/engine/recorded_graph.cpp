@@ -525,8 +525,24 @@ DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) 
   auto* g = new DeviceGraph;
   g->device = &ds;
   g->tasks = n;
+  g->kernels = kernels_used_;
+  // Everything in a few blocks, sized first: a first replay makes them for every node.
+  size_t num_args = 0, params_size = 0, num_params = 0, num_successors = 0;
+  for (const RecordedTask& r : tasks_) {
+    num_args += r.args.size();
+    params_size += r.params.size();
+    num_params += r.param_offsets.size();
+    num_successors += r.successors.size();
+  }
+  g->first_arg.reserve(n + 1);
+  g->slot.reserve(num_args);
+  g->access.reserve(num_args);
+  g->params.resize(params_size);
+  g->param_offsets.resize(num_params);
+  g->tokens.resize(n);
   std::vector<hcr_graph_node_t> nodes(n);
-  std::vector<std::vector<uint32_t>> successors(n);
+  std::vector<uint32_t> successors(num_successors);
+  size_t at_param = 0, at_offset = 0, at_successor = 0;
   for (size_t i = 0; i < n; ++i) {
     const RecordedTask& r = tasks_[i];
     g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
@@ -534,31 +550,28 @@ DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) 
       g->slot.push_back(a.slot);
       g->access.push_back(abi_access(a.access));
     }
-    // The node's host token: a task record of its own (see device_graphs.hpp).
-    auto* token = new TaskNode;
-    token->rt = rt_;
-    retain(r.kernel);
-    token->kernel = r.kernel;
-    token->params = r.params;
-    token->param_offsets = r.param_offsets;
-    token->epoch_from = &g->epoch;
-    g->tokens.push_back(token);
-    for (const RecordedTask::Next& x : r.successors) successors[i].push_back(x.task);
+    g->tokens[i].graph = g;
+    g->tokens[i].kernel = r.kernel;
     hcr_graph_node_t& node = nodes[i];
     node.struct_size = HCR_GRAPH_NODE_STRUCT_SIZE;
     node.kernel = r.kernel->devices[d].handle;
     node.num_args = r.args.size();
-    node.params = token->params.data();
-    node.params_size = token->params.size();
-    node.param_offsets = token->param_offsets.data();
-    node.num_params = token->param_offsets.size();
+    node.params = g->params.data() + at_param;
+    node.params_size = r.params.size();
+    node.param_offsets = g->param_offsets.data() + at_offset;
+    node.num_params = r.param_offsets.size();
+    std::copy(r.params.begin(), r.params.end(), g->params.begin() + at_param);
+    std::copy(r.param_offsets.begin(), r.param_offsets.end(), g->param_offsets.begin() + at_offset);
+    at_param += r.params.size();
+    at_offset += r.param_offsets.size();
     for (int k = 0; k < 3; ++k) {
       node.global_size[k] = r.global_size[k];
       node.local_size[k] = r.local_size[k];
     }
-    node.host_token = token;
-    node.successors = successors[i].data();
-    node.num_successors = successors[i].size();
+    node.host_token = host_token_of(&g->tokens[i]);
+    node.successors = successors.data() + at_successor;
+    node.num_successors = r.successors.size();
+    for (const RecordedTask::Next& x : r.successors) successors[at_successor++] = x.task;
   }
   g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
   // The arguments as they are now: host memory where the device works in it; a device's
