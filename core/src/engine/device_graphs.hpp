@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -29,10 +30,12 @@
 
 namespace hcr::detail {
 
+struct BufferState;
 class DataManager;
 struct DeviceGraph;
 class DeviceGraphs;
 struct KernelState;
+struct RecordedTask;
 struct TaskNode;
 
 // A node's host token. The plugin is given it tagged (host_token_of): kernel.cpp's trampoline tells
@@ -103,9 +106,12 @@ class DeviceGraphs {
   DeviceTable& devices() noexcept { return devices_; }
   /// Whether device d's plugin has the ABI 1.2 entries.
   bool supported(uint32_t d) const noexcept;
-  /// Asks the plugin of `g->device` for the graph of `nodes` (args as they are now); on success
-  /// `g` is known here until released. Returns the plugin's error message, empty on success.
-  std::string create(DeviceGraph* g, const std::vector<hcr_graph_node_t>& nodes);
+  /// Device d's graph of a recording's `tasks` (`kernels`: the distinct kernels they use) over the
+  /// buffers `bound` (one per slot), made and handed to d's plugin; null, with why not, when a
+  /// task's kernel has no implementation on d or the plugin refused it.
+  DeviceGraph* make(uint32_t d, const std::deque<RecordedTask>& tasks,
+                    const std::vector<Ref<KernelState>>& kernels, BufferState* const* bound,
+                    std::string& why);
   /// Releases `g`'s plugin graph (its last reference).
   void forget(DeviceGraph* g) noexcept;
   /// The runtime's end, every launch finished, before the plugins go: every graph released.
@@ -114,6 +120,10 @@ class DeviceGraphs {
   std::atomic<uint64_t> launches{0};
 
  private:
+  /// Asks the plugin of `g->device` for the graph of `nodes` (args as they are now); on success
+  /// `g` is known here until released. Returns the plugin's error message, empty on success.
+  std::string create(DeviceGraph* g, const std::vector<hcr_graph_node_t>& nodes);
+
   DeviceTable& devices_;
   const bool enabled_;
   std::mutex mutex_;

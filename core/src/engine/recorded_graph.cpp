@@ -512,87 +512,14 @@ DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) 
   DeviceGraphs& graphs = host_->device_graphs();
   DeviceState& ds = graphs.devices()[d];
   const size_t n = tasks_.size();
-  auto refuse = [&](DeviceGraph* g, const std::string& why) -> DeviceGraph* {
+  std::string why;
+  DeviceGraph* g = graphs.make(d, tasks_, kernels_used_, bound, why);
+  if (g == nullptr) {
     HCR_LOG(debug, "a graph of " << n << " tasks runs task by task on device '" << ds.info.name
                                  << "': " << why);
     graph_refused_[d] = 1;
-    if (g != nullptr) release(g);
     return nullptr;
-  };
-  for (const RecordedTask& r : tasks_)
-    if (!r.kernel->can_run(d) || r.kernel->devices[d].handle == nullptr)
-      return refuse(nullptr, "kernel '" + r.kernel->name + "' has no implementation there");
-  auto* g = new DeviceGraph;
-  g->device = &ds;
-  g->tasks = n;
-  g->kernels = kernels_used_;
-  // Everything in a few blocks, sized first: a first replay makes them for every node.
-  size_t num_args = 0, params_size = 0, num_params = 0, num_successors = 0;
-  for (const RecordedTask& r : tasks_) {
-    num_args += r.args.size();
-    params_size += r.params.size();
-    num_params += r.param_offsets.size();
-    num_successors += r.successors.size();
   }
-  g->first_arg.reserve(n + 1);
-  g->slot.reserve(num_args);
-  g->access.reserve(num_args);
-  g->params.resize(params_size);
-  g->param_offsets.resize(num_params);
-  g->tokens.resize(n);
-  std::vector<hcr_graph_node_t> nodes(n);
-  std::vector<uint32_t> successors(num_successors);
-  size_t at_param = 0, at_offset = 0, at_successor = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const RecordedTask& r = tasks_[i];
-    g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
-    for (const RecordedTask::Arg& a : r.args) {
-      g->slot.push_back(a.slot);
-      g->access.push_back(abi_access(a.access));
-    }
-    g->tokens[i].graph = g;
-    g->tokens[i].kernel = r.kernel;
-    hcr_graph_node_t& node = nodes[i];
-    node.struct_size = HCR_GRAPH_NODE_STRUCT_SIZE;
-    node.kernel = r.kernel->devices[d].handle;
-    node.num_args = r.args.size();
-    node.params = g->params.data() + at_param;
-    node.params_size = r.params.size();
-    node.param_offsets = g->param_offsets.data() + at_offset;
-    node.num_params = r.param_offsets.size();
-    std::copy(r.params.begin(), r.params.end(), g->params.begin() + at_param);
-    std::copy(r.param_offsets.begin(), r.param_offsets.end(), g->param_offsets.begin() + at_offset);
-    at_param += r.params.size();
-    at_offset += r.param_offsets.size();
-    for (int k = 0; k < 3; ++k) {
-      node.global_size[k] = r.global_size[k];
-      node.local_size[k] = r.local_size[k];
-    }
-    node.host_token = host_token_of(&g->tokens[i]);
-    node.successors = successors.data() + at_successor;
-    node.num_successors = r.successors.size();
-    for (const RecordedTask::Next& x : r.successors) successors[at_successor++] = x.task;
-  }
-  g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
-  // The arguments as they are now: host memory where the device works in it; a device's
-  // replicas may not exist yet (each launch hands the memory it then has).
-  g->args.resize(g->slot.size());
-  for (size_t k = 0; k < g->slot.size(); ++k) {
-    const BufferState& b = *bound[g->slot[k]];
-    hcr_arg_t& x = g->args[k];
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
-    x.access = g->access[k];
-    x.rows = b.rows;
-    x.cols = b.cols;
-    if (ds.info.memory_node == 0) {
-      x.host = b.host;
-      x.ld = b.ld;
-    } else {
-      x.ld = b.cols;
-    }
-  }
-  if (std::string why = graphs.create(g, nodes); !why.empty()) return refuse(g, why);
   if (graph_kernel_ == nullptr) {
     Ref<KernelState> k = kernels_.get("graph (" + std::to_string(n) + " tasks)", keep_);
     // Runs wherever it is pinned: it is never asked of a plugin as a kernel.
