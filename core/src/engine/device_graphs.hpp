@@ -67,7 +67,16 @@ struct DeviceGraph {
   std::vector<uint32_t> first_arg;
   std::vector<uint32_t> slot;
   std::vector<hcr_access_t> access;
-  std::vector<hcr_arg_t> args;    // this launch's, filled by the driver (alive until done)
+  std::vector<hcr_arg_t> args;  // this launch's, filled by the driver (alive until done)
+  // What each slot's memory was at the last launch (host memory and its ld where the device works
+  // in it, else the device's replica): a launch finding every slot as it was hands `args` as they
+  // are, without a pass over every node's arguments. Empty until the first launch.
+  struct SlotMemory {
+    const void* at;
+    uint64_t ld;
+    bool operator==(const SlotMemory&) const = default;
+  };
+  std::vector<SlotMemory> slot_memory;
   std::vector<NodeToken> tokens;  // host token of each node
   // The nodes' scalar parameters, node after node (the plugin borrows them for the graph's life,
   // which may outlast the recording's).
