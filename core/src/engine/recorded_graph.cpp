@@ -195,18 +195,24 @@ void Recorder::commit(Captured c) {
   boost::container::small_vector<uint32_t, 8> ghosts;
   for (const Captured::HaloRead& h : c.halos) {
     const uint32_t tile = slots_.at(h.tile);
-    RecordedGraph::HaloSlot hs{tile, {}};
+    // A tile's first read: its neighbours by place, made where they stay (halos_ is a deque): a
+    // HaloSlot is never moved, whose small_vector GCC 12 warns about when moved
+    // (-Wstringop-overread over its inline buffer, though only the elements in use are copied).
+    RecordedGraph::HaloSlot* hs = nullptr;
+    if (halo_seen_.insert(tile).second) {
+      hs = &g.halos_.emplace_back();
+      hs->slot = tile;
+    }
     for (const HaloNeighbour& n : h.neighbours) {
       bool named = false;
       for (const Ref<BufferState>& b : c.buffers) named = named || b.get() == n.tile.get();
       const uint32_t slot = named ? slots_.at(n.tile.get()) : slot_of(n.tile, Access::read);
-      hs.neighbours.push_back({slot, n.di, n.dj});
+      if (hs != nullptr) hs->neighbours.push_back({slot, n.di, n.dj});
       if (!named && std::find(ghosts.begin(), ghosts.end(), slot) == ghosts.end()) {
         ghosts.push_back(slot);
         access(self, slot, Access::read);
       }
     }
-    if (halo_seen_.insert(tile).second) g.halos_.push_back(std::move(hs));
   }
   if (!c.excluded.empty())
     g.excluded_.push_back({self, std::move(c.excluded), std::move(c.excluded_why)});

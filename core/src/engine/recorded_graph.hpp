@@ -183,7 +183,7 @@ class RecordedGraph {
     uint32_t slot;
     boost::container::small_vector<Neighbour, 8> neighbours;
   };
-  std::vector<HaloSlot> halos_;
+  std::deque<HaloSlot> halos_;  // (a deque: each made in place, never moved; see Recorder::commit)
   // A task with halo tiles: the devices Runtime::submit excluded for it (engine/halo_reads.hpp).
   struct Excluded {
     uint32_t task;
