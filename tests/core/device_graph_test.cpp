@@ -368,6 +368,34 @@ TEST(DeviceGraph, TasksANodeSubmitsAreWaitedFor) {
   EXPECT_EQ(rt.stats().graph_launches, 3u);
 }
 
+// A node's kernel runs within its graph task, which holds every buffer of the graph until the
+// node ends: acquiring one the graph writes is refused, as inside any task that has it as an
+// argument, rather than waiting forever.
+TEST(DeviceGraph, ANodeAcquiringWhatItsGraphWritesIsRefused) {
+  Runtime rt(cpu(2));
+  auto a = rt.vector<int64_t>(1);
+  auto b = rt.vector<int64_t>(1);
+  std::atomic<bool> peek{false};
+  Kernel writer = rt.kernel("writer").cpu([](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) = 1; });
+  Kernel reader = rt.kernel("reader").cpu([&](TaskContext& ctx) {
+    (void)ctx.arg<int64_t>(0);
+    if (peek.load()) auto view = b.acquire(Access::read);  // b: not this task's argument
+  });
+  rt.begin_recording();
+  rt.submit(Task(writer).write(b));
+  rt.submit(Task(reader).read(a));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  peek = true;
+  try {
+    g.replay().get();
+    FAIL() << "the replay succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("would wait forever"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(rt.stats().graph_launches, 1u);
+}
+
 // A plugin of ABI 1.0 (a table without the graph entries) still replays, task by task.
 TEST(DeviceGraph, PluginWithoutGraphEntriesReplaysTaskByTask) {
   Config c;
