@@ -1,5 +1,6 @@
 // Kernel handles: adding implementations, and the trampoline that runs a C++ CPU implementation
 // behind the C ABI's host-function interface.
+#include "engine/device_graphs.hpp"
 #include "kernel_state.hpp"
 #include "runtime_core.hpp"
 #include "task_node.hpp"
@@ -15,16 +16,19 @@ namespace {
 thread_local const detail::TaskNode* tl_running = nullptr;
 
 // Runs a CpuFunction for a plugin. The task is the launch's host token: an exception is kept on
-// the task unchanged (the Event rethrows it) and summarised for the plugin's error.
+// the task unchanged (the Event rethrows it) and summarised for the plugin's error. A device
+// graph's node (a tagged NodeToken) runs within its graph task, the running task its kernel sees;
+// the exception is kept on the node's token (DeviceGraph::launch_error).
 int cpu_trampoline(void* user_data, const hcr_exec_context_t* ctx, char* message,
                    size_t message_size) {
   auto* impl = static_cast<detail::KernelImpl*>(user_data);
-  auto* task = static_cast<detail::TaskNode*>(ctx->host_token);
+  detail::NodeToken* const node = detail::node_token(ctx->host_token);
+  auto* task = node != nullptr ? nullptr : static_cast<detail::TaskNode*>(ctx->host_token);
   struct Running {  // a kernel may run another inline (a plugin completing at once)
     const detail::TaskNode* outer = tl_running;
     explicit Running(const detail::TaskNode* t) noexcept { tl_running = t; }
     ~Running() { tl_running = outer; }
-  } running(task);
+  } running(node != nullptr ? node->graph->task : task);
   try {
     TaskContext tc(ctx, task);
     impl->cpu(tc);
@@ -32,7 +36,9 @@ int cpu_trampoline(void* user_data, const hcr_exec_context_t* ctx, char* message
   } catch (...) {
     std::exception_ptr e = std::current_exception();
     std::snprintf(message, message_size, "%s", detail::what(e).c_str());
-    if (task != nullptr) {
+    if (node != nullptr) {
+      node->error = e;
+    } else if (task != nullptr) {
       task->error = e;
       task->kernel_threw = true;
     }

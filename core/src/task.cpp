@@ -145,14 +145,21 @@ std::exception_ptr task_error(const TaskNode* t) noexcept {
 }
 int task_device(const TaskNode* t) noexcept { return t->device.load(std::memory_order_relaxed); }
 
-const void* task_param(const TaskNode* t, size_t index, size_t size) {
-  if (index >= t->param_offsets.size())
+const void* task_param(const TaskNode* t, const hcr_exec_context_t* ctx, size_t index,
+                       size_t size) {
+  // A device graph's node has no task record of its own: its parameters are those its launch
+  // handed it (DeviceGraph::params).
+  const auto* params = t != nullptr ? t->params.data() : static_cast<const std::byte*>(ctx->params);
+  const size_t params_size = t != nullptr ? t->params.size() : ctx->params_size;
+  const uint32_t* offsets = t != nullptr ? t->param_offsets.data() : ctx->param_offsets;
+  const size_t num_params = t != nullptr ? t->param_offsets.size() : ctx->num_params;
+  if (index >= num_params)
     throw Error(ErrorCode::invalid_argument, "parameter " + std::to_string(index) +
                                                  " requested; the task has " +
-                                                 std::to_string(t->param_offsets.size()));
-  const size_t off = t->param_offsets[index];
-  const bool last = index + 1 == t->param_offsets.size();
-  const size_t end = last ? t->params.size() : t->param_offsets[index + 1];
+                                                 std::to_string(num_params));
+  const size_t off = offsets[index];
+  const bool last = index + 1 == num_params;
+  const size_t end = last ? params_size : offsets[index + 1];
   auto refuse = [&](const char* why) {
     throw Error(ErrorCode::invalid_argument,
                 "parameter " + std::to_string(index) + " holds " + std::to_string(end - off) +
@@ -167,13 +174,13 @@ const void* task_param(const TaskNode* t, size_t index, size_t size) {
   // low half, 0 for 2.0, without a word.
   if (size < end - off) {
     bool padding = !last;
-    for (size_t i = off + size; padding && i < end; ++i) padding = t->params[i] == std::byte{0};
+    for (size_t i = off + size; padding && i < end; ++i) padding = params[i] == std::byte{0};
     bool aligns = false;
     for (size_t align = 1; padding && !aligns && align <= (end & (~end + 1)); align *= 2)
       aligns = (off + size + align - 1) / align * align == end;
     if (!aligns) refuse(", and the rest is not the padding before the next parameter");
   }
-  return t->params.data() + off;
+  return params + off;
 }
 
 void bad_arg_type(size_t index, DType have, DType want) {

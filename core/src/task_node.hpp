@@ -149,9 +149,6 @@ struct TaskNode {
   // A replay run as one device graph (engine/device_graphs.hpp): this task launches it instead of
   // a kernel (a reference, given up with the task).
   DeviceGraph* device_graph = nullptr;
-  // A device graph node's host token: its launch's graph task's epoch (DeviceGraph::epoch), which
-  // tasks its kernel submits count in (one write per launch, not one per node).
-  const uint8_t* epoch_from = nullptr;
 
   ~TaskNode();
 
@@ -159,11 +156,6 @@ struct TaskNode {
   static void* operator new(size_t size);
   static void operator delete(void* p) noexcept;
 };
-
-/// The wait_all epoch tasks submitted by `parent`'s kernel count in.
-inline uint8_t child_epoch(const TaskNode* parent) noexcept {
-  return parent->epoch_from != nullptr ? *parent->epoch_from : parent->epoch;
-}
 
 /// Blocks until `t` has settled (`state` no longer kPending).
 inline void wait_settled(const TaskNode* t) noexcept {

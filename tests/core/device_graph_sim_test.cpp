@@ -4,7 +4,7 @@
 // the data manager placed them in — and results must come home: every test compares the buffers,
 // read on the host, with the same replays run task by task ([runtime] device_graphs = false), and
 // checks that the device graph was used (RuntimeStats::graph_launches).
-#include "../test_support.hpp"
+#include "device_graph_support.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -16,43 +16,10 @@
 namespace hcr {
 namespace {
 
-// One simulated device with its own memory, computing for real, its modelled time scaled down.
-Config sim_device(bool device_graphs) {
-  Config c;
-  c.use_environment = false;
-  c.policy = "eager";
-  c.model_dir = "off";
-  c.device_graphs = device_graphs;
-  c.backends.push_back({"sim",
-                        true,
-                        {{"time_scale", "0.001"},
-                         {"device.0.launch_overhead", "0.05"},  // 50 us a launch, real time
-                         {"device.0.latency", "0.05"},          // and a copy
-                         {"device.0.name", "discrete"},
-                         {"device.0.concurrency", "2"}},
-                        "test"});
-  return c;
-}
-
-void fill(Buffer<int64_t>& b, int64_t v) {
-  auto h = b.acquire(Access::write);
-  for (size_t i = 0; i < b.cols(); ++i) h(0, i) = v + static_cast<int64_t>(i);
-}
-
-// out = 3 * (sum of the inputs) + p (mod a prime): the last argument is written, the others read.
-Kernel mix_kernel(Runtime& rt) {
-  return rt.kernel("mix").cpu([](TaskContext& ctx) {
-    const size_t n = ctx.num_args();
-    auto out = ctx.arg<int64_t>(n - 1);
-    for (size_t c = 0; c < out.cols; ++c) {
-      int64_t s = 0;
-      for (size_t a = 0; a + 1 < n; ++a) s += ctx.arg<int64_t>(a)(0, c);
-      out(0, c) = (3 * s + ctx.param<int64_t>(0)) % 1000003;
-    }
-  });
-}
-
-using Shape = std::function<void(Runtime&, Kernel&, std::vector<Buffer<int64_t>>&)>;
+using test::device_graph::fill;
+using test::device_graph::mix_kernel;
+using test::device_graph::Shape;
+using test::device_graph::sim_device;
 
 struct Outcome {
   std::vector<std::vector<int64_t>> values;

@@ -4,7 +4,7 @@
 // replays run task by task ([runtime] device_graphs = false): chains, diamonds, fan-in and
 // fan-out, many independent roots, rebinding, a failing node, a concurrent replay, the workers the
 // nodes see; not used across two devices, when switched off, or with a plugin of ABI 1.0.
-#include "../test_support.hpp"
+#include "device_graph_support.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -17,34 +17,10 @@
 namespace hcr {
 namespace {
 
-Config cpu(int threads, bool device_graphs = true) {
-  Config c = test::cpu_config(threads);
-  c.model_dir = "off";
-  c.device_graphs = device_graphs;
-  return c;
-}
-
-void fill(Buffer<int64_t>& b, int64_t v) {
-  auto h = b.acquire(Access::write);
-  for (size_t i = 0; i < b.cols(); ++i) h(0, i) = v + static_cast<int64_t>(i);
-}
-
-// out = 3 * (sum of the inputs) + p, element by element (mod a prime, to stay finite): the last
-// argument is written, every other one read.
-Kernel mix_kernel(Runtime& rt) {
-  return rt.kernel("mix").cpu([](TaskContext& ctx) {
-    const size_t n = ctx.num_args();
-    auto out = ctx.arg<int64_t>(n - 1);
-    for (size_t c = 0; c < out.cols; ++c) {
-      int64_t s = 0;
-      for (size_t a = 0; a + 1 < n; ++a) s += ctx.arg<int64_t>(a)(0, c);
-      out(0, c) = (3 * s + ctx.param<int64_t>(0)) % 1000003;
-    }
-  });
-}
-
-// A graph shape over `bufs`: the tasks it submits, recorded.
-using Shape = std::function<void(Runtime&, Kernel&, std::vector<Buffer<int64_t>>&)>;
+using test::device_graph::cpu;
+using test::device_graph::fill;
+using test::device_graph::mix_kernel;
+using test::device_graph::Shape;
 
 struct Outcome {
   std::vector<std::vector<int64_t>> values;
@@ -390,6 +366,34 @@ TEST(DeviceGraph, TasksANodeSubmitsAreWaitedFor) {
     EXPECT_EQ(children.load(), 2 * (r + 2));
   }
   EXPECT_EQ(rt.stats().graph_launches, 3u);
+}
+
+// A node's kernel runs within its graph task, which holds every buffer of the graph until the
+// node ends: acquiring one the graph writes is refused, as inside any task that has it as an
+// argument, rather than waiting forever.
+TEST(DeviceGraph, ANodeAcquiringWhatItsGraphWritesIsRefused) {
+  Runtime rt(cpu(2));
+  auto a = rt.vector<int64_t>(1);
+  auto b = rt.vector<int64_t>(1);
+  std::atomic<bool> peek{false};
+  Kernel writer = rt.kernel("writer").cpu([](TaskContext& ctx) { ctx.arg<int64_t>(0)(0, 0) = 1; });
+  Kernel reader = rt.kernel("reader").cpu([&](TaskContext& ctx) {
+    (void)ctx.arg<int64_t>(0);
+    if (peek.load()) auto view = b.acquire(Access::read);  // b: not this task's argument
+  });
+  rt.begin_recording();
+  rt.submit(Task(writer).write(b));
+  rt.submit(Task(reader).read(a));
+  Graph g = rt.end_recording();
+  rt.wait_all();
+  peek = true;
+  try {
+    g.replay().get();
+    FAIL() << "the replay succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("would wait forever"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(rt.stats().graph_launches, 1u);
 }
 
 // A plugin of ABI 1.0 (a table without the graph entries) still replays, task by task.

@@ -53,7 +53,9 @@ struct MatrixView {
 };
 
 namespace detail {
-HCR_API const void* task_param(const TaskNode* task, size_t index, size_t size);
+// Scalar parameter `index` of `task`, or of `ctx` without one (a device graph's node).
+HCR_API const void* task_param(const TaskNode* task, const hcr_exec_context_t* ctx, size_t index,
+                               size_t size);
 [[noreturn]] HCR_API void bad_arg_type(size_t index, DType have, DType want);
 [[noreturn]] HCR_API void bad_arg_index(size_t index, size_t count);
 }  // namespace detail
@@ -80,7 +82,7 @@ class TaskContext {
   template <class T>
   T param(size_t i) const {
     T v;
-    std::memcpy(&v, detail::task_param(task_, i, sizeof(T)), sizeof(T));
+    std::memcpy(&v, detail::task_param(task_, ctx_, i, sizeof(T)), sizeof(T));
     return v;
   }
   /// Which of the device's concurrent slots runs this task.

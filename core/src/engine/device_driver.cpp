@@ -207,32 +207,40 @@ void DeviceDriver::start_kernel(TaskNode* t, DeviceState& d) noexcept {
 }
 
 // A replay's device graph: every node's arguments from the graph task's buffers (one per slot of
-// the recorded graph) as start_kernel makes one task's, then one launch of the whole graph.
+// the recorded graph) as start_kernel makes one task's, then one launch of the whole graph. The
+// arguments are filled again only when a slot's memory moved since the last launch (another buffer
+// bound, a replica made or moved): a replay's launch is then a pass over its slots, not its nodes.
 void DeviceDriver::start_graph(TaskNode* t, DeviceGraph& g, DeviceState& d) noexcept {
   const hcr_plugin_api_t* api = d.plugin->api;
   const uint32_t node = d.info.memory_node;
   const size_t num_args = g.slot.size();
+  const size_t num_slots = t->args.size();
   hcr_arg_t* out = g.args.data();
-  if (node == 0) {
-    for (size_t k = 0; k < num_args; ++k) {
-      const BufferState& b = *t->args[g.slot[k]].buffer;
-      out[k].host = b.host;
-      out[k].ld = b.ld;
-    }
-  } else {  // device replicas are contiguous
-    for (size_t k = 0; k < num_args; ++k) {
-      out[k].memory = data_.memory(*t->args[g.slot[k]].buffer, node);
-      out[k].ld = out[k].cols;
+  bool moved = g.slot_memory.size() != num_slots;
+  if (moved) g.slot_memory.resize(num_slots);
+  for (size_t s = 0; s < num_slots; ++s) {
+    BufferState& b = *t->args[s].buffer;
+    const DeviceGraph::SlotMemory now =
+        node == 0 ? DeviceGraph::SlotMemory{b.host, b.ld}
+                  : DeviceGraph::SlotMemory{data_.memory(b, node), b.cols};  // contiguous replicas
+    if (now != g.slot_memory[s]) {
+      g.slot_memory[s] = now;
+      moved = true;
     }
   }
-  // The nodes' tokens: the graph task's epoch for the tasks their kernels submit (fork-join, as
-  // for running_cpu_task's task), and no exception from an earlier launch.
-  g.epoch = t->epoch;
-  if (g.tokens_dirty) {
-    for (TaskNode* token : g.tokens) {
-      token->error = nullptr;
-      token->kernel_threw = false;
+  if (moved) {
+    for (size_t k = 0; k < num_args; ++k) {
+      const DeviceGraph::SlotMemory& m = g.slot_memory[g.slot[k]];
+      if (node == 0) out[k].host = const_cast<void*>(m.at);
+      else out[k].memory = static_cast<hcr_memory_t*>(const_cast<void*>(m.at));
+      out[k].ld = m.ld;
     }
+  }
+  // The nodes' running task (its epoch for the tasks their kernels submit: fork-join, as for
+  // running_cpu_task's task), and no exception from an earlier launch.
+  g.task = t;
+  if (g.tokens_dirty) {
+    for (NodeToken& token : g.tokens) token.error = nullptr;
     g.tokens_dirty = false;
   }
   g.failed_node = UINT64_MAX;

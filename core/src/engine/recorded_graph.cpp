@@ -195,18 +195,24 @@ void Recorder::commit(Captured c) {
   boost::container::small_vector<uint32_t, 8> ghosts;
   for (const Captured::HaloRead& h : c.halos) {
     const uint32_t tile = slots_.at(h.tile);
-    RecordedGraph::HaloSlot hs{tile, {}};
+    // A tile's first read: its neighbours by place, made where they stay (halos_ is a deque): a
+    // HaloSlot is never moved, whose small_vector GCC 12 warns about when moved
+    // (-Wstringop-overread over its inline buffer, though only the elements in use are copied).
+    RecordedGraph::HaloSlot* hs = nullptr;
+    if (halo_seen_.insert(tile).second) {
+      hs = &g.halos_.emplace_back();
+      hs->slot = tile;
+    }
     for (const HaloNeighbour& n : h.neighbours) {
       bool named = false;
       for (const Ref<BufferState>& b : c.buffers) named = named || b.get() == n.tile.get();
       const uint32_t slot = named ? slots_.at(n.tile.get()) : slot_of(n.tile, Access::read);
-      hs.neighbours.push_back({slot, n.di, n.dj});
+      if (hs != nullptr) hs->neighbours.push_back({slot, n.di, n.dj});
       if (!named && std::find(ghosts.begin(), ghosts.end(), slot) == ghosts.end()) {
         ghosts.push_back(slot);
         access(self, slot, Access::read);
       }
     }
-    if (halo_seen_.insert(tile).second) g.halos_.push_back(std::move(hs));
   }
   if (!c.excluded.empty())
     g.excluded_.push_back({self, std::move(c.excluded), std::move(c.excluded_why)});
@@ -512,74 +518,14 @@ DeviceGraph* RecordedGraph::device_graph(uint32_t d, BufferState* const* bound) 
   DeviceGraphs& graphs = host_->device_graphs();
   DeviceState& ds = graphs.devices()[d];
   const size_t n = tasks_.size();
-  auto refuse = [&](DeviceGraph* g, const std::string& why) -> DeviceGraph* {
+  std::string why;
+  DeviceGraph* g = graphs.make(d, tasks_, kernels_used_, bound, why);
+  if (g == nullptr) {
     HCR_LOG(debug, "a graph of " << n << " tasks runs task by task on device '" << ds.info.name
                                  << "': " << why);
     graph_refused_[d] = 1;
-    if (g != nullptr) release(g);
     return nullptr;
-  };
-  for (const RecordedTask& r : tasks_)
-    if (!r.kernel->can_run(d) || r.kernel->devices[d].handle == nullptr)
-      return refuse(nullptr, "kernel '" + r.kernel->name + "' has no implementation there");
-  auto* g = new DeviceGraph;
-  g->device = &ds;
-  g->tasks = n;
-  std::vector<hcr_graph_node_t> nodes(n);
-  std::vector<std::vector<uint32_t>> successors(n);
-  for (size_t i = 0; i < n; ++i) {
-    const RecordedTask& r = tasks_[i];
-    g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
-    for (const RecordedTask::Arg& a : r.args) {
-      g->slot.push_back(a.slot);
-      g->access.push_back(abi_access(a.access));
-    }
-    // The node's host token: a task record of its own (see device_graphs.hpp).
-    auto* token = new TaskNode;
-    token->rt = rt_;
-    retain(r.kernel);
-    token->kernel = r.kernel;
-    token->params = r.params;
-    token->param_offsets = r.param_offsets;
-    token->epoch_from = &g->epoch;
-    g->tokens.push_back(token);
-    for (const RecordedTask::Next& x : r.successors) successors[i].push_back(x.task);
-    hcr_graph_node_t& node = nodes[i];
-    node.struct_size = HCR_GRAPH_NODE_STRUCT_SIZE;
-    node.kernel = r.kernel->devices[d].handle;
-    node.num_args = r.args.size();
-    node.params = token->params.data();
-    node.params_size = token->params.size();
-    node.param_offsets = token->param_offsets.data();
-    node.num_params = token->param_offsets.size();
-    for (int k = 0; k < 3; ++k) {
-      node.global_size[k] = r.global_size[k];
-      node.local_size[k] = r.local_size[k];
-    }
-    node.host_token = token;
-    node.successors = successors[i].data();
-    node.num_successors = successors[i].size();
   }
-  g->first_arg.push_back(static_cast<uint32_t>(g->slot.size()));
-  // The arguments as they are now: host memory where the device works in it; a device's
-  // replicas may not exist yet (each launch hands the memory it then has).
-  g->args.resize(g->slot.size());
-  for (size_t k = 0; k < g->slot.size(); ++k) {
-    const BufferState& b = *bound[g->slot[k]];
-    hcr_arg_t& x = g->args[k];
-    x.struct_size = HCR_ARG_STRUCT_SIZE;
-    x.dtype = static_cast<hcr_dtype_t>(b.dtype);
-    x.access = g->access[k];
-    x.rows = b.rows;
-    x.cols = b.cols;
-    if (ds.info.memory_node == 0) {
-      x.host = b.host;
-      x.ld = b.ld;
-    } else {
-      x.ld = b.cols;
-    }
-  }
-  if (std::string why = graphs.create(g, nodes); !why.empty()) return refuse(g, why);
   if (graph_kernel_ == nullptr) {
     Ref<KernelState> k = kernels_.get("graph (" + std::to_string(n) + " tasks)", keep_);
     // Runs wherever it is pinned: it is never asked of a plugin as a kernel.

@@ -123,7 +123,7 @@ class RecordedGraph {
   static constexpr uint32_t kReexamine = 64;
   /// The graph task of this replay, or null when it runs task by task.
   Ref<TaskNode> replay_on_device(BufferState* const* bound);
-  /// D's device graph, created on first use; null when D's plugin refused it.
+  /// D's device graph, made on first use (DeviceGraphs::make); null when D's plugin refused it.
   DeviceGraph* device_graph(uint32_t d, BufferState* const* bound);
   bool device_graph_ok_ = false;
   bool placement_seen_ = false;              // graph_device_ is the last task-by-task run's
@@ -183,7 +183,7 @@ class RecordedGraph {
     uint32_t slot;
     boost::container::small_vector<Neighbour, 8> neighbours;
   };
-  std::vector<HaloSlot> halos_;
+  std::deque<HaloSlot> halos_;  // (a deque: each made in place, never moved; see Recorder::commit)
   // A task with halo tiles: the devices Runtime::submit excluded for it (engine/halo_reads.hpp).
   struct Excluded {
     uint32_t task;

@@ -99,7 +99,7 @@ void TaskGraph::submit(TaskNode* t) {
   // submitted by a running kernel counts with that kernel's task instead, whose count stays open
   // until it finishes: a wait_all that waits for a task waits for what it submits (fork-join).
   if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == owner_) {
-    t->epoch = child_epoch(parent);
+    t->epoch = parent->epoch;
     open_[t->epoch].fetch_add(1, std::memory_order_seq_cst);
   } else {
     uint64_t e = epoch_.load(std::memory_order_seq_cst);
@@ -178,7 +178,7 @@ void TaskGraph::submit_prepared(std::span<TaskNode* const> tasks, void (*link)(v
   // wait_all's epochs, as submit() counts one task, for all of them at once.
   uint8_t epoch;
   if (const TaskNode* parent = running_cpu_task(); parent != nullptr && parent->rt == owner_) {
-    epoch = child_epoch(parent);
+    epoch = parent->epoch;
     open_[epoch].fetch_add(static_cast<int64_t>(n), std::memory_order_seq_cst);
   } else {
     uint64_t e = epoch_.load(std::memory_order_seq_cst);
